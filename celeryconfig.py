@@ -1,0 +1,62 @@
+"""Celery settings for every Sluice worker and client.
+
+Read from ``sluice.yaml`` (see :mod:`scheduler.settings`); environment
+variables override it. The reliability settings are the ones DESIGN.md
+relies on; docs/celery.md explains each.
+"""
+
+from __future__ import annotations
+
+from kombu import Queue
+
+from scheduler.settings import load_settings
+
+_settings = load_settings()
+
+broker_url = _settings.broker_url
+# Results live in ZooKeeper and SQL; the backend only carries small task
+# return values (round trips, pings) for operators and tests.
+result_backend = _settings.broker_url
+result_expires = 3600
+
+# Nudges, not orders: a message carries identifiers only, as JSON.
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+
+# A task is acknowledged after it ran, and a message whose worker process
+# died (SIGKILL, OOM) goes back to the queue instead of being marked failed.
+task_acks_late = True
+task_reject_on_worker_lost = True
+# Each worker process reserves one message at a time: a long build never
+# holds a second message hostage.
+worker_prefetch_multiplier = 1
+# Redis redelivers an unacknowledged message after this many seconds even
+# while it still runs; builds are safe because they claim their ZooKeeper
+# request (docs/celery.md).
+broker_transport_options = {"visibility_timeout": _settings.visibility_timeout}
+result_backend_transport_options = {"visibility_timeout": _settings.visibility_timeout}
+broker_connection_retry_on_startup = True
+
+# Events for Flower.
+worker_send_task_events = True
+task_send_sent_event = True
+task_track_started = True
+
+task_default_queue = "scheduler"
+task_queues = (
+    Queue("scheduler"),
+    Queue("merger"),
+    Queue("executor"),
+    Queue("maintenance"),
+)
+task_routes = {
+    "sluice.scheduler.*": {"queue": "scheduler"},
+    "sluice.merger.*": {"queue": "merger"},
+    "sluice.executor.*": {"queue": "executor"},
+    "sluice.maintenance.*": {"queue": "maintenance"},
+    "sluice.system.*": {"queue": "maintenance"},
+}
+
+worker_hijack_root_logger = False
+worker_redirect_stdouts = False

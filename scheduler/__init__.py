@@ -1,0 +1,1 @@
+"""Sluice's scheduler: the ZooKeeper model, configuration, pipelines, the CLI."""

@@ -1,0 +1,153 @@
+"""A ZooKeeper server from Debian's ``zookeeper`` package, run as a child.
+
+The server gets its own data dir, port and config; four-letter words are
+enabled so readiness is probed with ``ruok`` (never by sleeping) and tests
+can read ``mntr``/``srvr``. Members of a local ensemble are the same class
+with a ``myid`` and the peer list.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scheduler.errors import StackError
+from scheduler.stack import process
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+# Jars beyond zookeeper.jar's own manifest Class-Path: a logger binding, and
+# netty-codec which the Netty connection factory (TLS) needs.
+EXTRA_JARS = ("slf4j-simple.jar", "netty-codec.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def four_letter(host: str, port: int, word: str, timeout: float = 2.0) -> str:
+    """Send a four-letter word (``ruok``, ``srvr``, ``mntr``) and return the reply."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(word.encode())
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def is_healthy(host: str, port: int) -> bool:
+    """True if the server answers ``ruok`` and serves clients (not mid-election)."""
+    try:
+        if four_letter(host, port, "ruok") != "imok":
+            return False
+        return "Mode:" in four_letter(host, port, "srvr")
+    except OSError:
+        return False
+
+
+@dataclass
+class ZooKeeperServer:
+    """One ZooKeeper server process.
+
+    ``peers`` (``(myid, quorum_port, election_port)`` for every member) makes
+    it an ensemble member; empty means standalone.
+    """
+
+    data_dir: Path
+    port: int
+    host: str = "127.0.0.1"
+    tick_ms: int = 200
+    min_session_ms: int = 1000
+    max_session_ms: int = 60000
+    myid: int = 0
+    peers: Sequence[tuple[int, int, int]] = ()
+    extra_config: dict[str, str] = field(default_factory=dict)
+    proc_pid: int | None = None
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "zookeeper.log"
+
+    @property
+    def config_file(self) -> Path:
+        return self.data_dir / "zoo.cfg"
+
+    @property
+    def hosts(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def write_config(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lines = {
+            "tickTime": str(self.tick_ms),
+            "initLimit": "20",
+            "syncLimit": "10",
+            "dataDir": str(self.data_dir / "data"),
+            "clientPort": str(self.port),
+            "clientPortAddress": self.host,
+            "minSessionTimeout": str(self.min_session_ms),
+            "maxSessionTimeout": str(self.max_session_ms),
+            "4lw.commands.whitelist": "*",
+            "admin.enableServer": "false",
+            "maxClientCnxns": "0",
+            "autopurge.purgeInterval": "1",
+        }
+        for myid, quorum_port, election_port in self.peers:
+            lines[f"server.{myid}"] = f"{self.host}:{quorum_port}:{election_port}"
+        lines.update(self.extra_config)
+        self.config_file.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        (self.data_dir / "data").mkdir(exist_ok=True)
+        if self.peers:
+            (self.data_dir / "data" / "myid").write_text(f"{self.myid}\n")
+
+    def command(self) -> list[str]:
+        if not ZOOKEEPER_JAR.is_file():
+            raise StackError(
+                f"ZooKeeper is not installed ({ZOOKEEPER_JAR} is missing); "
+                "run: sudo apt-get install -y zookeeper"
+            )
+        jars = [str(ZOOKEEPER_JAR)]
+        jars += [str(ZOOKEEPER_JAR.parent / j) for j in EXTRA_JARS]
+        return [
+            "java",
+            "-Xms32m",
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Dzookeeper.admin.enableServer=false",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-cp",
+            ":".join(jars),
+            MAIN_CLASS,
+            str(self.config_file),
+        ]
+
+    def start(self) -> int:
+        """Start the server without waiting for it; returns its pid."""
+        self.write_config()
+        proc = process.spawn(self.command(), self.log_file)
+        self.proc_pid = proc.pid
+        return proc.pid
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        pid = self.proc_pid
+        process.wait_for(
+            lambda: is_healthy(self.host, self.port),
+            timeout,
+            f"ZooKeeper on {self.hosts}",
+            log_file=self.log_file,
+            alive=(lambda: process.is_alive(pid)) if pid else None,
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc_pid is not None:
+            process.stop_group(self.proc_pid, timeout)
+            self.proc_pid = None
+
+    def kill(self) -> None:
+        """SIGKILL, for fault tests."""
+        if self.proc_pid is not None:
+            process.stop_group(self.proc_pid, timeout=0)
+            self.proc_pid = None

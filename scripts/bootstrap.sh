@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Idempotent bootstrap: system packages, .venv, the project installed in it.
+# Safe to run any number of times; does nothing that is already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v git >/dev/null 2>&1 || missing+=(git)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "bootstrap: installing system packages: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
+            apt-get update -q >/dev/null
+            apt-get install -y -q "${missing[@]}" >/dev/null
+        }
+    else
+        echo "bootstrap: missing system packages: ${missing[*]}" >&2
+        echo "bootstrap: run this, then try again:" >&2
+        echo "    sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "bootstrap: Python >= 3.11 is needed ($python is $("$python" --version 2>&1))" >&2
+    exit 1
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+
+# Reinstall only when the project metadata changed since the last install.
+stamp=".venv/.sluice-installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+    echo "bootstrap: installing the project into .venv"
+    log=.venv/pip-install.log
+    if ! { .venv/bin/python -m pip install -q --upgrade pip \
+           && .venv/bin/python -m pip install -q -e '.[dev]'; } >"$log" 2>&1; then
+        tail -n 30 "$log" >&2
+        echo "bootstrap: pip install failed; the full log is $log" >&2
+        exit 1
+    fi
+    rm -f .venv/.sluice-installed-*
+    touch "$stamp"
+fi

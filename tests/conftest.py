@@ -1,0 +1,9 @@
+"""Fixtures for every test level; each lives in a small module of tests/fixtures."""
+
+from tests.fixtures.services import (  # noqa: F401
+    redis_server,
+    redis_url,
+    state_dir,
+    zookeeper,
+    zookeeper_server,
+)

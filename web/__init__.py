@@ -1,0 +1,1 @@
+"""HTTP: webhooks in, REST API and status page out."""

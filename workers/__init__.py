@@ -1,0 +1,1 @@
+"""What runs on worker hosts: the merger, the executor, worker bootsteps."""

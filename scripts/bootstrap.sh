@@ -39,7 +39,7 @@ if [ ! -f "$stamp" ]; then
     echo "bootstrap: installing the project into .venv"
     log=.venv/pip-install.log
     if ! { .venv/bin/python -m pip install -q --upgrade pip \
-           && .venv/bin/python -m pip install -q -e '.[dev]'; } >"$log" 2>&1; then
+           && .venv/bin/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat; } >"$log" 2>&1; then
         tail -n 30 "$log" >&2
         echo "bootstrap: pip install failed; the full log is $log" >&2
         exit 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from scheduler.settings import load_settings
@@ -9,9 +10,16 @@ from scheduler.zk.client import process_client
 from scheduler.zk.roundtrip import roundtrip as zk_roundtrip
 from tasks.app import app
 
+# At most this long may a round trip hold its worker process (tests use it
+# to make two pool processes busy at once).
+MAX_HOLD_SECONDS = 5.0
+
 
 @app.task(name="sluice.system.roundtrip")
-def roundtrip(token: str) -> dict[str, Any]:
+def roundtrip(token: str, hold: float = 0.0) -> dict[str, Any]:
     """Read and write ZooKeeper from a worker process and report what it saw."""
     settings = load_settings()
-    return zk_roundtrip(process_client(settings.zookeeper), token)
+    result = zk_roundtrip(process_client(settings.zookeeper), token)
+    if hold > 0:
+        time.sleep(min(hold, MAX_HOLD_SECONDS))
+    return result

@@ -7,3 +7,4 @@ from tests.fixtures.services import (  # noqa: F401
     zookeeper,
     zookeeper_server,
 )
+from tests.fixtures.workers import celery_workers, test_environment  # noqa: F401

@@ -1,14 +1,46 @@
-"""``sluice``: the entry point and its command groups."""
+"""``sluice``: the entry point and its command groups.
+
+``--config`` (or ``SLUICE_CONFIG``) names the ``sluice.yaml``; the option
+is exported to the environment so Celery's ``celeryconfig`` and every
+process started from here read the same file.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import click
+
+from scheduler.cli.stack import stack
+from scheduler.cli.system import demo
+from scheduler.errors import SluiceError
 
 
 @click.group()
-def cli() -> None:
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SLUICE_CONFIG",
+    help="Path of sluice.yaml (default: $SLUICE_CONFIG, then ./sluice.yaml).",
+)
+def cli(config: Path | None) -> None:
     """Sluice: project gating with Celery tasks and ZooKeeper state."""
+    if config is not None:
+        if not config.is_file():
+            raise click.ClickException(f"{config}: config file not found")
+        os.environ["SLUICE_CONFIG"] = str(config.resolve())
+
+
+cli.add_command(stack)
+cli.add_command(demo)
 
 
 def main() -> None:
-    cli()
+    try:
+        cli(standalone_mode=True)
+    except SluiceError as exc:  # a known failure: say what and where, no traceback
+        click.echo(f"sluice: error: {exc}", err=True)
+        sys.exit(1)

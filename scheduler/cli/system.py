@@ -1,0 +1,43 @@
+"""``sluice demo``: the main job of ``make run``.
+
+For now a round trip through a Celery task that reads and writes
+ZooKeeper; the full pipeline demo replaces it in a later issue.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import click
+
+from scheduler import dispatch
+from scheduler.cli.common import clear_errors, settings
+
+
+@click.command()
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the task.")
+@clear_errors
+def demo(timeout: float) -> None:
+    """Send a round-trip task through the broker to a worker and print what it did."""
+    conf = settings()
+    token = uuid.uuid4().hex
+    click.echo(f"sending sluice.system.roundtrip({token}) via {conf.broker_url}")
+    result = dispatch.send("sluice.system.roundtrip", token, settings=conf)
+    try:
+        reply = result.get(timeout=timeout)
+    except Exception as exc:  # the broker or worker failed: name it
+        raise click.ClickException(
+            f"no reply from a worker within {timeout:.0f}s ({exc!r}); "
+            "check `sluice stack status` and the worker logs"
+        ) from None
+    click.echo(
+        f"worker {reply['read']['hostname']} pid {reply['read']['pid']} wrote "
+        f"{reply['path']} in ZooKeeper {conf.zookeeper.hosts}{conf.zookeeper.root} "
+        f"(zxid {reply['zxid']:#x}) and read it back:"
+    )
+    click.echo(json.dumps(reply["read"], indent=2, sort_keys=True))
+    ok = reply["read"] == reply["written"] and reply["read"]["token"] == token
+    click.echo("round trip OK" if ok else "round trip MISMATCH")
+    if not ok:
+        raise SystemExit(1)

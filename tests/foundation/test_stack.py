@@ -1,0 +1,97 @@
+"""``sluice stack up | status | down`` and ``sluice demo`` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from scheduler.stack import process
+
+
+def sluice(config: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    return subprocess.run(
+        [str(Path(__import__("sys").executable).parent / "sluice"), "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=config.parent,
+        check=False,
+    )
+
+
+def pids_in(statuses: str) -> list[int]:
+    pids = []
+    for line in statuses.splitlines()[1:]:
+        cell = line.split()[1]
+        if cell.isdigit():
+            pids.append(int(cell))
+    return pids
+
+
+def test_stack_up_status_demo_down(tmp_path: Path) -> None:
+    zk_port, redis_port = process.free_port(), process.free_port()
+    config = tmp_path / "sluice.yaml"
+    config.write_text(
+        f"zookeeper:\n  hosts: 127.0.0.1:{zk_port}\n  root: /sluice\n  session_timeout: 10\n"
+        f"broker_url: redis://127.0.0.1:{redis_port}/0\n"
+        "database_url: sqlite:///state/sluice.db\nstate_dir: state\n"
+        "tenant_config: main.yaml\n"
+        "connections:\n  local:\n    driver: git\n    baseurl: repos\n"
+    )
+    up = sluice(config, "stack", "up")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        for name in (
+            "zookeeper",
+            "redis",
+            "worker-scheduler",
+            "worker-merger",
+            "worker-executor",
+            "worker-maintenance",
+        ):
+            assert name in up.stdout
+        assert (tmp_path / "state" / "zookeeper" / "zoo.cfg").is_file()
+
+        status = sluice(config, "stack", "status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert status.stdout.count("healthy") == 6, status.stdout
+        pids = pids_in(status.stdout)
+        assert len(pids) == 6  # everything was started by us, nothing reused
+
+        again = sluice(config, "stack", "up")
+        assert again.returncode == 0, again.stderr
+        assert sorted(pids_in(again.stdout)) == sorted(pids)  # up twice is harmless
+
+        demo = sluice(config, "demo")
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        assert "round trip OK" in demo.stdout
+    finally:
+        down = sluice(config, "stack", "down")
+    assert down.returncode == 0, down.stderr
+    assert all(not process.is_alive(pid) for pid in pids)
+    after = sluice(config, "stack", "status")
+    assert after.returncode == 1
+    assert "not running" in after.stdout
+
+
+def test_a_component_that_cannot_start_is_named(tmp_path: Path) -> None:
+    # The ZooKeeper port is taken by something that is not ZooKeeper.
+    import socket
+
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    config = tmp_path / "sluice.yaml"
+    config.write_text(f"zookeeper:\n  hosts: 127.0.0.1:{port}\n")
+    try:
+        result = sluice(config, "stack", "up", timeout=60)
+    finally:
+        blocker.close()
+        sluice(config, "stack", "down")
+    assert result.returncode == 1
+    assert "ZooKeeper: port" in result.stderr
+    assert "is taken" in result.stderr

@@ -1,5 +1,25 @@
 """Connecting to ZooKeeper from the settings, one client per process.
 
+:class:`ZooKeeperClient` wraps a started kazoo client chrooted at the
+configured root and adds what kazoo leaves to its users:
+
+* **Deadlines.** Every call goes through ``*_async().get(timeout=...)``
+  (:meth:`ZooKeeperClient.wait`); without a quorum a call raises
+  :class:`~scheduler.zk.errors.CallTimeoutError` after ``call_timeout``
+  instead of blocking forever.
+* **Connection state.** A listener records ``CONNECTED``/``SUSPENDED``/
+  ``LOST``. SUSPENDED (connection dropped, session maybe alive) makes lock
+  holders stop acting until the connection is back; LOST (the server expired
+  the session: every ephemeral node, so every lock, is gone) bumps
+  :attr:`session_generation`, and contexts made before it refuse to write
+  for good, whatever kazoo's ``Lock.is_acquired`` says.
+* **A watchdog.** A daemon thread pings the server every sixth of the
+  session timeout and records when it last answered. A busy client whose
+  server hangs may never see SUSPENDED (its own requests count as pings),
+  so :meth:`responsive` is false once ZooKeeper has not answered for two
+  thirds of the session timeout, and lock holders stop acting on their
+  locks (see :mod:`scheduler.zk.context`).
+
 A kazoo client must never cross a ``fork()``: a client created in a parent
 hangs in the child. :func:`process_client` therefore keys the client by the
 process id and builds a fresh one lazily in each process (Celery prefork
@@ -8,12 +28,164 @@ children included).
 
 from __future__ import annotations
 
+import enum
+import logging
 import os
 import threading
+import time
+from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
 from scheduler.settings import ZooKeeperSettings
+from scheduler.zk.errors import CallTimeoutError, ZooKeeperUnavailableError
+
+log = logging.getLogger(__name__)
+
+# Fraction of the session timeout after which a silent server means "stop acting".
+WATCHDOG_FRACTION = 2.0 / 3.0
+
+
+class ConnectionState(str, enum.Enum):
+    CONNECTED = "CONNECTED"
+    SUSPENDED = "SUSPENDED"
+    LOST = "LOST"
+
+
+class ZooKeeperClient:
+    """A started, chrooted kazoo client with deadlines, state tracking and a watchdog."""
+
+    def __init__(self, settings: ZooKeeperSettings, kazoo: KazooClient) -> None:
+        self.settings = settings
+        self.kazoo = kazoo
+        self.call_timeout = settings.call_timeout
+        self.session_timeout = settings.session_timeout
+        self.state = ConnectionState.LOST
+        self.session_generation = 0
+        self._last_reply = time.monotonic()
+        self._ping_pending = False
+        self._stopping = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        kazoo.add_listener(self._on_state)
+
+    # ------------------------------------------------------------ state
+
+    def _on_state(self, state: str) -> None:
+        # Runs in kazoo's event thread: record, never block.
+        if state == KazooState.LOST:
+            self.session_generation += 1
+            self.state = ConnectionState.LOST
+            log.warning("ZooKeeper session lost (generation %d)", self.session_generation)
+        elif state == KazooState.SUSPENDED:
+            self.state = ConnectionState.SUSPENDED
+            log.warning("ZooKeeper connection suspended")
+        else:
+            self.state = ConnectionState.CONNECTED
+            self._last_reply = time.monotonic()
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self.kazoo.client_id
+        return None if client_id is None else int(client_id[0])
+
+    def silent_for(self) -> float:
+        """Seconds since ZooKeeper last answered this client."""
+        return time.monotonic() - self._last_reply
+
+    def responsive(self) -> bool:
+        """Connected, and ZooKeeper answered within 2/3 of the session timeout."""
+        return (
+            self.state == ConnectionState.CONNECTED
+            and self.silent_for() < WATCHDOG_FRACTION * self.session_timeout
+        )
+
+    def _start_watchdog(self) -> None:
+        self._last_reply = time.monotonic()
+        self._watchdog = threading.Thread(
+            target=self._watch, name="sluice-zk-watchdog", daemon=True
+        )
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        interval = self.session_timeout / 6.0
+        while not self._stopping.wait(interval):
+            if self._ping_pending or self.state != ConnectionState.CONNECTED:
+                continue
+            self._ping_pending = True
+            try:
+                self.kazoo.exists_async("/").rawlink(self._pong)
+            except Exception:  # the client is closing; the next round retries
+                self._ping_pending = False
+
+    def _pong(self, result: Any) -> None:
+        self._ping_pending = False
+        if result.successful():
+            self._last_reply = time.monotonic()
+
+    # ------------------------------------------------------------ calls
+
+    def wait(self, async_result: Any, timeout: float | None = None) -> Any:
+        """The value of a kazoo async result, within the call deadline."""
+        try:
+            value = async_result.get(timeout=self.call_timeout if timeout is None else timeout)
+        except KazooTimeoutError:
+            raise CallTimeoutError(
+                f"ZooKeeper did not answer within {self.call_timeout:.1f}s"
+            ) from None
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            raise ZooKeeperUnavailableError(f"ZooKeeper unavailable: {exc!r}") from exc
+        self._last_reply = time.monotonic()
+        return value
+
+    def get(self, path: str, watch: Any = None) -> tuple[bytes, Any]:
+        return self.wait(self.kazoo.get_async(path, watch=watch))  # type: ignore[no-any-return]
+
+    def exists(self, path: str, watch: Any = None) -> Any:
+        return self.wait(self.kazoo.exists_async(path, watch=watch))
+
+    def get_children(self, path: str, watch: Any = None) -> list[str]:
+        return self.wait(self.kazoo.get_children_async(path, watch=watch))  # type: ignore[no-any-return]
+
+    def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        result = self.kazoo.create_async(
+            path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+        )
+        return self.wait(result)  # type: ignore[no-any-return]
+
+    def set(self, path: str, value: bytes, version: int = -1) -> Any:
+        return self.wait(self.kazoo.set_async(path, value, version))
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self.wait(self.kazoo.delete_async(path, version))
+
+    def ensure_path(self, path: str) -> None:
+        self.wait(self.kazoo.ensure_path_async(path))
+
+    def delete_tree(self, path: str) -> None:
+        """Delete a node and everything below it (maintenance, never a hot path)."""
+        retry = KazooRetry(max_tries=3, ignore_expire=False)
+        retry(self.kazoo.delete, path, recursive=True)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.kazoo.stop()
+
+    def close(self) -> None:
+        self.kazoo.close()
 
 
 def _hosts_with_chroot(settings: ZooKeeperSettings) -> str:
@@ -21,23 +193,15 @@ def _hosts_with_chroot(settings: ZooKeeperSettings) -> str:
     return settings.hosts + root if root else settings.hosts
 
 
-def _ensure_root(settings: ZooKeeperSettings) -> None:
-    """Create the chroot node itself, which a chrooted client cannot do."""
-    if settings.root in ("", "/"):
-        return
-    bare = _make_client(settings, settings.hosts)
-    bare.start(timeout=settings.call_timeout)
-    try:
-        bare.ensure_path(settings.root)
-    finally:
-        bare.stop()
-        bare.close()
-
-
-def _make_client(settings: ZooKeeperSettings, hosts: str) -> KazooClient:
+def _make_kazoo(
+    settings: ZooKeeperSettings, hosts: str, client_id: tuple[int, bytes] | None = None
+) -> KazooClient:
     auth_data = None
+    default_acl = None
     if settings.auth is not None:
         auth_data = [("digest", f"{settings.auth.username}:{settings.auth.password}")]
+        # ACLs are not inherited: every node this client creates carries them.
+        default_acl = [make_digest_acl(settings.auth.username, settings.auth.password, all=True)]
     kwargs: dict[str, object] = {}
     if settings.tls is not None:
         kwargs.update(
@@ -51,23 +215,53 @@ def _make_client(settings: ZooKeeperSettings, hosts: str) -> KazooClient:
         hosts=hosts,
         timeout=settings.session_timeout,
         auth_data=auth_data,
+        default_acl=default_acl,
+        connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
+        client_id=client_id,
         **kwargs,
     )
 
 
-def connect(settings: ZooKeeperSettings) -> KazooClient:
-    """A started kazoo client chrooted at ``settings.root``."""
+def _ensure_root(settings: ZooKeeperSettings) -> None:
+    """Create the chroot node itself, which a chrooted client cannot do."""
+    if settings.root in ("", "/"):
+        return
+    bare = _make_kazoo(settings, settings.hosts)
+    bare.start(timeout=settings.call_timeout)
+    try:
+        bare.ensure_path_async(settings.root).get(timeout=settings.call_timeout)
+    finally:
+        bare.stop()
+        bare.close()
+
+
+def connect(settings: ZooKeeperSettings) -> ZooKeeperClient:
+    """A started client chrooted at ``settings.root``, with its watchdog running."""
     _ensure_root(settings)
-    client = _make_client(settings, _hosts_with_chroot(settings))
-    client.start(timeout=settings.call_timeout)
+    kazoo = _make_kazoo(settings, _hosts_with_chroot(settings))
+    client = ZooKeeperClient(settings, kazoo)
+    try:
+        kazoo.start(timeout=settings.call_timeout)
+    except KazooTimeoutError:
+        kazoo.close()
+        raise CallTimeoutError(f"could not connect to ZooKeeper at {settings.hosts}") from None
+    client._start_watchdog()
+    return client
+
+
+def attach(settings: ZooKeeperSettings, session_id: int, password: bytes) -> ZooKeeperClient:
+    """A second client on an existing session (tests: closing it expires the session)."""
+    kazoo = _make_kazoo(settings, _hosts_with_chroot(settings), (session_id, password))
+    client = ZooKeeperClient(settings, kazoo)
+    kazoo.start(timeout=settings.call_timeout)
     return client
 
 
 _lock = threading.Lock()
-_clients: dict[tuple[int, ZooKeeperSettings], KazooClient] = {}
+_clients: dict[tuple[int, ZooKeeperSettings], ZooKeeperClient] = {}
 
 
-def process_client(settings: ZooKeeperSettings) -> KazooClient:
+def process_client(settings: ZooKeeperSettings) -> ZooKeeperClient:
     """This process's client for ``settings``, created after any fork."""
     forget_inherited_clients()
     key = (os.getpid(), settings)

@@ -2,26 +2,416 @@
 
 The tree follows the ZooKeeper map of Zuul (seed 000) with the root renamed:
 the client's chroot is the configured root (default ``/sluice``), so the
-paths here are absolute within it. Names from outside (tenants, projects,
-branches, jobs) are encoded with :func:`segment` before they become path
-segments. docs/zookeeper.md lists the tree as built.
+paths here are absolute within it (``/events/...`` is ``/sluice/events/...``
+on the server). docs/zookeeper.md lists the tree as built and every
+departure from the seed.
+
+Names from outside (tenants, projects, branches, refs, jobs, hostnames) are
+encoded with :func:`segment` before they become path segments: ``/`` can
+never add a level, ``.``/``..`` never name a parent, and characters that
+ZooKeeper or kazoo reject (NUL, control characters, lone surrogates) never
+reach the wire. No other module formats a path by hand.
 """
 
 from __future__ import annotations
 
-from urllib.parse import quote
+import hashlib
+from urllib.parse import quote, unquote
+
+from scheduler.zk.errors import InvalidNameError
+
+# Segments are kept well under any limit; longer encodings keep a readable
+# prefix and end in "%%" plus a hash of the name, a shape quote() never makes.
+MAX_SEGMENT = 200
+_HASH_MARK = "%%"
 
 SYSTEM_ROOT = "/system"
+LTIME = "/ltime"
 
 
 def segment(name: str) -> str:
-    """Encode an outside name as one safe path segment (``feature/x`` -> ``feature%2Fx``)."""
-    encoded = quote(name, safe="", errors="backslashreplace")
-    if encoded in ("", ".", ".."):
-        return {"": "%00empty", ".": "%2E", "..": "%2E%2E"}[encoded]
+    """Encode an outside name as one safe path segment (``feature/x`` -> ``feature%2Fx``).
+
+    Injective: two different names never give the same segment. The output
+    is ASCII, never ``.``/``..``, never contains ``/`` and is at most
+    :data:`MAX_SEGMENT` characters.
+    """
+    if not isinstance(name, str) or name == "":
+        raise InvalidNameError(f"a path segment needs a non-empty name, got {name!r}")
+    # surrogatepass: a lone surrogate becomes its (unique) 3-byte encoding.
+    encoded = quote(name, safe="", errors="surrogatepass")
+    if encoded in (".", ".."):
+        encoded = encoded.replace(".", "%2E")
+    if len(encoded) > MAX_SEGMENT:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+        encoded = encoded[: MAX_SEGMENT - len(_HASH_MARK) - len(digest)] + _HASH_MARK + digest
     return encoded
+
+
+def unsegment(encoded: str) -> str:
+    """The name behind a segment (not possible for hashed long names: returned as is)."""
+    if _HASH_MARK in encoded:
+        return encoded
+    return unquote(encoded, errors="surrogatepass")
+
+
+def join(*parts: str) -> str:
+    """Join already-safe parts (constants or :func:`segment` output) into a path."""
+    return "/" + "/".join(p.strip("/") for p in parts if p.strip("/"))
+
+
+def parent(path: str) -> str:
+    head = path.rsplit("/", 1)[0]
+    return head or "/"
+
+
+def basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _s(*names: str) -> list[str]:
+    return [segment(n) for n in names]
+
+
+# ---------------------------------------------------------------- system
 
 
 def roundtrip(token: str) -> str:
     """The node the foundation round-trip task writes (``sluice demo``)."""
-    return f"{SYSTEM_ROOT}/roundtrip/{segment(token)}"
+    return join(SYSTEM_ROOT, "roundtrip", segment(token))
+
+
+def system_conf() -> str:
+    return join(SYSTEM_ROOT, "conf")
+
+
+def system_conf_lock() -> str:
+    return join(SYSTEM_ROOT, "conf-lock")
+
+
+def ltime() -> str:
+    return LTIME
+
+
+# ---------------------------------------------------------------- caches
+
+
+def connection_cache(connection: str) -> str:
+    return join("cache", "connection", segment(connection))
+
+
+def branch_cache_data(connection: str) -> str:
+    return join(connection_cache(connection), "branches", "data")
+
+
+def branch_cache_lock(connection: str) -> str:
+    return join(connection_cache(connection), "branches", "lock")
+
+
+def change_cache(connection: str) -> str:
+    return join(connection_cache(connection), "cache")
+
+
+def change_cache_entry(connection: str, key: str) -> str:
+    """Entries are named by the sha256 of their cache key (as in the seed)."""
+    return join(change_cache(connection), hashlib.sha256(key.encode()).hexdigest())
+
+
+def change_cache_data(connection: str, data_uuid: str) -> str:
+    return join(connection_cache(connection), "data", segment(data_uuid))
+
+
+def blob_data(content_key: str) -> str:
+    """Blob store data, named by the sha256 of the content key."""
+    return join("cache", "blob", "data", hashlib.sha256(content_key.encode()).hexdigest())
+
+
+def blob_lock(content_key: str) -> str:
+    return join("cache", "blob", "lock", hashlib.sha256(content_key.encode()).hexdigest())
+
+
+# ---------------------------------------------------------------- cleanup locks
+
+CLEANUP_NAMES = (
+    "build_requests",
+    "connection",
+    "general",
+    "merge_requests",
+    "node_request",
+    "semaphores",
+)
+
+
+def cleanup_lock(name: str) -> str:
+    if name not in CLEANUP_NAMES:
+        raise InvalidNameError(f"unknown cleanup lock {name!r}; one of {CLEANUP_NAMES}")
+    return join("cleanup", name)
+
+
+# ---------------------------------------------------------------- components
+
+COMPONENT_KINDS = ("executor", "fingergw", "merger", "scheduler", "web", "worker")
+
+
+def components(kind: str) -> str:
+    return join("components", segment(kind))
+
+
+def component_prefix(kind: str, hostname: str) -> str:
+    """Prefix of a component's ephemeral sequence node (ZooKeeper appends the number)."""
+    return join(components(kind), segment(hostname) + "-")
+
+
+# ---------------------------------------------------------------- config
+
+
+def config_cache(project: str, branch: str | None = None, filename: str | None = None) -> str:
+    parts = [segment(project)]
+    if branch is not None:
+        parts.append(segment(branch))
+        if filename is not None:
+            parts.append(segment(filename))
+    return join("config", "cache", *parts)
+
+
+def config_lock(project: str) -> str:
+    return join("config", "lock", segment(project))
+
+
+# ---------------------------------------------------------------- event queues
+# An event queue root holds ``queue/`` (sequence nodes) and ``data/``
+# (sharded payloads too large to sit inline).
+
+
+def event_queue_items(queue_root: str) -> str:
+    return join(queue_root, "queue")
+
+
+def event_queue_data(queue_root: str) -> str:
+    return join(queue_root, "data")
+
+
+def connection_event_queue(connection: str) -> str:
+    return join("events", "connection", segment(connection), "events")
+
+
+def connection_event_election(connection: str) -> str:
+    return join(connection_event_queue(connection), "election")
+
+
+def tenant_events(tenant: str) -> str:
+    return join("events", "tenant", segment(tenant))
+
+
+def tenant_management_queue(tenant: str) -> str:
+    return join(tenant_events(tenant), "management")
+
+
+def tenant_trigger_queue(tenant: str) -> str:
+    return join(tenant_events(tenant), "trigger")
+
+
+def pipeline_events(tenant: str, pipeline: str) -> str:
+    return join(tenant_events(tenant), "pipelines", segment(pipeline))
+
+
+def pipeline_management_queue(tenant: str, pipeline: str) -> str:
+    return join(pipeline_events(tenant, pipeline), "management")
+
+
+def pipeline_result_queue(tenant: str, pipeline: str) -> str:
+    return join(pipeline_events(tenant, pipeline), "result")
+
+
+def pipeline_trigger_queue(tenant: str, pipeline: str) -> str:
+    return join(pipeline_events(tenant, pipeline), "trigger")
+
+
+# ---------------------------------------------------------------- job request queues
+
+REQUEST_CHILDREN = ("requests", "locks", "params", "result-data", "results", "waiters")
+
+
+def executor_queue(zone: str | None = None) -> str:
+    """The unzoned executor queue, or the queue of one zone."""
+    if zone is None:
+        return join("executor", "unzoned")
+    return join("executor", "zones", segment(zone))
+
+
+def merger_queue() -> str:
+    return join("merger")
+
+
+def request_child(queue_root: str, child: str, request_uuid: str | None = None) -> str:
+    """``<queue>/<child>[/<uuid>]`` for one of :data:`REQUEST_CHILDREN`."""
+    if child not in REQUEST_CHILDREN:
+        raise InvalidNameError(f"unknown job request queue child {child!r}")
+    if request_uuid is None:
+        return join(queue_root, child)
+    return join(queue_root, child, segment(request_uuid))
+
+
+def request_flag(queue_root: str, request_uuid: str, flag: str) -> str:
+    """The ``cancel``/``resume`` child of a request."""
+    if flag not in ("cancel", "resume"):
+        raise InvalidNameError(f"unknown request flag {flag!r}")
+    return join(request_child(queue_root, "requests", request_uuid), flag)
+
+
+# ---------------------------------------------------------------- elections
+
+
+def launcher_stats_election() -> str:
+    return join("launcher", "stats-election")
+
+
+def nodepool_election() -> str:
+    return join("nodepool")
+
+
+def timer_election() -> str:
+    return join("scheduler", "timer-election")
+
+
+def scheduler_stats_election() -> str:
+    return join("scheduler", "stats-election")
+
+
+# ---------------------------------------------------------------- layouts
+
+
+def layout_state(tenant: str) -> str:
+    return join("layout", segment(tenant))
+
+
+def layout_data(layout_uuid: str) -> str:
+    return join("layout-data", segment(layout_uuid))
+
+
+# ---------------------------------------------------------------- locks
+
+
+def connection_lock(connection: str, name: str) -> str:
+    return join("locks", "connection", *_s(connection, name))
+
+
+def database_migration_lock() -> str:
+    # Seed: zuul/locks/connection/database/migration (a fixed name, no connection).
+    return join("locks", "connection", "database", "migration")
+
+
+def trigger_queue_lock(tenant: str) -> str:
+    return join("locks", "events", "trigger", segment(tenant))
+
+
+def management_queue_lock(tenant: str) -> str:
+    return join("locks", "events", "management", segment(tenant))
+
+
+def pipeline_lock(tenant: str, pipeline: str) -> str:
+    return join("locks", "pipeline", *_s(tenant, pipeline))
+
+
+def tenant_lock(tenant: str) -> str:
+    return join("locks", "tenant", segment(tenant))
+
+
+# ---------------------------------------------------------------- results, semaphores
+
+
+def management_result(event_uuid: str) -> str:
+    return join("results", "management", segment(event_uuid))
+
+
+def global_semaphore(name: str) -> str:
+    return join("global-semaphores", segment(name))
+
+
+def semaphore(tenant: str, name: str) -> str:
+    return join("semaphores", *_s(tenant, name))
+
+
+# ---------------------------------------------------------------- pipeline state
+
+
+def tenant_state(tenant: str) -> str:
+    return join("tenant", segment(tenant))
+
+
+def pipeline_state(tenant: str, pipeline: str) -> str:
+    return join(tenant_state(tenant), "pipeline", segment(pipeline))
+
+
+def pipeline_dirty(tenant: str, pipeline: str) -> str:
+    return join(pipeline_state(tenant, pipeline), "dirty")
+
+
+def pipeline_queues(tenant: str, pipeline: str) -> str:
+    return join(pipeline_state(tenant, pipeline), "queue")
+
+
+def pipeline_queue(tenant: str, pipeline: str, queue_name: str) -> str:
+    return join(pipeline_queues(tenant, pipeline), segment(queue_name))
+
+
+def item(tenant: str, pipeline: str, item_uuid: str) -> str:
+    return join(pipeline_state(tenant, pipeline), "item", segment(item_uuid))
+
+
+def buildset(tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str) -> str:
+    return join(item(tenant, pipeline, item_uuid), "buildset", segment(buildset_uuid))
+
+
+def repo_state(tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str) -> str:
+    return join(buildset(tenant, pipeline, item_uuid, buildset_uuid), "repo_state")
+
+
+def frozen_job(
+    tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str, job_name: str
+) -> str:
+    return join(buildset(tenant, pipeline, item_uuid, buildset_uuid), "job", segment(job_name))
+
+
+def build(
+    tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str, job_name: str, build_uuid: str
+) -> str:
+    job = frozen_job(tenant, pipeline, item_uuid, buildset_uuid, job_name)
+    return join(job, "build", segment(build_uuid))
+
+
+def build_parameters(
+    tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str, job_name: str, build_uuid: str
+) -> str:
+    return join(build(tenant, pipeline, item_uuid, buildset_uuid, job_name, build_uuid), "parameters")
+
+
+def provider_config(tenant: str, provider: str) -> str:
+    return join(tenant_state(tenant), "provider", segment(provider), "config")
+
+
+# ---------------------------------------------------------------- nodes and images
+
+
+def nodeset_request(request_uuid: str) -> str:
+    return join("nodeset", "requests", segment(request_uuid))
+
+
+def nodeset_lock(request_uuid: str) -> str:
+    return join("nodeset", "locks", segment(request_uuid))
+
+
+def node(node_uuid: str) -> str:
+    return join("nodes", "nodes", segment(node_uuid))
+
+
+def node_lock(node_uuid: str) -> str:
+    return join("nodes", "locks", segment(node_uuid))
+
+
+def image_artifact(artifact_uuid: str) -> str:
+    return join("images", "artifacts", segment(artifact_uuid))
+
+
+def image_upload(image: str, build_uuid: str, endpoint: str) -> str:
+    return join("image-uploads", *_s(image, build_uuid), "endpoint", segment(endpoint))

@@ -11,12 +11,13 @@ import socket
 import time
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
 
 from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient
 
 
-def roundtrip(client: KazooClient, token: str, timeout: float = 10.0) -> dict[str, Any]:
+def roundtrip(client: ZooKeeperClient, token: str) -> dict[str, Any]:
     """Write a node naming this process, read it back, and return both views."""
     path = paths.roundtrip(token)
     written = {
@@ -26,10 +27,9 @@ def roundtrip(client: KazooClient, token: str, timeout: float = 10.0) -> dict[st
         "time": time.time(),
     }
     data = json.dumps(written).encode()
-    client.ensure_path(path.rsplit("/", 1)[0])
-    if client.exists_async(path).get(timeout=timeout):
-        client.set_async(path, data).get(timeout=timeout)
-    else:
-        client.create_async(path, data).get(timeout=timeout)
-    raw, stat = client.get_async(path).get(timeout=timeout)
+    try:
+        client.create(path, data, makepath=True)
+    except NodeExistsError:
+        client.set(path, data)
+    raw, stat = client.get(path)
     return {"written": written, "read": json.loads(raw), "zxid": stat.mzxid, "path": path}

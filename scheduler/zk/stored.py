@@ -1,0 +1,149 @@
+"""Stored objects: JSON documents with a schema version, compressed and sharded as needed.
+
+The persistence contract (Zuul's, kept small): an object is a JSON mapping
+with a ``schema`` field; :func:`encode` adds it, :func:`decode` checks it.
+Readers accept every schema up to :data:`SCHEMA_VERSION` (so workers of two
+versions run side by side during an upgrade) and refuse a newer one with
+:class:`~scheduler.zk.errors.DecodeError` rather than misread it.
+
+Encoding: compact UTF-8 JSON; above :data:`COMPRESS_THRESHOLD` bytes it is
+zlib-compressed (zlib streams start with ``0x78``, JSON with ``{``, so the
+reader tells them apart without a header). The result is stored through
+:mod:`scheduler.zk.sharding`, so an object of any size up to
+:data:`~scheduler.zk.sharding.MAX_BLOB_SIZE` (after compression) round
+trips, and a larger one fails at once with
+:class:`~scheduler.zk.errors.DataTooLargeError`.
+
+Writes go through a :class:`~scheduler.zk.context.LockContext`: they are
+refused once its lock is lost, and fenced on the server. On SUSPENDED or
+LOST see :mod:`scheduler.zk.sharding`: the previous version stays readable.
+
+Schema changelog: see docs/zookeeper.md ("Schema versions").
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.zk import sharding
+from scheduler.zk.context import NO_NODE, LockContext, OpFailedError, Transaction
+from scheduler.zk.errors import DecodeError, NoDataError
+
+# 1: initial layout (2026-11).
+SCHEMA_VERSION = 1
+COMPRESS_THRESHOLD = 16 * 1024
+SCHEMA_FIELD = "schema"
+
+
+def encode(obj: Mapping[str, Any], schema: int = SCHEMA_VERSION) -> bytes:
+    """The stored bytes of ``obj`` with its schema version."""
+    document = {SCHEMA_FIELD: schema, **obj}
+    try:
+        raw = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(f"object is not JSON-serialisable: {exc}") from None
+    if len(raw) > COMPRESS_THRESHOLD:
+        return zlib.compress(raw, 6)
+    return raw
+
+
+def decode(data: bytes, path: str = "<bytes>") -> dict[str, Any]:
+    """The mapping stored in ``data``; :class:`DecodeError` naming ``path`` if it is not one."""
+    try:
+        if data[:1] == b"\x78":
+            data = zlib.decompress(data)
+        document = json.loads(data)
+    except (ValueError, zlib.error) as exc:
+        raise DecodeError(f"{path}: not a stored Sluice object ({exc})") from None
+    if not isinstance(document, dict) or not isinstance(document.get(SCHEMA_FIELD), int):
+        raise DecodeError(f"{path}: stored object has no schema version")
+    if document[SCHEMA_FIELD] > SCHEMA_VERSION:
+        raise DecodeError(
+            f"{path}: written with schema {document[SCHEMA_FIELD]}, "
+            f"this Sluice reads up to {SCHEMA_VERSION}"
+        )
+    return document
+
+
+@dataclass(frozen=True)
+class Stored:
+    """An object as read: its fields (with ``schema``) and the node's version and mzxid."""
+
+    data: dict[str, Any]
+    version: int
+    mzxid: int
+
+
+def load(context: LockContext, path: str) -> Stored:
+    """Read the object at ``path``; :class:`NoDataError` when there is none."""
+    blob = sharding.read(context.client, path)
+    return Stored(decode(blob.data, path), blob.version, blob.mzxid)
+
+
+def prepare(
+    context: LockContext,
+    path: str,
+    obj: Mapping[str, Any],
+    *,
+    exists: bool,
+    version: int = -1,
+) -> sharding.PreparedBlob:
+    """Encode ``obj`` and write any shards; the caller adds the node to its transaction."""
+    return sharding.prepare(context.client, path, encode(obj), exists=exists, version=version)
+
+
+def save(
+    context: LockContext,
+    path: str,
+    obj: Mapping[str, Any],
+    *,
+    version: int = -1,
+    extra: Transaction | None = None,
+) -> None:
+    """Create or replace the object at ``path`` in one fenced transaction.
+
+    ``version`` makes it a compare-and-set (:class:`~scheduler.zk.context.OpFailedError`
+    with reason ``bad-version`` when someone wrote in between); ``extra``
+    adds other operations to the same transaction.
+    """
+    context.ensure_valid()
+    exists = context.client.exists(path) is not None
+    prepared = prepare(context, path, obj, exists=exists, version=version)
+    txn = context.transaction()
+    prepared.add_to(txn)
+    if extra is not None:
+        txn.extend(extra)
+    txn.commit()
+    prepared.cleanup(context.client)
+
+
+def delete(context: LockContext, path: str, version: int = -1) -> bool:
+    """Delete the object (and its shards); False if it did not exist."""
+    txn = context.transaction()
+    sharding.delete_ops(context.client, path, txn, version)
+    if len(txn) <= (1 if context.lock_node else 0):
+        return False
+    try:
+        txn.commit()
+    except OpFailedError as exc:
+        if exc.reason == NO_NODE:
+            return False
+        raise
+    return True
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "NoDataError",
+    "Stored",
+    "decode",
+    "delete",
+    "encode",
+    "load",
+    "prepare",
+    "save",
+]

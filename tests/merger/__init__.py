@@ -1,0 +1,1 @@
+"""Tests of the merger's git engine against real git repositories."""

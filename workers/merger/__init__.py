@@ -1,0 +1,21 @@
+"""The merger: speculative merges of queued changes, in git, on worker hosts.
+
+This package is the git engine, plain Python with typed inputs and outputs
+(no Celery, no ZooKeeper): a task adapter decodes a request into a job
+dataclass, calls one function and stores the result's ``to_dict()``.
+
+* :func:`run_merge_job` — apply changes in order with Zuul's merge modes;
+  the repo state, the files of each change, the config files of the merged
+  trees, or a conflict naming the change and the files.
+* :func:`run_files_changes_job`, :func:`run_config_job`,
+  :func:`run_branch_heads_job` — the scheduler's other git questions.
+* :func:`checkout_workspace` — for executors: a working copy at a commit a
+  merge produced on this host.
+* :class:`RepoCache` — one bare clone per project under
+  ``<state_dir>/git``, locked per repo across processes, re-cloned when
+  found broken.
+
+See ``docs/merger.md`` for the design and its limits.
+"""
+
+from __future__ import annotations

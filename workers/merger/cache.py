@@ -1,0 +1,237 @@
+"""The repo cache of a worker host: one bare clone per project, locked per repo.
+
+Layout under ``<state_dir>/git/``::
+
+    <connection>/<project>            bare clone (project name percent-encoded)
+    <connection>/<project>.lock       fcntl lock file of that repo
+    <connection>/<project>.work       the repo's merge worktree (a linked worktree)
+    <connection>/.tmp-<project>-*     a clone in progress (renamed into place when done)
+    <connection>/.broken-<project>-*  a repo found broken, being deleted
+    .home/                            HOME of every git process (no user config)
+
+Why bare: the cache's ``refs/heads/*`` *are* the remote's branches (a fetch
+writes them directly; a non-bare clone refuses to fetch into its checked-out
+branch and keeps a local branch that drifts), executors clone from it as
+from any remote, and the merge worktree is separate and disposable: a
+broken worktree is deleted and re-added without re-cloning.
+
+Guarantees:
+
+* **One process per repo at a time.** :meth:`RepoCache.open` holds an
+  exclusive ``flock`` on the repo's lock file for the whole block; the lock
+  dies with its process, so a killed worker never leaves it held. Different
+  repos proceed in parallel.
+* **No half-written repo at the repo path.** A clone goes to a temporary
+  directory that is renamed into place only once complete and checked. A
+  repo that fails the check on first use in a process (not bare, a ref
+  pointing at a missing object), or that a git command finds corrupt, is
+  renamed aside and deleted; the next use clones afresh (one automatic
+  retry in :meth:`RepoCache.run`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import quote
+
+from scheduler.settings import ConnectionSettings
+from workers.merger.errors import (
+    CorruptRepoError,
+    GitCommandError,
+    InvalidJobError,
+    RepoLockTimeoutError,
+)
+from workers.merger.gitcmd import Git, classify, clean_env, redact_url
+from workers.merger.repo import Repo
+
+T = TypeVar("T")
+
+_CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+
+# Config of every cache repo. gc runs in the foreground (under our lock)
+# instead of racing our ref updates in the background; uploadpack lets an
+# executor fetch a speculative commit by sha.
+_REPO_CONFIG = (
+    ("remote.origin.fetch", "+refs/heads/*:refs/heads/*"),
+    ("gc.autoDetach", "false"),
+    ("core.logAllRefUpdates", "false"),
+    ("uploadpack.allowAnySHA1InWant", "true"),
+)
+
+
+def encode_project(project: str) -> str:
+    """The one path segment a project name maps to (``org/repo`` -> ``org%2Frepo``)."""
+    parts = project.split("/")
+    if not project or any(part in ("", ".", "..") for part in parts) or "\0" in project:
+        raise InvalidJobError(f"invalid project name {project!r}")
+    encoded = quote(project, safe="")
+    # A leading dot would collide with the cache's own .tmp-/.broken- names.
+    return "%2E" + encoded[1:] if encoded.startswith(".") else encoded
+
+
+class RepoCache:
+    """Bare clones of the projects of git connections, shared by a host's workers."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        connections: Mapping[str, ConnectionSettings],
+        *,
+        git_timeout: float = 300.0,
+        lock_timeout: float = 600.0,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.root = Path(state_dir) / "git"
+        home = self.root / ".home"
+        home.mkdir(parents=True, exist_ok=True)
+        self.connections = connections
+        self.git = Git(clean_env(home, extra_env), git_timeout)
+        self.lock_timeout = lock_timeout
+        # Repos this process has checked since it (or anyone) cloned them.
+        self._checked: set[Path] = set()
+
+    # ------------------------------------------------------------------
+    # Names
+
+    def remote_url(self, connection: str, project: str) -> str:
+        """Where ``project`` of a git connection lives: ``<baseurl>/<project>``."""
+        settings = self.connections.get(connection)
+        if settings is None:
+            raise InvalidJobError(f"unknown connection {connection!r}")
+        if not settings.baseurl:
+            raise InvalidJobError(f"connection {connection!r} has no baseurl")
+        encode_project(project)
+        return settings.baseurl.rstrip("/") + "/" + project
+
+    def repo_path(self, connection: str, project: str) -> Path:
+        if not _CONNECTION_NAME.match(connection):
+            raise InvalidJobError(f"invalid connection name {connection!r}")
+        return self.root / connection / encode_project(project)
+
+    # ------------------------------------------------------------------
+    # Access
+
+    @contextmanager
+    def open(self, connection: str, project: str) -> Iterator[Repo]:
+        """The project's repo, cloned and checked, locked for the block.
+
+        A :class:`CorruptRepoError` raised in the block discards the repo
+        (the next open re-clones) and propagates.
+        """
+        url = self.remote_url(connection, project)
+        path = self.repo_path(connection, project)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        label = f"{connection}/{project}"
+        with self._locked(path, label):
+            self._ensure(path, url, label)
+            try:
+                yield Repo(path, self.git, label)
+            except CorruptRepoError:
+                self._discard(path)
+                raise
+
+    def run(self, connection: str, project: str, work: Callable[[Repo], T]) -> T:
+        """``work(repo)`` under the lock; once more on a fresh clone if it finds corruption."""
+        try:
+            with self.open(connection, project) as repo:
+                return work(repo)
+        except CorruptRepoError:
+            with self.open(connection, project) as repo:
+                return work(repo)
+
+    # ------------------------------------------------------------------
+    # Locking
+
+    @contextmanager
+    def _locked(self, path: Path, label: str) -> Iterator[None]:
+        lock_path = path.with_name(path.name + ".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._acquire(fd, label)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def _acquire(self, fd: int, label: str) -> None:
+        deadline = time.monotonic() + self.lock_timeout
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RepoLockTimeoutError(
+                        f"{label}: repo lock still held after {self.lock_timeout}s"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+
+    # ------------------------------------------------------------------
+    # Clone, check, discard (all under the repo lock)
+
+    def _ensure(self, path: Path, url: str, label: str) -> None:
+        self._sweep_leftovers(path)
+        if path in self._checked and path.is_dir():
+            return
+        if path.exists():
+            if self._is_sound(path):
+                self._checked.add(path)
+                return
+            self._discard(path)
+        self._clone(path, url, label)
+        self._checked.add(path)
+
+    def _sweep_leftovers(self, path: Path) -> None:
+        """Delete clones that a killed process left half-done (we hold the lock)."""
+        for prefix in (".tmp-", ".broken-"):
+            for leftover in path.parent.glob(f"{prefix}{path.name}-*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+    def _is_sound(self, path: Path) -> bool:
+        """A cheap fsck: a bare repo whose every ref points at an existing object."""
+        try:
+            if self.git.text(["rev-parse", "--is-bare-repository"], path) != "true":
+                return False
+            shas = self.git.run(["for-each-ref", "--format=%(objectname)"], path).stdout
+            if not shas.strip():
+                return True
+            check = self.git.run(["cat-file", "--batch-check"], path, stdin=shas).stdout
+        except GitCommandError:
+            return False
+        return b" missing" not in check
+
+    def _clone(self, path: Path, url: str, label: str) -> None:
+        tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            self.git.run(["clone", "--bare", "--quiet", "--", url, str(tmp)])
+            for key, value in _REPO_CONFIG:
+                self.git.run(["config", key, value], tmp)
+            self.git.run(
+                ["config", "--add", "remote.origin.fetch", "+refs/tags/*:refs/tags/*"], tmp
+            )
+            if not self._is_sound(tmp):
+                raise CorruptRepoError(f"{label}: clone of {redact_url(url)} is incomplete")
+            os.rename(tmp, path)
+        except GitCommandError as exc:
+            raise classify(exc, f"{label}: clone of {redact_url(url)}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _discard(self, path: Path) -> None:
+        """Move a broken repo (and its worktree) aside, then delete it."""
+        self._checked.discard(path)
+        aside = path.with_name(f".broken-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        if path.exists():
+            os.rename(path, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+        shutil.rmtree(Repo.worktree_path(path), ignore_errors=True)

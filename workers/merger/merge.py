@@ -1,0 +1,311 @@
+"""Speculative merges: :func:`run_merge_job`, the merger's main entry point.
+
+Changes are applied in job order, each on top of the speculative tip of its
+project-branch (the branch head, or the pinned base, plus every change
+ahead of it on that branch). Projects are independent in git, so the engine
+works one project at a time under that repo's lock, never holding two
+locks (no lock-order deadlock between jobs).
+
+Per project: one fetch (branches, tags and the changes' refs together, in
+one round trip; skipped when every commit is already in the cache and
+every branch is pinned), then the merges in the repo's worktree, then one
+ref transaction that records each change's commit, each intermediate state
+and each final branch tip under ``refs/sluice/jobs/<job id>/``, then the
+config files of the touched branches from the merged trees.
+
+Every failure is a result: a conflict names the change and the files, any
+other error (unknown ref, unreachable remote, corrupt repo, bad input)
+names the project, the ref and the change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from workers.merger.cache import RepoCache
+from workers.merger.errors import (
+    GitCommandError,
+    InvalidJobError,
+    MergeConflictError,
+    MergerError,
+    UnknownRefError,
+)
+from workers.merger.gitcmd import classify
+from workers.merger.model import (
+    Change,
+    ChangeResult,
+    ConfigFiles,
+    Failure,
+    MergeJob,
+    MergeResult,
+    ProjectState,
+    Status,
+)
+from workers.merger.modes import apply_change
+from workers.merger.names import check_change, check_job_id, head_ref, merged_ref, source_ref
+from workers.merger.repo import Repo
+
+Indexed = list[tuple[int, Change]]
+
+
+@dataclass
+class _ProjectOutcome:
+    state: ProjectState
+    changes: list[ChangeResult] = field(default_factory=list)
+    config: list[ConfigFiles] = field(default_factory=list)
+    conflict: Failure | None = None
+
+
+def run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
+    """Produce the speculative state of ``job``; never raises for git or input problems."""
+    try:
+        check_job_id(job.job_id)
+        for change in job.changes:
+            check_change(change)
+    except InvalidJobError as exc:
+        return MergeResult(job.job_id, Status.FAILED, failure=failure_of(exc))
+    outcomes: list[_ProjectOutcome] = []
+    for (connection, project), items in _by_project(job.changes).items():
+        try:
+            outcome = cache.run(connection, project, partial(_merge_project, job=job, items=items))
+        except MergerError as exc:
+            return _failed(job, outcomes, failure_of(exc, connection, project, job.changes))
+        outcomes.append(outcome)
+        if outcome.conflict is not None:
+            return _conflicted(job, outcomes, outcome.conflict)
+    touched = {(o.state.connection, o.state.project) for o in outcomes}
+    for required in job.required:
+        key = (required.connection, required.project)
+        if key in touched:
+            continue
+        touched.add(key)
+        try:
+            state = cache.run(*key, partial(_required_state, job=job, key=key))
+        except MergerError as exc:
+            return _failed(job, outcomes, failure_of(exc, *key))
+        outcomes.append(_ProjectOutcome(state))
+    return MergeResult(
+        job.job_id,
+        Status.OK,
+        repo_state=tuple(o.state for o in outcomes),
+        changes=_sorted_changes(outcomes),
+        config=tuple(c for o in outcomes for c in o.config),
+    )
+
+
+def failure_of(
+    exc: MergerError,
+    connection: str = "",
+    project: str = "",
+    changes: Sequence[Change] = (),
+) -> Failure:
+    """The failure result for an error, with the change it concerns when known."""
+    index = exc.change_index
+    change_id = changes[index].name if index is not None and index < len(changes) else ""
+    return Failure(
+        kind=exc.kind,
+        message=str(exc),
+        connection=connection,
+        project=project,
+        ref=exc.ref,
+        change_index=index,
+        change_id=change_id,
+        files=tuple(getattr(exc, "files", ())),
+    )
+
+
+# --------------------------------------------------------------------------
+# One project
+
+
+def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutcome:
+    connection, project = items[0][1].connection, items[0][1].project
+    pinned = _pinned(job, connection, project)
+    sources = _fetch_sources(repo, job, items, pinned)
+    heads = repo.heads()
+    bases = _bases(repo, items, heads, pinned)
+    times = {} if job.timestamp is not None else repo.commit_times(sources.values())
+    worktree = repo.worktree()
+    repo.clean(worktree)
+    tips = dict(bases)
+    refs = {source_ref(job.job_id, index): sha for index, sha in sources.items()}
+    results: list[ChangeResult] = []
+    current = ""
+    for index, change in items:
+        if change.branch != current:
+            repo.checkout(worktree, tips[change.branch])
+            current = change.branch
+        source = sources[index]
+        stamp = job.timestamp if job.timestamp is not None else times[source]
+        try:
+            merged = apply_change(
+                repo.git, worktree, change.merge_mode, source, name=change.name, timestamp=stamp
+            )
+        except MergeConflictError as exc:
+            repo.update_refs(refs)
+            return _ProjectOutcome(
+                ProjectState(connection, project), results, [], _conflict(exc, change, index)
+            )
+        except GitCommandError as exc:
+            raise classify(exc, f"{repo.label}: {change.merge_mode} of {change.rev}").at(
+                change.rev, index
+            ) from None
+        tips[change.branch] = merged
+        refs[merged_ref(job.job_id, index)] = merged
+        files = repo.changed_files(bases[change.branch], source)
+        results.append(
+            _change_result(
+                job, index=index, change=change, source=source, merged=merged, files=files
+            )
+        )
+    refs.update({head_ref(job.job_id, branch): tip for branch, tip in tips.items()})
+    repo.update_refs(refs)
+    state = ProjectState(connection, project, {**heads, **pinned, **tips})
+    config = []
+    if job.read_config:
+        config = [
+            ConfigFiles(connection, project, b, t, repo.read_config(t)) for b, t in tips.items()
+        ]
+    return _ProjectOutcome(state, results, config)
+
+
+def _fetch_sources(
+    repo: Repo, job: MergeJob, items: Indexed, pinned: dict[str, str]
+) -> dict[int, str]:
+    """The commit of each change (index -> sha), fetching what the cache lacks."""
+    sources: dict[int, str] = {}
+    specs: list[str] = []
+    for index, change in items:
+        known = repo.commit_of(change.commit) if change.commit else None
+        if known is not None:
+            sources[index] = known
+        else:
+            specs.append(f"+{change.ref or change.commit}:{source_ref(job.job_id, index)}")
+    branches_pinned = all(
+        item.branch in pinned and repo.commit_of(pinned[item.branch]) for _i, item in items
+    )
+    if specs or not branches_pinned:
+        try:
+            repo.fetch(specs)
+        except UnknownRefError as exc:
+            raise _which_change(exc, items) from None
+    for index, change in items:
+        if index in sources:
+            continue
+        rev = change.commit or source_ref(job.job_id, index)
+        sha = repo.commit_of(rev)
+        if sha is None:
+            raise UnknownRefError(f"{repo.label}: {change.rev} is not a commit in the remote").at(
+                change.rev, index
+            )
+        sources[index] = sha
+    return sources
+
+
+def _which_change(exc: UnknownRefError, items: Indexed) -> UnknownRefError:
+    """Name the change whose ref the remote did not know."""
+    message = str(exc)
+    for index, change in items:
+        for name in (change.ref, change.commit):
+            if name and re.search(rf"(?<![\w/.-]){re.escape(name)}(?![\w/.-])", message):
+                exc.at(name, index)
+                return exc
+    return exc
+
+
+def _bases(
+    repo: Repo, items: Indexed, heads: dict[str, str], pinned: dict[str, str]
+) -> dict[str, str]:
+    """Starting commit of each branch the changes target."""
+    bases: dict[str, str] = {}
+    for index, change in items:
+        branch = change.branch
+        if branch in bases:
+            continue
+        if branch in pinned:
+            sha = repo.commit_of(pinned[branch])
+            what = f"pinned base {pinned[branch]} of branch {branch!r}"
+        else:
+            sha = heads.get(branch)
+            what = f"branch {branch!r}"
+        if sha is None:
+            raise UnknownRefError(f"{repo.label}: no {what}").at(branch, index)
+        bases[branch] = sha
+    return bases
+
+
+def _required_state(repo: Repo, *, job: MergeJob, key: tuple[str, str]) -> ProjectState:
+    connection, project = key
+    pinned = _pinned(job, connection, project)
+    repo.fetch()
+    return ProjectState(connection, project, {**repo.heads(), **pinned})
+
+
+def _pinned(job: MergeJob, connection: str, project: str) -> dict[str, str]:
+    for state in job.base_state:
+        if (state.connection, state.project) == (connection, project):
+            return dict(state.branches)
+    return {}
+
+
+# --------------------------------------------------------------------------
+# Results
+
+
+def _by_project(changes: Sequence[Change]) -> dict[tuple[str, str], Indexed]:
+    groups: dict[tuple[str, str], Indexed] = {}
+    for index, change in enumerate(changes):
+        groups.setdefault((change.connection, change.project), []).append((index, change))
+    return groups
+
+
+def _change_result(
+    job: MergeJob, *, index: int, change: Change, source: str, merged: str, files: list[str]
+) -> ChangeResult:
+    return ChangeResult(
+        index=index,
+        change_id=change.name,
+        connection=change.connection,
+        project=change.project,
+        branch=change.branch,
+        commit=source,
+        merged_commit=merged,
+        merged_ref=merged_ref(job.job_id, index),
+        files=tuple(files),
+    )
+
+
+def _conflict(exc: MergeConflictError, change: Change, index: int) -> Failure:
+    files = ", ".join(exc.files) or "(no file named by git)"
+    return Failure(
+        kind="conflict",
+        message=(
+            f"change {change.name} ({change.merge_mode}) does not merge into "
+            f"{change.connection}/{change.project} {change.branch}: conflict in {files}"
+        ),
+        connection=change.connection,
+        project=change.project,
+        ref=change.rev,
+        change_index=index,
+        change_id=change.name,
+        files=tuple(exc.files),
+    )
+
+
+def _sorted_changes(outcomes: list[_ProjectOutcome]) -> tuple[ChangeResult, ...]:
+    return tuple(sorted((c for o in outcomes for c in o.changes), key=lambda c: c.index))
+
+
+def _conflicted(job: MergeJob, outcomes: list[_ProjectOutcome], conflict: Failure) -> MergeResult:
+    return MergeResult(
+        job.job_id, Status.CONFLICT, changes=_sorted_changes(outcomes), failure=conflict
+    )
+
+
+def _failed(job: MergeJob, outcomes: list[_ProjectOutcome], failure: Failure) -> MergeResult:
+    return MergeResult(
+        job.job_id, Status.FAILED, changes=_sorted_changes(outcomes), failure=failure
+    )

@@ -1,0 +1,122 @@
+"""Zuul's merge modes, applied in a cache repo's worktree with the git CLI.
+
+Each mode takes the worktree at the current speculative tip of a branch
+(detached HEAD) and leaves it at the new tip:
+
+``merge``          ``git merge`` (a fast-forward when the change is already
+                   on top of the tip, as plain ``git merge`` does)
+``merge-resolve``  ``git merge -s resolve``: the old three-way strategy
+                   without rename detection
+``squash-merge``   ``git merge --squash`` and one new commit on the tip
+``cherry-pick``    ``git cherry-pick`` of the change's commit (a merge
+                   commit is merged with ``-s resolve`` instead); a change
+                   already contained in the tip adds no commit
+``rebase``         check out the change and ``git rebase`` it onto the tip
+
+Commits are **deterministic**: author and committer identity are fixed
+(:data:`MERGER_NAME`, :data:`MERGER_EMAIL`), both dates are a timestamp
+given by the caller, and messages name the change only (no paths or
+hostnames). Cherry-pick and rebase keep the change's author as git always
+does. Two mergers given the same commits and timestamp therefore create
+commits with the same shas.
+
+A conflict raises :class:`MergeConflictError` with the conflicting paths;
+the worktree is left as git left it (the next job resets it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from workers.merger.errors import GitCommandError, MergeConflictError
+from workers.merger.gitcmd import Git
+from workers.merger.model import MergeMode
+
+MERGER_NAME = "Sluice Merger"
+MERGER_EMAIL = "merger@sluice.invalid"
+
+
+def identity_env(timestamp: int) -> dict[str, str]:
+    """Fixed identity and dates for every commit the merger creates."""
+    date = f"{timestamp} +0000"
+    return {
+        "GIT_AUTHOR_NAME": MERGER_NAME,
+        "GIT_AUTHOR_EMAIL": MERGER_EMAIL,
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": MERGER_NAME,
+        "GIT_COMMITTER_EMAIL": MERGER_EMAIL,
+        "GIT_COMMITTER_DATE": date,
+    }
+
+
+def merge_message(change_name: str) -> str:
+    return f"Merge '{change_name}'"
+
+
+def apply_change(
+    git: Git, worktree: Path, mode: MergeMode, commit: str, *, name: str, timestamp: int
+) -> str:
+    """Apply ``commit`` on the worktree's HEAD with ``mode``; return the new HEAD."""
+    dated = git.with_env(**identity_env(timestamp))
+    _MODES[mode](dated, worktree, commit, merge_message(name))
+    return dated.text(["rev-parse", "HEAD"], worktree)
+
+
+def _merge(git: Git, wt: Path, commit: str, message: str) -> None:
+    _attempt(git, wt, ["merge", "--quiet", "--no-edit", "-m", message, commit])
+
+
+def _merge_resolve(git: Git, wt: Path, commit: str, message: str) -> None:
+    _attempt(git, wt, ["merge", "--quiet", "--no-edit", "-s", "resolve", "-m", message, commit])
+
+
+def _squash_merge(git: Git, wt: Path, commit: str, message: str) -> None:
+    _attempt(git, wt, ["merge", "--quiet", "--squash", commit])
+    git.run(["commit", "--quiet", "--allow-empty", "--no-verify", "-m", message], wt)
+
+
+def _cherry_pick(git: Git, wt: Path, commit: str, message: str) -> None:
+    parents = git.text(["rev-list", "--parents", "-n", "1", commit], wt).split()[1:]
+    if len(parents) > 1:
+        _merge_resolve(git, wt, commit, message)
+        return
+    _attempt(git, wt, ["cherry-pick", "--keep-redundant-commits", commit])
+    if not parents:
+        return
+    # An empty result of a non-empty change means the tip already has it:
+    # drop the empty commit instead of keeping a no-op on the branch.
+    trees = git.text(
+        ["rev-parse", "HEAD^{tree}", "HEAD^^{tree}", f"{commit}^{{tree}}", f"{commit}^^{{tree}}"],
+        wt,
+    ).split()
+    if trees[0] == trees[1] and trees[2] != trees[3]:
+        git.run(["checkout", "--quiet", "--detach", "HEAD^"], wt)
+
+
+def _rebase(git: Git, wt: Path, commit: str, message: str) -> None:
+    tip = git.text(["rev-parse", "HEAD"], wt)
+    git.run(["checkout", "--quiet", "--force", "--detach", commit], wt)
+    _attempt(git, wt, ["rebase", "--quiet", "--no-autostash", tip])
+
+
+def _attempt(git: Git, wt: Path, args: list[str]) -> None:
+    """Run a merging command; turn a conflict into :class:`MergeConflictError`."""
+    proc = git.run(args, wt, check=False)
+    if proc.returncode == 0:
+        return
+    unmerged = git.run(["diff", "--name-only", "--diff-filter=U", "-z"], wt, check=False).stdout
+    files = sorted({p.decode("utf-8", "replace") for p in unmerged.split(b"\0") if p})
+    output = proc.stdout + proc.stderr
+    if files or b"CONFLICT" in output or b"Automatic merge failed" in output:
+        raise MergeConflictError(f"{args[0]} conflict", files)
+    raise GitCommandError(args, proc.returncode, output.decode("utf-8", "replace"))
+
+
+_MODES: dict[MergeMode, Callable[[Git, Path, str, str], None]] = {
+    MergeMode.MERGE: _merge,
+    MergeMode.MERGE_RESOLVE: _merge_resolve,
+    MergeMode.SQUASH_MERGE: _squash_merge,
+    MergeMode.CHERRY_PICK: _cherry_pick,
+    MergeMode.REBASE: _rebase,
+}

@@ -1,0 +1,211 @@
+"""Git operations on one cache repo, used while its lock is held.
+
+A :class:`Repo` is handed out by :meth:`RepoCache.open`; it never takes
+locks itself. Failed git commands become the engine's errors through
+:func:`~workers.merger.gitcmd.classify`, naming the project.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from workers.merger.errors import CorruptRepoError, GitCommandError, MergerError
+from workers.merger.gitcmd import Git, classify
+
+# Config files read from a tree: single files, and directories read for
+# every *.yaml below them.
+CONFIG_FILES = ("zuul.yaml", ".zuul.yaml", ".sluice.yaml")
+CONFIG_DIRS = ("zuul.d", ".zuul.d")
+
+# Files of a linked worktree's git dir that an interrupted operation leaves.
+_OPERATION_STATE = (
+    "MERGE_HEAD",
+    "MERGE_MSG",
+    "MERGE_MODE",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "AUTO_MERGE",
+    "index.lock",
+    "HEAD.lock",
+)
+_OPERATION_DIRS = ("rebase-merge", "rebase-apply", "sequencer")
+
+
+class Repo:
+    """A bare cache repo (``path``) and its merge worktree."""
+
+    def __init__(self, path: Path, git: Git, label: str) -> None:
+        self.path = path
+        self.git = git
+        self.label = label
+
+    @staticmethod
+    def worktree_path(path: Path) -> Path:
+        return path.with_name(path.name + ".work")
+
+    def _run(self, args: Sequence[str], what: str, stdin: bytes | None = None) -> bytes:
+        try:
+            return self.git.run(args, self.path, stdin=stdin).stdout
+        except GitCommandError as exc:
+            raise classify(exc, f"{self.label}: {what}") from None
+
+    # ------------------------------------------------------------------
+    # Remote
+
+    def fetch(self, refspecs: Sequence[str] = (), branches: bool = True) -> None:
+        """Fetch the branches and tags (``branches``) and any extra ``refspecs``."""
+        specs = list(refspecs)
+        if branches:
+            specs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *specs]
+        if not specs:
+            return
+        args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
+        if branches:
+            args.append("--prune")
+        self._run([*args, "origin", *specs], "fetch")
+
+    # ------------------------------------------------------------------
+    # Refs and objects
+
+    def heads(self) -> dict[str, str]:
+        """Branch name -> commit of every branch in the cache."""
+        out = self._run(
+            ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"], "heads"
+        )
+        heads: dict[str, str] = {}
+        for line in out.decode("utf-8", "replace").splitlines():
+            sha, _, ref = line.partition(" ")
+            heads[ref.removeprefix("refs/heads/")] = sha
+        return heads
+
+    def commit_of(self, rev: str) -> str | None:
+        """The full sha of commit ``rev``, or None if there is no such commit here."""
+        proc = self.git.run(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+            self.path,
+            check=False,
+        )
+        return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+    def commit_times(self, shas: Iterable[str]) -> dict[str, int]:
+        """Committer time (Unix seconds) of each commit."""
+        wanted = list(dict.fromkeys(shas))
+        if not wanted:
+            return {}
+        out = self._run(["show", "--no-patch", "--format=%H %ct", *wanted], "commit dates")
+        times: dict[str, int] = {}
+        for line in out.decode().splitlines():
+            sha, _, stamp = line.partition(" ")
+            times[sha] = int(stamp)
+        return times
+
+    def update_refs(self, refs: Mapping[str, str]) -> None:
+        """Set every ``ref -> sha`` in one transaction."""
+        if refs:
+            lines = "".join(f"update {ref} {sha}\n" for ref, sha in refs.items())
+            self._run(["update-ref", "--stdin"], "update refs", stdin=lines.encode())
+
+    def delete_refs(self, prefix: str) -> int:
+        """Delete every ref under ``prefix`` (e.g. one job's refs); returns how many."""
+        out = self._run(["for-each-ref", "--format=%(refname)", prefix], "list refs")
+        refs = out.decode().split()
+        if refs:
+            lines = "".join(f"delete {ref}\n" for ref in refs)
+            self._run(["update-ref", "--stdin"], "delete refs", stdin=lines.encode())
+        return len(refs)
+
+    def changed_files(self, base: str, commit: str) -> list[str]:
+        """Files ``commit`` changes against its merge-base with ``base``."""
+        out = self._run(["diff", "--name-only", "-z", "--no-renames", f"{base}...{commit}"], "diff")
+        return sorted(p.decode("utf-8", "replace") for p in out.split(b"\0") if p)
+
+    # ------------------------------------------------------------------
+    # Config files
+
+    def read_config(self, commit: str) -> dict[str, str]:
+        """Config files of the tree of ``commit``: path -> text."""
+        paths = [*CONFIG_FILES, *CONFIG_DIRS]
+        listing = self._run(["ls-tree", "-r", "-z", commit, "--", *paths], "list config files")
+        blobs: list[tuple[str, str]] = []
+        for entry in listing.split(b"\0"):
+            if not entry:
+                continue
+            meta, _, raw_path = entry.partition(b"\t")
+            _mode, kind, sha = meta.decode().split()
+            path = raw_path.decode("utf-8", "replace")
+            if kind == "blob" and _is_config_path(path):
+                blobs.append((path, sha))
+        if not blobs:
+            return {}
+        stdin = "".join(f"{sha}\n" for _path, sha in blobs).encode()
+        data = self._run(["cat-file", "--batch"], "read config files", stdin=stdin)
+        texts = _parse_batch(data, len(blobs))
+        return {path: text for (path, _sha), text in zip(blobs, texts, strict=True)}
+
+    # ------------------------------------------------------------------
+    # Worktree
+
+    def worktree(self) -> Path:
+        """The repo's merge worktree, with no operation in progress and no stray files."""
+        path = self.worktree_path(self.path)
+        gitdir = self._worktree_gitdir(path)
+        if gitdir is None:
+            shutil.rmtree(path, ignore_errors=True)
+            self._run(["worktree", "prune"], "prune worktrees")
+            self._run(
+                ["worktree", "add", "--quiet", "--detach", "--no-checkout", str(path)],
+                "add worktree",
+            )
+            gitdir = self._worktree_gitdir(path)
+            if gitdir is None:
+                raise MergerError(f"{self.label}: cannot create a worktree at {path}")
+        for name in _OPERATION_STATE:
+            (gitdir / name).unlink(missing_ok=True)
+        for name in _OPERATION_DIRS:
+            shutil.rmtree(gitdir / name, ignore_errors=True)
+        return path
+
+    def _worktree_gitdir(self, path: Path) -> Path | None:
+        if not (path / ".git").is_file():
+            return None
+        proc = self.git.run(["rev-parse", "--absolute-git-dir"], path, check=False)
+        if proc.returncode != 0:
+            return None
+        return Path(proc.stdout.decode().strip())
+
+    def checkout(self, worktree: Path, commit: str) -> None:
+        """Put the worktree at ``commit`` (detached), discarding anything else."""
+        try:
+            self.git.run(["checkout", "--quiet", "--force", "--detach", commit], worktree)
+        except GitCommandError as exc:
+            raise classify(exc, f"{self.label}: checkout {commit}") from None
+
+    def clean(self, worktree: Path) -> None:
+        """Remove untracked files (a failed merge can leave ``file~HEAD`` copies)."""
+        self.git.run(["clean", "-q", "-f", "-d", "-x"], worktree)
+
+
+def _is_config_path(path: str) -> bool:
+    if path in CONFIG_FILES:
+        return True
+    return path.split("/", 1)[0] in CONFIG_DIRS and path.endswith(".yaml")
+
+
+def _parse_batch(data: bytes, count: int) -> list[str]:
+    """Contents from ``git cat-file --batch`` output (``<sha> <type> <size>\\n<body>\\n``)."""
+    texts: list[str] = []
+    pos = 0
+    for _ in range(count):
+        header_end = data.index(b"\n", pos)
+        header = data[pos:header_end].split()
+        if header[-1:] == [b"missing"]:
+            raise CorruptRepoError(f"object {header[0].decode()} is missing")
+        if len(header) != 3:
+            raise MergerError(f"unexpected cat-file output: {header!r}")
+        size = int(header[2])
+        body = data[header_end + 1 : header_end + 1 + size]
+        texts.append(body.decode("utf-8", "replace"))
+        pos = header_end + 1 + size + 1
+    return texts

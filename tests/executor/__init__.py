@@ -1,0 +1,1 @@
+"""Tests of the executor's job runner (real git, real processes; no services)."""

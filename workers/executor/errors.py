@@ -1,0 +1,42 @@
+"""Errors of the executor's job runner.
+
+Each one is a known, explained failure: the runner turns them into a build
+result with a readable message (a refusal gives ``ERROR``, a broken
+workspace gives ``RETRY``); none of them escapes :func:`run_build`.
+"""
+
+from __future__ import annotations
+
+from scheduler.errors import SluiceError
+
+
+class ExecutorError(SluiceError):
+    """Base of the executor's errors."""
+
+
+class BuildSpecError(ExecutorError):
+    """A build spec (or its JSON form) is malformed."""
+
+
+class RefusedError(ExecutorError):
+    """The job asks for something the runner will not do.
+
+    A playbook while playbooks are not supported, a path that leaves the
+    project checkout, a missing or non-executable file. Retrying cannot
+    help, so the build ends with ``ERROR``.
+    """
+
+
+class WorkspaceError(ExecutorError):
+    """The workspace could not be prepared (git failed, a commit is missing).
+
+    Usually a matter of infrastructure, so the build ends with ``RETRY``.
+    """
+
+
+class ResultDataError(ExecutorError):
+    """The job's result data file is not a JSON object of acceptable size."""
+
+
+class ProcessCleanupError(ExecutorError):
+    """Processes of a job survived SIGKILL (should not happen; logged loudly)."""

@@ -1,0 +1,174 @@
+"""The supervisor of one job step: it keeps the step's whole process tree.
+
+The runner starts every executable of a job through this small program, as
+``python -I -S reaper.py GRACE PARENT_PID -- EXECUTABLE``, in a session of
+its own. It is a script with no imports beyond the standard library so it
+starts in a few milliseconds and never loads Sluice (or Celery) into the
+job's tree.
+
+How it keeps the tree (no cgroups needed):
+
+* It marks itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``):
+  a descendant orphaned by its parent (a daemon that double-forks, or
+  ``setsid``s into a session of its own, which ``killpg`` would miss) is
+  re-parented to the reaper instead of to init. Every process the step
+  started is therefore still a descendant of the reaper, found by walking
+  ``/proc/*/stat`` parent links.
+* When the executable exits, whatever it left behind is terminated: SIGTERM
+  to every descendant, SIGKILL after GRACE seconds to whatever is left,
+  repeated until the tree is empty. Then the reaper exits with the
+  executable's status (``128 + N`` for a signal N), which closes the last
+  write end of the output pipe.
+* On SIGTERM, SIGINT or SIGHUP (the runner's timeout or cancel) it does the
+  same at once and exits with ``128 + signal``.
+* ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` makes the death of the runner (a
+  worker killed with ``kill -9``) a SIGTERM here, so a lost worker leaves
+  no job processes behind either.
+
+Limits: a process that forks faster than it can be killed could outlast a
+few rounds (the reaper gives up after 10 s and says so on stderr); a
+process that changes user or enters another PID namespace is out of reach
+(there is no sandbox yet).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+WAKE_SIGNALS = {*STOP_SIGNALS, signal.SIGCHLD}
+GIVE_UP_AFTER = 10.0
+
+
+def _prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl({option}) failed: {os.strerror(errno)}")
+
+
+def descendants(root: int) -> set[int]:
+    """Live (non-zombie) descendants of ``root`` and members of its process group."""
+    children: dict[int, list[int]] = {}
+    group: set[int] = set()
+    alive: set[int] = set()
+    pgid = os.getpgid(root)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        pid, state, ppid, pgrp = int(entry), fields[0], int(fields[1]), int(fields[2])
+        children.setdefault(ppid, []).append(pid)
+        if state not in (b"Z", b"X"):
+            alive.add(pid)
+        if pgrp == pgid:
+            group.add(pid)
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return (found | group) & alive - {root}
+
+
+def reap() -> dict[int, int]:
+    """Collect every exited child without blocking: ``{pid: wait status}``."""
+    statuses: dict[int, int] = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return statuses
+        if pid == 0:
+            return statuses
+        statuses[pid] = status
+
+
+def kill_tree(grace: float) -> None:
+    """SIGTERM every descendant, SIGKILL the rest after ``grace`` seconds, until none."""
+    me = os.getpid()
+    deadline = time.monotonic() + grace
+    give_up = deadline + GIVE_UP_AFTER
+    sig = signal.SIGTERM
+    signalled: set[int] = set()
+    while True:
+        reap()
+        pids = descendants(me)
+        if not pids:
+            return
+        now = time.monotonic()
+        if now >= deadline:
+            sig = signal.SIGKILL
+        if now >= give_up:
+            print(f"sluice reaper: processes survive SIGKILL: {sorted(pids)}", file=sys.stderr)
+            return
+        for pid in pids if sig == signal.SIGKILL else pids - signalled:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            signalled.add(pid)
+        time.sleep(0.02)
+
+
+def exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+def start(argv: list[str]) -> int:
+    """Fork and exec ``argv`` with default signal handling; its pid."""
+    pid = os.fork()
+    if pid == 0:  # the child: undo what the reaper set up, then exec
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            for sig in WAKE_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            os.execv(argv[0], argv)
+        except OSError as exc:
+            os.write(2, f"sluice: cannot execute {argv[0]}: {exc.strerror}\n".encode())
+        os._exit(127)
+    return pid
+
+
+def supervise(main_pid: int, grace: float) -> int:
+    """Wait for the executable or a stop signal; clean up the tree; the exit code."""
+    while True:
+        info = signal.sigtimedwait(WAKE_SIGNALS, 1.0)
+        if info is not None and info.si_signo in STOP_SIGNALS:
+            kill_tree(grace)
+            return 128 + info.si_signo
+        status = reap().get(main_pid)
+        if status is not None:
+            kill_tree(grace)
+            return exit_code(status)
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 4 or args[2] != "--":
+        print("usage: reaper.py GRACE PARENT_PID -- EXECUTABLE [ARG...]", file=sys.stderr)
+        return 2
+    grace, parent = float(args[0]), int(args[1])
+    signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the runner died before PDEATHSIG was set
+        return 128 + signal.SIGTERM
+    return supervise(start(args[3:]), grace)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,377 @@
+"""The job runner: :func:`run_build` turns a :class:`BuildSpec` into a :class:`BuildResult`.
+
+A build goes through named steps, each a method of :class:`BuildRun`:
+
+1. ``prepare_workspace``: folders, the job log, a checkout of every project
+   at the commits of the repo state, the vars and result files, and every
+   phase's executable resolved (and refused if it must be: ``ERROR``). A
+   workspace that cannot be prepared gives ``RETRY``.
+2. ``run_phases``: pre-run, run and post-run in order, with Zuul's rules
+   (see :mod:`workers.executor.result`), the job's ``timeout`` over pre-run
+   and run, ``post_timeout`` for each post-run executable, a pause after
+   run when the job asks for one, and cancel checked throughout.
+3. ``collect_result``: read and validate the result data, write the final
+   line of the log, and build the result.
+4. ``clean_up``: remove the workspace unless a hold was requested (the logs
+   stay), close the log.
+
+``run_build`` never raises for anything a job or its repositories can
+cause; it is a process boundary, so even a bug in the runner becomes a
+``RETRY`` result with the traceback in the worker's log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scheduler.settings import Settings
+from workers.executor.control import BuildControl, StartedInfo
+from workers.executor.environment import (
+    DEFAULT_PASS_ENV,
+    DEFAULT_RESULT_DATA_LIMIT,
+    job_environment,
+    read_result_data,
+    write_job_files,
+    zuul_flag,
+)
+from workers.executor.errors import RefusedError, ResultDataError, WorkspaceError
+from workers.executor.joblog import JobLog, LineSplitter
+from workers.executor.process import StepLimits, cancel_requested, run_step
+from workers.executor.result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
+from workers.executor.spec import BuildSpec
+from workers.executor.workspace import (
+    BuildLayout,
+    checkout_projects,
+    create_folders,
+    remove_workspace,
+    resolve_executable,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """How the runner behaves on this worker (not per job)."""
+
+    state_dir: Path
+    # Seconds between two polls of the cancel hook while a step runs.
+    poll_interval: float = 0.2
+    # Seconds between SIGTERM and SIGKILL when a step's tree is stopped.
+    kill_grace: float = 1.0
+    # Lines of the log's end kept in the result.
+    tail_lines: int = 50
+    result_data_limit: int = DEFAULT_RESULT_DATA_LIMIT
+    # Names of the worker's environment passed on to jobs.
+    pass_env: tuple[str, ...] = DEFAULT_PASS_ENV
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RunnerOptions:
+        return cls(state_dir=settings.state_dir)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result so far and why; ``allow_post_result`` is Zuul's rule of precedence."""
+
+    code: ResultCode
+    message: str
+    allow_post_result: bool = True
+
+
+@dataclass
+class _PhaseEnd:
+    """How a phase ended: its first failing step (or None) and that step's outcome."""
+
+    outcome: StepOutcome = StepOutcome.OK
+    step: StepRun | None = None
+
+
+@dataclass
+class BuildRun:
+    """One build on its way through the steps; see the module docstring."""
+
+    spec: BuildSpec
+    control: BuildControl
+    options: RunnerOptions
+    layout: BuildLayout = field(init=False)
+    started_at: float = field(init=False, default_factory=time.time)
+    steps: list[StepRun] = field(init=False, default_factory=list)
+    executables: dict[tuple[Phase, str], Path] = field(init=False, default_factory=dict)
+    job_log: JobLog | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.layout = BuildLayout.for_build(self.options.state_dir, self.spec.build_uuid)
+
+    # -- the steps ---------------------------------------------------------
+
+    def execute(self) -> BuildResult:
+        """Run every step; always returns a result, always cleans up."""
+        try:
+            outcome = self._guarded(self._prepare_and_run)
+            data, outcome = self.collect_result(outcome)
+            held = self.clean_up()
+        finally:
+            if self.job_log is not None:
+                self.job_log.close()
+        return self._result(outcome, data, held)
+
+    def prepare_workspace(self) -> None:
+        """Folders, log, checkouts, job files, executables resolved; then ``on_started``."""
+        began = time.monotonic()
+        create_folders(self.layout)
+        self.job_log = JobLog(self.layout.log_file, self.options.tail_lines)
+        spec = self.spec
+        self._mark(
+            f"Sluice build {spec.build_uuid}: job {spec.job} of {spec.project} "
+            f"({spec.branch}, {spec.ref or 'no ref'}) in {spec.tenant}/{spec.pipeline}"
+        )
+        checkout_projects(spec, self.layout)
+        write_job_files(spec, self.layout)
+        self._resolve_executables()
+        self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
+        info = StartedInfo(
+            build_uuid=spec.build_uuid,
+            workspace=str(self.layout.root),
+            project_dir=str(self.project_dir),
+            log_path=str(self.layout.log_file),
+            started_at=self.started_at,
+        )
+        _call_hook("on_started", self.control.on_started, info)
+
+    def run_phases(self) -> Outcome:
+        """Pre-run, run, (pause,) post-run, with Zuul's result rules."""
+        deadline = None if self.spec.timeout is None else time.monotonic() + self.spec.timeout
+        outcome = self._run_main_phases(lambda: deadline)
+        if outcome.code is ResultCode.ABORTED:
+            return outcome
+        outcome = self._pause_or_veto(outcome)
+        if outcome.code is ResultCode.ABORTED:
+            return outcome
+        success = outcome.code is ResultCode.SUCCESS
+        post = self.run_phase(Phase.POST_RUN, self._post_deadline, success=success, keep_going=True)
+        if post.outcome is StepOutcome.ABORTED:
+            return self._aborted(post)
+        if post.step is not None and outcome.allow_post_result:
+            return Outcome(ResultCode.POST_FAILURE, _describe(post.step))
+        return outcome
+
+    def run_phase(
+        self,
+        phase: Phase,
+        deadline: Callable[[], float | None],
+        *,
+        success: bool = True,
+        keep_going: bool = False,
+    ) -> _PhaseEnd:
+        """Run a phase's executables in order; stop at the first failure unless ``keep_going``."""
+        paths = self._phase_paths(phase)
+        end = _PhaseEnd()
+        if paths:
+            _call_hook("on_phase", self.control.on_phase, phase)
+        env = job_environment(
+            self.spec, self.layout, phase, success=success, pass_env=self.options.pass_env
+        )
+        for path in paths:
+            step = self.run_one(phase, path, env, deadline())
+            if step.outcome is StepOutcome.ABORTED:
+                return _PhaseEnd(step.outcome, step)
+            if step.outcome is not StepOutcome.OK and end.step is None:
+                end = _PhaseEnd(step.outcome, step)
+            if end.step is not None and not keep_going:
+                break
+        return end
+
+    def run_one(
+        self, phase: Phase, path: str, env: dict[str, str], deadline: float | None
+    ) -> StepRun:
+        """One executable: markers around it in the log, its record in ``steps``."""
+        label = phase.value.upper()
+        started, began = time.time(), time.monotonic()
+        if cancel_requested(self.control.cancel_requested):
+            exit_ = None
+            outcome = StepOutcome.ABORTED
+        else:
+            self._mark(f"{label} START: {path}")
+            limits = StepLimits(
+                deadline=deadline,
+                cancel_requested=self.control.cancel_requested,
+                poll_interval=self.options.poll_interval,
+                kill_grace=self.options.kill_grace,
+            )
+            assert self.job_log is not None
+            ended = run_step(
+                self.executables[(phase, path)],
+                cwd=self.project_dir,
+                env=env,
+                output=LineSplitter(self.job_log, phase.value),
+                limits=limits,
+            )
+            exit_, outcome = ended.exit_code, ended.outcome
+        step = StepRun(phase, path, outcome, exit_, started, time.monotonic() - began)
+        self.steps.append(step)
+        self._mark(f"{label} END: {_describe(step)} ({step.duration:.2f}s)")
+        return step
+
+    def collect_result(self, outcome: Outcome) -> tuple[dict[str, Any], Outcome]:
+        """The job's result data, validated; invalid data turns SUCCESS into FAILURE."""
+        data: dict[str, Any] = {}
+        if self.job_log is not None and self.layout.result_file.parent.is_dir():
+            try:
+                data = read_result_data(self.layout, self.options.result_data_limit)
+            except ResultDataError as exc:
+                code = ResultCode.FAILURE if outcome.code is ResultCode.SUCCESS else outcome.code
+                outcome = Outcome(code, _join(outcome.message, str(exc)))
+        self._mark(f"RESULT {outcome.code.value}: {outcome.message}")
+        return data, outcome
+
+    def clean_up(self) -> str | None:
+        """Remove the workspace unless held; where it is when held."""
+        if self.spec.hold:
+            self._mark(f"Workspace held at {self.layout.root}")
+            return str(self.layout.root)
+        try:
+            remove_workspace(self.layout)
+        except OSError:
+            log.exception("build %s: cannot remove the workspace", self.spec.build_uuid)
+        return None
+
+    # -- helpers -----------------------------------------------------------
+
+    @property
+    def project_dir(self) -> Path:
+        return self.layout.project_dir(self.spec.project)
+
+    def _prepare_and_run(self) -> Outcome:
+        if cancel_requested(self.control.cancel_requested):
+            return Outcome(ResultCode.ABORTED, "cancelled before the build started")
+        self.prepare_workspace()
+        return self.run_phases()
+
+    def _guarded(self, work: Callable[[], Outcome]) -> Outcome:
+        """Map the executor's errors to results; a bug becomes RETRY (logged)."""
+        try:
+            return work()
+        except RefusedError as exc:
+            return Outcome(ResultCode.ERROR, str(exc))
+        except WorkspaceError as exc:
+            return Outcome(ResultCode.RETRY, f"workspace: {exc}")
+        except Exception as exc:  # the process boundary of a build
+            log.exception("build %s: runner failed", self.spec.build_uuid)
+            return Outcome(ResultCode.RETRY, f"executor error: {type(exc).__name__}: {exc}")
+
+    def _run_main_phases(self, deadline: Callable[[], float | None]) -> Outcome:
+        pre = self.run_phase(Phase.PRE_RUN, deadline)
+        if pre.outcome is StepOutcome.ABORTED:
+            return self._aborted(pre)
+        if pre.step is not None:
+            code = (
+                ResultCode.TIMED_OUT if pre.outcome is StepOutcome.TIMED_OUT else ResultCode.RETRY
+            )
+            return Outcome(code, _describe(pre.step), allow_post_result=False)
+        run = self.run_phase(Phase.RUN, deadline)
+        if run.outcome is StepOutcome.ABORTED:
+            return self._aborted(run)
+        if run.outcome is StepOutcome.TIMED_OUT:
+            assert run.step is not None
+            return Outcome(ResultCode.TIMED_OUT, _describe(run.step), allow_post_result=False)
+        if run.step is not None:
+            return Outcome(ResultCode.FAILURE, _describe(run.step))
+        return Outcome(ResultCode.SUCCESS, "")
+
+    def _pause_or_veto(self, outcome: Outcome) -> Outcome:
+        """Pause after a successful run when asked; honour ``zuul.retry: false``."""
+        try:
+            data = read_result_data(self.layout, self.options.result_data_limit)
+        except ResultDataError:
+            return outcome  # reported by collect_result
+        if outcome.code is ResultCode.SUCCESS and zuul_flag(data, "pause") is True:
+            self._mark("PAUSED: waiting to be resumed")
+            _call_hook("pause", self.control.pause, data)
+            if cancel_requested(self.control.cancel_requested):
+                return Outcome(ResultCode.ABORTED, "cancelled while paused")
+            self._mark("RESUMED")
+        if outcome.code is ResultCode.RETRY and zuul_flag(data, "retry") is False:
+            return Outcome(ResultCode.FAILURE, outcome.message, allow_post_result=False)
+        return outcome
+
+    def _post_deadline(self) -> float | None:
+        timeout = self.spec.post_timeout
+        return None if timeout is None else time.monotonic() + timeout
+
+    def _aborted(self, end: _PhaseEnd) -> Outcome:
+        where = f" during {end.step.phase.value} {end.step.path}" if end.step else ""
+        return Outcome(ResultCode.ABORTED, f"cancelled{where}")
+
+    def _phase_paths(self, phase: Phase) -> tuple[str, ...]:
+        return {
+            Phase.PRE_RUN: self.spec.pre_run,
+            Phase.RUN: self.spec.run,
+            Phase.POST_RUN: self.spec.post_run,
+        }[phase]
+
+    def _resolve_executables(self) -> None:
+        for phase in Phase:
+            for path in self._phase_paths(phase):
+                try:
+                    resolved = resolve_executable(self.project_dir, path)
+                except RefusedError as exc:
+                    raise RefusedError(f"{phase.value}: {exc}") from None
+                self.executables[(phase, path)] = resolved
+
+    def _mark(self, text: str) -> None:
+        if self.job_log is not None:
+            self.job_log.marker(text)
+
+    def _result(self, outcome: Outcome, data: Mapping[str, Any], held: str | None) -> BuildResult:
+        return BuildResult(
+            build_uuid=self.spec.build_uuid,
+            result=outcome.code,
+            message=outcome.message or outcome.code.value.lower().replace("_", " "),
+            started_at=self.started_at,
+            ended_at=time.time(),
+            steps=tuple(self.steps),
+            result_data=data,
+            log_path=str(self.layout.log_file) if self.job_log is not None else "",
+            log_tail=self.job_log.tail() if self.job_log is not None else (),
+            held_workspace=held,
+        )
+
+
+def run_build(spec: BuildSpec, control: BuildControl, options: RunnerOptions) -> BuildResult:
+    """Run one build to its end (blocking) and return its result.
+
+    Call it from a thread that lives until it returns: the step processes
+    are told to die with the thread that started them (``PR_SET_PDEATHSIG``).
+    """
+    return BuildRun(spec, control, options).execute()
+
+
+def _describe(step: StepRun) -> str:
+    what = f"{step.phase.value} {step.path}"
+    if step.outcome is StepOutcome.TIMED_OUT:
+        return f"{what} timed out"
+    if step.outcome is StepOutcome.ABORTED:
+        return f"{what} was cancelled"
+    if step.exit_code is not None and step.exit_code < 0:
+        return f"{what} was killed by signal {-step.exit_code}"
+    if step.outcome is StepOutcome.FAILED:
+        return f"{what} failed with exit code {step.exit_code}"
+    return f"{what} exit 0"
+
+
+def _join(first: str, second: str) -> str:
+    return f"{first}; {second}" if first else second
+
+
+def _call_hook(name: str, hook: Callable[..., object], *args: object) -> None:
+    """Call a control hook; a failing hook is logged and never stops the build."""
+    try:
+        hook(*args)
+    except Exception:
+        log.exception("build control hook %s failed", name)

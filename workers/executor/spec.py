@@ -1,0 +1,249 @@
+"""What a build needs to run: the :class:`BuildSpec`.
+
+The spec is the whole input of :func:`workers.executor.runner.run_build`: a
+frozen, JSON-serializable dataclass that the scheduler writes into the
+build request's ``params`` in ZooKeeper and the executor reads back. It
+carries no secrets yet and no ZooKeeper paths, only plain data.
+
+``to_dict``/``from_dict`` are the persistence contract. ``from_dict``
+validates every field and raises :class:`BuildSpecError` naming the field;
+it accepts the fields of schema 1 (the only schema so far) and ignores
+unknown keys, so a newer scheduler may add optional fields without breaking
+an older executor during an upgrade.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.executor.errors import BuildSpecError
+
+SPEC_SCHEMA = 1
+
+# A build uuid becomes a folder name: keep it to a safe alphabet.
+_UUID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+JsonObject = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One build of one job for one pipeline item.
+
+    ``pre_run``/``run``/``post_run`` are paths of executables relative to the
+    checkout of ``project`` (the frozen job's phases, already flattened
+    through inheritance). ``timeout`` bounds pre-run and run together, and
+    ``post_timeout`` bounds each post-run executable (Zuul's semantics); both
+    are seconds, ``None`` means unbounded.
+
+    ``repo_state`` maps each project to ``{branch: commit}`` (from the
+    merger); every project in it is checked out in the workspace. ``sources``
+    maps each project to where its git objects can be fetched: a local path
+    (the merger's repo cache: objects are shared, no copy) or a URL (the
+    connection's baseurl: the exact commits are fetched). ``checkouts`` may
+    name the branch to check out for a project (Zuul's override-checkout);
+    otherwise the change's ``branch`` is used where the project has it, then
+    the project's only branch.
+
+    ``parent_data`` is the result data of the jobs this one depends on,
+    already merged by the scheduler; it is given to the job under its own
+    ``vars`` (job vars win), as Zuul does.
+    """
+
+    tenant: str
+    pipeline: str
+    project: str
+    branch: str
+    ref: str
+    job: str
+    build_uuid: str
+    run: tuple[str, ...]
+    repo_state: Mapping[str, Mapping[str, str]]
+    sources: Mapping[str, str]
+    pre_run: tuple[str, ...] = ()
+    post_run: tuple[str, ...] = ()
+    timeout: float | None = None
+    post_timeout: float | None = None
+    vars: JsonObject = field(default_factory=dict)
+    parent_data: JsonObject = field(default_factory=dict)
+    checkouts: Mapping[str, str] = field(default_factory=dict)
+    # Keep the workspace after the build (an autohold); logs are always kept.
+    hold: bool = False
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``json.dumps`` works on it as is)."""
+        return {
+            "schema": SPEC_SCHEMA,
+            "tenant": self.tenant,
+            "pipeline": self.pipeline,
+            "project": self.project,
+            "branch": self.branch,
+            "ref": self.ref,
+            "job": self.job,
+            "build_uuid": self.build_uuid,
+            "pre_run": list(self.pre_run),
+            "run": list(self.run),
+            "post_run": list(self.post_run),
+            "timeout": self.timeout,
+            "post_timeout": self.post_timeout,
+            "vars": _plain(self.vars),
+            "parent_data": _plain(self.parent_data),
+            "repo_state": {p: dict(b) for p, b in self.repo_state.items()},
+            "sources": dict(self.sources),
+            "checkouts": dict(self.checkouts),
+            "hold": self.hold,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BuildSpec:
+        """Read a spec written by :meth:`to_dict` (any schema up to ours)."""
+        if not isinstance(data, Mapping):
+            raise BuildSpecError(f"build spec: expected an object, got {type(data).__name__}")
+        schema = data.get("schema", SPEC_SCHEMA)
+        if not isinstance(schema, int) or schema > SPEC_SCHEMA or schema < 1:
+            raise BuildSpecError(f"build spec: unsupported schema {schema!r}")
+        reader = _Reader(data)
+        return cls(
+            tenant=reader.text("tenant"),
+            pipeline=reader.text("pipeline"),
+            project=reader.text("project"),
+            branch=reader.text("branch"),
+            ref=reader.text("ref", ""),
+            job=reader.text("job"),
+            build_uuid=reader.text("build_uuid"),
+            pre_run=reader.paths("pre_run"),
+            run=reader.paths("run"),
+            post_run=reader.paths("post_run"),
+            timeout=reader.seconds("timeout"),
+            post_timeout=reader.seconds("post_timeout"),
+            vars=reader.json_object("vars"),
+            parent_data=reader.json_object("parent_data"),
+            repo_state=reader.repo_state(),
+            sources=reader.text_map("sources"),
+            checkouts=reader.text_map("checkouts"),
+            hold=reader.flag("hold"),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BuildSpec:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise BuildSpecError(f"build spec: invalid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+
+class _Reader:
+    """Typed access to the fields of a spec dict, errors naming the field."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+
+    def error(self, key: str, expected: str) -> BuildSpecError:
+        got = type(self.data.get(key)).__name__
+        return BuildSpecError(f"build spec: {key}: expected {expected}, got {got}")
+
+    def text(self, key: str, default: str | None = None) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str):
+            raise self.error(key, "a string")
+        return value
+
+    def paths(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key, [])
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, "a list of strings")
+        return tuple(value)
+
+    def seconds(self, key: str) -> float | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(key, "a number of seconds or null")
+        return float(value)
+
+    def flag(self, key: str) -> bool:
+        value = self.data.get(key, False)
+        if not isinstance(value, bool):
+            raise self.error(key, "true/false")
+        return value
+
+    def json_object(self, key: str) -> dict[str, Any]:
+        value = self.data.get(key, {})
+        if not isinstance(value, Mapping):
+            raise self.error(key, "an object")
+        return dict(value)
+
+    def text_map(self, key: str) -> dict[str, str]:
+        value = self.data.get(key, {})
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise self.error(key, "an object of strings")
+        return dict(value)
+
+    def repo_state(self) -> dict[str, dict[str, str]]:
+        value = self.data.get("repo_state")
+        if not isinstance(value, Mapping):
+            raise self.error("repo_state", "an object {project: {branch: commit}}")
+        state: dict[str, dict[str, str]] = {}
+        for project, branches in value.items():
+            if not isinstance(branches, Mapping) or not all(
+                isinstance(b, str) and isinstance(c, str) for b, c in branches.items()
+            ):
+                raise BuildSpecError(
+                    f"build spec: repo_state.{project}: expected {{branch: commit}}"
+                )
+            state[str(project)] = dict(branches)
+        return state
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy of JSON data with mappings and sequences made dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _validate(spec: BuildSpec) -> None:
+    """Checks that need several fields; single fields are checked on reading."""
+    for name in ("tenant", "pipeline", "project", "branch", "job", "build_uuid"):
+        if not getattr(spec, name):
+            raise BuildSpecError(f"build spec: {name} must not be empty")
+    if not _UUID_PATTERN.fullmatch(spec.build_uuid):
+        raise BuildSpecError(f"build spec: build_uuid {spec.build_uuid!r} is not a safe name")
+    for project in spec.repo_state:
+        check_project_name(project)
+    if spec.project not in spec.repo_state:
+        raise BuildSpecError(f"build spec: repo_state has no entry for {spec.project!r}")
+    missing = sorted(set(spec.repo_state) - set(spec.sources))
+    if missing:
+        raise BuildSpecError(f"build spec: sources: no source for {', '.join(missing)}")
+    for key in ("timeout", "post_timeout"):
+        value = getattr(spec, key)
+        if value is not None and value <= 0:
+            raise BuildSpecError(f"build spec: {key} must be positive, got {value}")
+    try:
+        json.dumps({"vars": spec.vars, "parent_data": spec.parent_data})
+    except (TypeError, ValueError) as exc:
+        raise BuildSpecError(f"build spec: vars/parent_data are not JSON: {exc}") from None
+
+
+def check_project_name(name: str) -> None:
+    """Refuse a project name that cannot be a relative folder (``..``, ``/x``)."""
+    parts = name.split("/")
+    if not name or "\0" in name or any(p in ("", ".", "..") for p in parts):
+        raise BuildSpecError(f"build spec: project name {name!r} is not a safe relative path")

@@ -1,0 +1,228 @@
+"""A build's workspace: its folders, its git checkouts, its executables.
+
+Layout (``<state_dir>`` from the settings)::
+
+    <state_dir>/builds/<build uuid>/        the workspace (SLUICE_WORKSPACE)
+        src/<project>/                      a checkout per project in the repo state
+        home/                               HOME of the job
+        tmp/                                TMPDIR of the job
+        sluice/vars.json                    the job's vars (SLUICE_VARS_FILE)
+        sluice/result.json                  result data the job may write (SLUICE_RESULT_FILE)
+    <state_dir>/logs/<build uuid>/          the log folder (SLUICE_LOG_DIR), kept
+        job-output.txt
+
+Checkouts are made fast. From a local path (the merger's repo cache)
+nothing is copied: the new repository borrows the cache's objects through
+``objects/info/alternates`` (what ``git clone --shared`` does), so a
+checkout costs ``git init``, one ``git update-ref --stdin`` and one
+``git checkout``. The cache must therefore not prune objects a running
+build uses (``git gc`` keeps anything referenced or younger than two
+weeks). From a URL (``file://`` too), exactly the commits of the repo state are fetched (or,
+where the server refuses a fetch by commit id, its branches).
+
+Every branch of the repo state becomes a local branch at its commit; the
+change's branch (or the project's ``checkouts`` override, or its only
+branch) is checked out. No remote is configured: the job sees the state
+Sluice tested, not whatever the remote has now.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from workers.executor.errors import RefusedError, WorkspaceError
+from workers.executor.spec import BuildSpec
+
+PLAYBOOK_SUFFIXES = (".yaml", ".yml")
+GIT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class BuildLayout:
+    """Where everything of one build lives on disk."""
+
+    root: Path
+    log_dir: Path
+
+    @classmethod
+    def for_build(cls, state_dir: Path, build_uuid: str) -> BuildLayout:
+        return cls(
+            root=state_dir / "builds" / build_uuid,
+            log_dir=state_dir / "logs" / build_uuid,
+        )
+
+    @property
+    def src_dir(self) -> Path:
+        return self.root / "src"
+
+    @property
+    def home_dir(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def vars_file(self) -> Path:
+        return self.root / "sluice" / "vars.json"
+
+    @property
+    def result_file(self) -> Path:
+        return self.root / "sluice" / "result.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.log_dir / "job-output.txt"
+
+    def project_dir(self, project: str) -> Path:
+        return self.src_dir / project
+
+
+def create_folders(layout: BuildLayout) -> None:
+    """Make the workspace's folders; a leftover workspace of the same uuid is replaced."""
+    if layout.root.exists():
+        remove_workspace(layout)
+    for folder in (layout.src_dir, layout.home_dir, layout.tmp_dir, layout.vars_file.parent):
+        folder.mkdir(parents=True, exist_ok=True)
+    layout.log_dir.mkdir(parents=True, exist_ok=True)
+
+
+def remove_workspace(layout: BuildLayout) -> None:
+    """Delete the workspace (never the logs), even if the job made files read-only."""
+
+    def make_writable_and_retry(func: Callable[..., object], path: str, exc_info: object) -> None:
+        # A job may leave read-only folders behind (go's module cache does).
+        os.chmod(os.path.dirname(path) or ".", 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+
+    if layout.root.exists():
+        shutil.rmtree(layout.root, onerror=make_writable_and_retry)
+
+
+def checkout_projects(spec: BuildSpec, layout: BuildLayout) -> None:
+    """Check out every project of the repo state at its commits."""
+    for project, branches in spec.repo_state.items():
+        branch = choose_branch(spec, project)
+        checkout(
+            source=spec.sources[project],
+            dest=layout.project_dir(project),
+            branches=branches,
+            branch=branch,
+        )
+
+
+def choose_branch(spec: BuildSpec, project: str) -> str:
+    """The branch to check out: override, the change's branch, or the only one."""
+    branches = spec.repo_state[project]
+    wanted = spec.checkouts.get(project)
+    if wanted is not None:
+        if wanted not in branches:
+            raise WorkspaceError(f"{project}: checkout branch {wanted!r} is not in the repo state")
+        return wanted
+    if spec.branch in branches:
+        return spec.branch
+    if len(branches) == 1:
+        return next(iter(branches))
+    raise WorkspaceError(
+        f"{project}: repo state has no branch {spec.branch!r} and several others "
+        f"({', '.join(sorted(branches))}); name one in checkouts"
+    )
+
+
+def checkout(source: str, dest: Path, branches: Mapping[str, str], branch: str) -> None:
+    """Make ``dest`` a repository with ``branches`` at their commits, ``branch`` checked out."""
+    if not branches:
+        raise WorkspaceError(f"{dest.name}: repo state lists no branch")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _git(["init", "-q", f"--initial-branch={branch}", str(dest)])
+    local = local_git_dir(source)
+    if local is not None:
+        alternates = dest / ".git" / "objects" / "info" / "alternates"
+        alternates.write_text(f"{(local / 'objects').resolve()}\n")
+    else:
+        _fetch(source, dest, sorted(set(branches.values())))
+    updates = "".join(f"update refs/heads/{name} {commit}\n" for name, commit in branches.items())
+    _git(["update-ref", "--stdin"], cwd=dest, stdin=updates)
+    _git(["checkout", "-q", "-f", branch], cwd=dest)
+
+
+def local_git_dir(source: str) -> Path | None:
+    """The git dir of a local path, None for a URL (``file://`` included: fetched)."""
+    if "://" in source or (":" in source.split("/", 1)[0] and "@" in source):
+        return None
+    path = Path(source)
+    if (path / ".git").is_dir():
+        return path / ".git"
+    if (path / "objects").is_dir() and (path / "HEAD").is_file():
+        return path
+    if (path / ".git").is_file():  # a worktree: borrow the common dir's objects
+        common = _git(["rev-parse", "--git-common-dir"], cwd=path).strip()
+        return (path / common).resolve()
+    raise WorkspaceError(f"{source}: not a git repository")
+
+
+def _fetch(url: str, dest: Path, commits: Sequence[str]) -> None:
+    """Fetch exactly ``commits``; fall back to all branches where refused."""
+    try:
+        _git(["fetch", "-q", "--no-tags", url, *commits], cwd=dest)
+    except WorkspaceError:
+        _git(["fetch", "-q", "--no-tags", url, "refs/heads/*"], cwd=dest)
+
+
+def _git(args: Sequence[str], cwd: Path | None = None, stdin: str | None = None) -> str:
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    try:
+        done = subprocess.run(
+            ["git", "-c", "advice.detachedHead=false", *args],
+            cwd=cwd,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WorkspaceError(f"git {args[0]} failed: {exc}") from None
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        raise WorkspaceError(f"git {args[0]} failed: {' / '.join(detail[-3:])}")
+    return done.stdout
+
+
+def resolve_executable(project_dir: Path, path: str) -> Path:
+    """The real path of a phase's executable inside the project checkout.
+
+    Refused (:class:`RefusedError`): playbooks, absolute paths, ``..``,
+    anything under ``.git``, symlinks that lead out of the checkout, and
+    files that do not exist, are not regular files or are not executable.
+    """
+    if path.endswith(PLAYBOOK_SUFFIXES):
+        raise RefusedError(
+            f"{path}: Ansible playbooks are not supported yet; "
+            "a phase must name an executable file in the repository"
+        )
+    parts = PurePosixPath(path).parts
+    if not path or PurePosixPath(path).is_absolute() or ".." in parts:
+        raise RefusedError(f"{path}: must be a relative path inside the repository")
+    if ".git" in parts:
+        raise RefusedError(f"{path}: may not point into the .git folder")
+    root = project_dir.resolve()
+    target = (project_dir / path).resolve()
+    if not target.is_relative_to(root):
+        raise RefusedError(f"{path}: leads out of the repository (through a symlink)")
+    if not target.is_file():
+        raise RefusedError(f"{path}: no such file in the repository")
+    if not os.access(target, os.X_OK):
+        raise RefusedError(f"{path}: is not executable (commit it with mode 755)")
+    return target

@@ -19,3 +19,57 @@ See ``docs/merger.md`` for the design and its limits.
 """
 
 from __future__ import annotations
+
+from workers.merger.cache import RepoCache
+from workers.merger.jobs import (
+    delete_job_refs,
+    run_branch_heads_job,
+    run_config_job,
+    run_files_changes_job,
+)
+from workers.merger.merge import run_merge_job
+from workers.merger.model import (
+    BranchHeadsJob,
+    BranchHeadsResult,
+    Change,
+    ChangeResult,
+    ConfigFiles,
+    ConfigJob,
+    ConfigResult,
+    Failure,
+    FilesChangesJob,
+    FilesChangesResult,
+    MergeJob,
+    MergeMode,
+    MergeResult,
+    ProjectRef,
+    ProjectState,
+    Status,
+)
+from workers.merger.workspace import checkout_workspace
+
+__all__ = [
+    "BranchHeadsJob",
+    "BranchHeadsResult",
+    "Change",
+    "ChangeResult",
+    "ConfigFiles",
+    "ConfigJob",
+    "ConfigResult",
+    "Failure",
+    "FilesChangesJob",
+    "FilesChangesResult",
+    "MergeJob",
+    "MergeMode",
+    "MergeResult",
+    "ProjectRef",
+    "ProjectState",
+    "RepoCache",
+    "Status",
+    "checkout_workspace",
+    "delete_job_refs",
+    "run_branch_heads_job",
+    "run_config_job",
+    "run_files_changes_job",
+    "run_merge_job",
+]

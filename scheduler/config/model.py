@@ -1,0 +1,163 @@
+"""Configuration objects: plain frozen data, no I/O.
+
+These are the parsed, validated forms of the objects in project
+configuration files. Each keeps the :class:`SourceContext` it came from
+(project, branch, file, line, trusted or not), which error messages,
+playbook lookup and implied branch matchers need.
+
+Job variants keep only the attributes that were set (``attrs``, keyed by
+the YAML attribute name); freezing (:mod:`scheduler.config.freeze`)
+combines them with the inheritance rules of each attribute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MANAGERS = ("independent", "dependent", "serial", "supercedent")
+PRECEDENCES = ("high", "normal", "low")
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    project: str
+    branch: str
+    path: str
+    line: int
+    trusted: bool
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Playbook:
+    """A playbook path in the repo (and branch) of the variant that set it."""
+
+    path: str
+    project: str
+    branch: str
+    trusted: bool
+
+
+@dataclass(frozen=True)
+class RequiredProject:
+    name: str
+    override_checkout: str | None = None
+
+
+@dataclass(frozen=True)
+class Dependency:
+    name: str
+    soft: bool = False
+
+
+@dataclass(frozen=True)
+class JobVariant:
+    """One ``job:`` definition, or one job entry of a project pipeline.
+
+    ``attrs`` holds only what this definition sets. ``branches`` is the
+    explicit branch matcher; ``implied_branch`` the branch the definition
+    was read from when Zuul's implied branch matcher applies.
+    """
+
+    name: str
+    source: SourceContext
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    branches: tuple[str, ...] | None = None
+    implied_branch: str | None = None
+
+    @property
+    def parent(self) -> str | None:
+        value: str | None = self.attrs.get("parent")
+        return value
+
+    @property
+    def is_base(self) -> bool:
+        return "parent" in self.attrs and self.attrs["parent"] is None
+
+
+@dataclass(frozen=True)
+class ProjectPipeline:
+    """The job list of one project (or template) in one pipeline."""
+
+    pipeline: str
+    jobs: tuple[JobVariant, ...]
+    line: int
+    queue: str | None = None
+    fail_fast: bool | None = None
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """A ``project:`` stanza (``template`` True for ``project-template:``)."""
+
+    name: str
+    source: SourceContext
+    pipelines: tuple[ProjectPipeline, ...] = ()
+    templates: tuple[str, ...] = ()
+    queue: str | None = None
+    vars: Mapping[str, Any] = field(default_factory=dict)
+    default_branch: str | None = None
+    merge_mode: str | None = None
+    implied_branch: str | None = None
+    template: bool = False
+
+
+@dataclass(frozen=True)
+class Window:
+    """Dependent pipeline window (Zuul's defaults)."""
+
+    window: int = 20
+    floor: int = 3
+    ceiling: int | None = None
+    increase_type: str = "linear"
+    increase_factor: int = 1
+    decrease_type: str = "exponential"
+    decrease_factor: int = 2
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    source: SourceContext
+    manager: str
+    description: str = ""
+    precedence: str = "normal"
+    dequeue_on_new_patchset: bool = True
+    supercedes: tuple[str, ...] = ()
+    post_review: bool = False
+    # connection name -> list of event filters (plain JSON)
+    trigger: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    # action (start, success, ...) -> connection name -> reporter options
+    reporters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    require: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    reject: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    window: Window | None = None
+    messages: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Semaphore:
+    name: str
+    max: int
+    source: SourceContext | None = None
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    source: SourceContext
+    per_branch: bool = False
+    allow_circular_dependencies: bool = False
+
+
+@dataclass(frozen=True)
+class Nodeset:
+    """Accepted and recorded; nodes are provided by a later issue."""
+
+    name: str
+    source: SourceContext
+    spec: Mapping[str, Any] = field(default_factory=dict)

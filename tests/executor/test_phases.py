@@ -28,3 +28,103 @@ def test_success_runs_every_phase_in_order(repo: Repo, options: RunnerOptions) -
     assert result.exit_codes(Phase.RUN) == [0]
     assert result.ended_at >= result.started_at
     json.dumps(result.to_dict())  # JSON-serializable as is
+
+
+def test_run_failure_is_failure_and_post_run_still_runs(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "echo about to fail\nexit 3")
+    repo.script("post.sh", 'echo "post saw success=$SLUICE_SUCCESS" > "$SLUICE_LOG_DIR/post"')
+    spec = make_spec(repo, repo.commit(), post_run=("post.sh",))
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.FAILURE
+    assert result.message == "run run.sh failed with exit code 3"
+    assert result.exit_codes(Phase.RUN) == [3]
+    post = Path(result.log_path).parent / "post"
+    assert post.read_text().strip() == "post saw success=false"
+
+
+def test_first_failing_run_step_stops_the_phase(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("a.sh", "exit 1")
+    repo.script("b.sh", "echo never")
+    spec = make_spec(repo, repo.commit(), run=("a.sh", "b.sh"))
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.FAILURE
+    assert [s.path for s in result.steps] == ["a.sh"]
+
+
+def test_pre_run_failure_is_retry_skips_run_but_runs_post(
+    repo: Repo, options: RunnerOptions
+) -> None:
+    repo.script("pre.sh", "exit 2")
+    repo.script("run.sh", "echo never")
+    repo.script("post.sh", "exit 1")  # a post failure does not override RETRY
+    spec = make_spec(repo, repo.commit(), pre_run=("pre.sh",), post_run=("post.sh",))
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.RETRY
+    assert result.message == "pre-run pre.sh failed with exit code 2"
+    assert [(s.phase, s.exit_code) for s in result.steps] == [
+        (Phase.PRE_RUN, 2),
+        (Phase.POST_RUN, 1),
+    ]
+
+
+def test_pre_run_failure_with_retry_vetoed_is_failure(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("pre.sh", 'echo \'{"zuul": {"retry": false}}\' > "$SLUICE_RESULT_FILE"\nexit 1')
+    repo.script("run.sh", "echo never")
+    spec = make_spec(repo, repo.commit(), pre_run=("pre.sh",))
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.FAILURE
+    assert result.result_data == {"zuul": {"retry": False}}
+
+
+def test_post_run_failure_is_post_failure_and_every_post_step_runs(
+    repo: Repo, options: RunnerOptions
+) -> None:
+    repo.script("post1.sh", "exit 4")
+    repo.script("post2.sh", 'touch "$SLUICE_LOG_DIR/post2-ran"')
+    repo.script("run.sh", "true")
+    spec = make_spec(repo, repo.commit(), post_run=("post1.sh", "post2.sh"))
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.POST_FAILURE
+    assert result.message == "post-run post1.sh failed with exit code 4"
+    assert result.exit_codes(Phase.POST_RUN) == [4, 0]
+    assert (Path(result.log_path).parent / "post2-ran").exists()
+
+
+def test_post_failure_overrides_run_failure_as_in_zuul(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "exit 1")
+    repo.script("post.sh", "exit 1")
+    spec = make_spec(repo, repo.commit(), post_run=("post.sh",))
+
+    assert run_build(spec, BaseControl(), options).result is ResultCode.POST_FAILURE
+
+
+def test_post_timeout_bounds_each_post_step(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "true")
+    repo.script("post.sh", "sleep 30")
+    spec = make_spec(repo, repo.commit(), post_run=("post.sh",), post_timeout=0.5, timeout=30)
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.POST_FAILURE
+    assert result.message == "post-run post.sh timed out"
+    assert result.steps[-1].outcome is StepOutcome.TIMED_OUT
+    assert result.duration < 5
+
+
+def test_step_killed_by_a_signal_is_a_failure(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "kill -KILL $$")
+    result = run_build(make_spec(repo, repo.commit()), BaseControl(), options)
+
+    assert result.result is ResultCode.FAILURE
+    assert result.exit_codes(Phase.RUN) == [-9]
+    assert result.message == "run run.sh was killed by signal 9"

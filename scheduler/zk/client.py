@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 WATCHDOG_FRACTION = 2.0 / 3.0
 
 
-class ConnectionState(str, enum.Enum):
+class ConnectionState(enum.StrEnum):
     CONNECTED = "CONNECTED"
     SUSPENDED = "SUSPENDED"
     LOST = "LOST"

@@ -16,6 +16,7 @@ reach the wire. No other module formats a path by hand.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from scheduler.zk.errors import InvalidNameError
@@ -359,31 +360,35 @@ def item(tenant: str, pipeline: str, item_uuid: str) -> str:
     return join(pipeline_state(tenant, pipeline), "item", segment(item_uuid))
 
 
-def buildset(tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str) -> str:
-    return join(item(tenant, pipeline, item_uuid), "buildset", segment(buildset_uuid))
+@dataclass(frozen=True)
+class BuildsetRef:
+    """Where a buildset lives: tenant, pipeline, item and buildset uuids."""
+
+    tenant: str
+    pipeline: str
+    item_uuid: str
+    buildset_uuid: str
 
 
-def repo_state(tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str) -> str:
-    return join(buildset(tenant, pipeline, item_uuid, buildset_uuid), "repo_state")
+def buildset(ref: BuildsetRef) -> str:
+    item_path = item(ref.tenant, ref.pipeline, ref.item_uuid)
+    return join(item_path, "buildset", segment(ref.buildset_uuid))
 
 
-def frozen_job(
-    tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str, job_name: str
-) -> str:
-    return join(buildset(tenant, pipeline, item_uuid, buildset_uuid), "job", segment(job_name))
+def repo_state(ref: BuildsetRef) -> str:
+    return join(buildset(ref), "repo_state")
 
 
-def build(
-    tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str, job_name: str, build_uuid: str
-) -> str:
-    job = frozen_job(tenant, pipeline, item_uuid, buildset_uuid, job_name)
-    return join(job, "build", segment(build_uuid))
+def frozen_job(ref: BuildsetRef, job_name: str) -> str:
+    return join(buildset(ref), "job", segment(job_name))
 
 
-def build_parameters(
-    tenant: str, pipeline: str, item_uuid: str, buildset_uuid: str, job_name: str, build_uuid: str
-) -> str:
-    return join(build(tenant, pipeline, item_uuid, buildset_uuid, job_name, build_uuid), "parameters")
+def build(ref: BuildsetRef, job_name: str, build_uuid: str) -> str:
+    return join(frozen_job(ref, job_name), "build", segment(build_uuid))
+
+
+def build_parameters(ref: BuildsetRef, job_name: str, build_uuid: str) -> str:
+    return join(build(ref, job_name, build_uuid), "parameters")
 
 
 def provider_config(tenant: str, provider: str) -> str:

@@ -30,6 +30,7 @@ old pointer, and so the old data, stays intact.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
@@ -87,10 +88,8 @@ def _shard_name(generation: str, index: int) -> str:
 def _delete_all(client: ZooKeeperClient, nodes: list[str]) -> None:
     pending = [client.kazoo.delete_async(n) for n in nodes]
     for result in pending:
-        try:
+        with contextlib.suppress(NoNodeError):  # someone else cleaned up already
             client.wait(result)
-        except NoNodeError:  # someone else cleaned up already
-            pass
 
 
 def check_size(data: bytes, path: str) -> None:
@@ -122,10 +121,8 @@ def prepare(
     if len(data) <= INLINE_LIMIT:
         return PreparedBlob(path, data, not exists, version, old_shards)
     if not exists:
-        try:
+        with contextlib.suppress(NodeExistsError):  # a placeholder from an earlier attempt
             client.create(path, b"", makepath=True)
-        except NodeExistsError:  # a placeholder from an earlier attempt
-            pass
         exists = True
     generation = uuid.uuid4().hex[:16]
     chunks = [data[i : i + SHARD_SIZE] for i in range(0, len(data), SHARD_SIZE)]

@@ -1,0 +1,484 @@
+"""Job request queues: the executor (unzoned and per zone) and merger queues.
+
+Layout under a queue root (:func:`scheduler.zk.paths.executor_queue`,
+:func:`scheduler.zk.paths.merger_queue`), as in seed 000:
+
+=====================  ====================================================
+``requests/<uuid>``    the request (:class:`JobRequest`, small JSON); its
+                       children ``cancel`` and ``resume`` are flags the
+                       submitter sets without touching the locked request
+``locks/<uuid>``       side-channel claim: ONE ephemeral node (data: the
+                       worker), created in the claim transaction
+``params/<uuid>``      parameters, sharded; read only by the worker
+``result-data/<uuid>`` the result, sharded, written before the marker
+``results/<uuid>``     small marker that the result is complete (watched)
+``waiters/<uuid>``     ephemeral: a submitter still wants the result
+=====================  ====================================================
+
+States (:class:`RequestState`): REQUESTED -> RUNNING (claim) ->
+[PAUSED -> RUNNING (resume)] -> COMPLETED; HOLD is a REQUESTED that cannot
+be claimed until released (tests, debugging).
+
+Round trips of one lifecycle: submit 1 (one transaction: params + request
+[+ waiter]); claim 2 (read, then one transaction: create the lock, set
+RUNNING, queue the "started" event); complete 1 (one fenced transaction:
+set COMPLETED, write the result data and its marker, queue the "completed"
+event, delete the lock; shards first only when the result is over ~900 kB);
+read the result 1-2. Nothing on this path lists a directory.
+
+Guarantees:
+
+* A claim is a single ephemeral create that fails if the node exists, in
+  the same transaction as the REQUESTED -> RUNNING compare-and-set: a
+  second (duplicate) claim returns ``None`` and changes nothing.
+* Every update of a claimed request is fenced by its lock node: a worker
+  whose session expired cannot overwrite the request, even if it does not
+  know yet (DESIGN.md invariant 3).
+* COMPLETED, the result and the result event commit in one transaction:
+  the scheduler never sees a completed request without its event, nor an
+  event without its result.
+* :meth:`JobRequestQueue.lost_requests` finds RUNNING/PAUSED requests with
+  no lock (the claimer died: its session expired and took the lock);
+  :meth:`JobRequestQueue.recover_lost` completes one with a ``lost``
+  result and event, atomically with proving that nobody holds it.
+* A submitter waiting for a result is woken by a watch on ``results/<uuid>``.
+
+On SUSPENDED a worker must stop reporting (its context is invalid) and may
+continue if the session survives; on LOST its lock is gone, every later
+update raises :class:`~scheduler.zk.errors.LockLostError`, and the request
+will be found by ``lost_requests()`` and retried by the pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from scheduler.zk import paths, sharding, stored
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.context import (
+    BAD_VERSION,
+    EXISTS,
+    NO_NODE,
+    LockContext,
+    OpFailedError,
+    Transaction,
+)
+from scheduler.zk.errors import DataTooLargeError
+from scheduler.zk.event_queue import EventQueue, commit_creating_parents
+from scheduler.zk.locks import HeldLock
+
+MAX_REQUEST_BYTES = 64 * 1024
+
+
+class RequestState(enum.StrEnum):
+    REQUESTED = "REQUESTED"
+    HOLD = "HOLD"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+
+
+class RequestEvent(enum.StrEnum):
+    """``type`` of the events a queue puts in a request's result queue."""
+
+    STARTED = "request-started"
+    PAUSED = "request-paused"
+    COMPLETED = "request-completed"
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A build or merge request. ``version`` is the node version as read (not stored)."""
+
+    uuid: str
+    state: RequestState = RequestState.REQUESTED
+    precedence: int = 200  # lower runs first
+    tenant: str = ""
+    pipeline: str = ""
+    buildset_uuid: str = ""
+    job_name: str = ""
+    event_id: str = ""
+    # Root of the event queue that gets started/paused/completed events ("" = none).
+    result_queue: str = ""
+    worker: str = ""
+    created: float = 0.0
+    info: Mapping[str, Any] = field(default_factory=dict)
+    version: int = -1
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = self.state.value
+        data["info"] = dict(self.info)
+        del data["version"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], version: int = -1) -> JobRequest:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["state"] = RequestState(known.get("state", RequestState.REQUESTED))
+        known["version"] = version
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    uuid: str
+    result: dict[str, Any]
+    completed: float
+    lost: bool = False
+
+
+class ClaimedRequest:
+    """A request this worker claimed; every update goes through its fenced context."""
+
+    def __init__(self, request: JobRequest, lock: HeldLock) -> None:
+        self.request = request
+        self.lock = lock
+
+    @property
+    def uuid(self) -> str:
+        return self.request.uuid
+
+    @property
+    def context(self) -> LockContext:
+        return self.lock.context
+
+
+class JobRequestQueue:
+    """One job request queue (executor unzoned, an executor zone, or merger)."""
+
+    def __init__(self, client: ZooKeeperClient, root: str) -> None:
+        self.client = client
+        self.root = root
+        self._ensured = False
+
+    # ------------------------------------------------------------ paths
+
+    def _path(self, child: str, uuid: str) -> str:
+        return paths.request_child(self.root, child, uuid)
+
+    def ensure(self) -> None:
+        if not self._ensured:
+            for child in paths.REQUEST_CHILDREN:
+                self.client.ensure_path(paths.request_child(self.root, child))
+            self._ensured = True
+
+    def _encode(self, request: JobRequest) -> bytes:
+        data = stored.encode(request.to_dict())
+        if len(data) > MAX_REQUEST_BYTES:
+            raise DataTooLargeError(
+                f"request {request.uuid} is {len(data)} bytes; put large data in params"
+            )
+        return data
+
+    def _event(self, request: JobRequest, kind: RequestEvent, txn: Transaction) -> list[EventQueue]:
+        if not request.result_queue:
+            return []
+        queue = EventQueue(self.client, request.result_queue)
+        payload = {
+            "type": kind.value,
+            "queue": self.root,
+            "request": request.uuid,
+            "buildset": request.buildset_uuid,
+            "job": request.job_name,
+        }
+        queue.put_ops(payload, txn)
+        return [queue]
+
+    # ------------------------------------------------------------ submitter side
+
+    def submit(
+        self, request: JobRequest, params: Mapping[str, Any], *, wait: bool = False
+    ) -> JobRequest:
+        """Create the request and its parameters; ``wait`` registers this session as a waiter."""
+        self.ensure()
+        if not request.created:
+            request = replace(request, created=time.time())
+        prepared = stored.prepare(
+            LockContext(self.client), self._path("params", request.uuid), params, exists=False
+        )
+        txn = Transaction(self.client)
+        prepared.add_to(txn)
+        txn.create(self._path("requests", request.uuid), self._encode(request))
+        if wait:
+            txn.create(self._path("waiters", request.uuid), b"", ephemeral=True)
+        txn.commit()
+        return replace(request, version=0)
+
+    def get(self, uuid: str) -> JobRequest | None:
+        try:
+            raw, stat = self.client.get(self._path("requests", uuid))
+        except NoNodeError:
+            return None
+        path = self._path("requests", uuid)
+        return JobRequest.from_dict(stored.decode(raw, path), stat.version)
+
+    def request_cancel(self, uuid: str) -> bool:
+        """Ask the worker to cancel (the ``cancel`` flag); False if the request is gone."""
+        return self._set_flag(uuid, "cancel")
+
+    def request_resume(self, uuid: str) -> bool:
+        return self._set_flag(uuid, "resume")
+
+    def _set_flag(self, uuid: str, flag: str) -> bool:
+        txn = Transaction(self.client)
+        txn.create(paths.request_flag(self.root, uuid, flag))
+        try:
+            txn.commit()
+        except OpFailedError as exc:
+            if exc.reason == EXISTS:
+                return True
+            if exc.reason == NO_NODE:
+                return False
+            raise
+        return True
+
+    def release_hold(self, uuid: str) -> bool:
+        """HOLD -> REQUESTED; False if the request is not on hold."""
+        request = self.get(uuid)
+        if request is None or request.state != RequestState.HOLD:
+            return False
+        txn = Transaction(self.client)
+        updated = replace(request, state=RequestState.REQUESTED)
+        txn.set(self._path("requests", uuid), self._encode(updated), request.version)
+        try:
+            txn.commit()
+        except OpFailedError:
+            return False
+        return True
+
+    def get_result(self, uuid: str) -> JobResult | None:
+        """The result if the request completed (the marker exists), else None."""
+        marker = self.client.kazoo.get_async(self._path("results", uuid))
+        data = self.client.kazoo.get_async(self._path("result-data", uuid))
+        try:
+            raw_marker, _ = self.client.wait(marker)
+        except NoNodeError:
+            return None
+        info = stored.decode(raw_marker)
+        try:
+            raw, _ = self.client.wait(data)
+        except NoNodeError:
+            return None
+        path = self._path("result-data", uuid)
+        if sharding.decode_pointer(path, raw) is not None:
+            raw = sharding.read(self.client, path).data
+        document = stored.decode(raw, path)
+        return JobResult(
+            uuid, dict(document.get("result", {})), float(info["completed"]), bool(info["lost"])
+        )
+
+    def wait_for_result(self, uuid: str, timeout: float) -> JobResult | None:
+        """Block until the result exists (a watch wakes us, no polling) or ``timeout``."""
+        ready = threading.Event()
+        if self.client.exists(self._path("results", uuid), watch=lambda _e: ready.set()) is None:
+            ready.wait(timeout)
+        return self.get_result(uuid)
+
+    def remove(self, uuid: str) -> None:
+        """Delete everything of one request (the submitter is done with it)."""
+        for child in ("requests", "params", "result-data", "results", "waiters"):
+            with contextlib.suppress(NoNodeError):
+                self.client.delete_tree(self._path(child, uuid))
+
+    # ------------------------------------------------------------ worker side
+
+    def params(self, uuid: str) -> dict[str, Any]:
+        """The request's parameters (:class:`~scheduler.zk.errors.NoDataError` if removed)."""
+        document = stored.load(LockContext(self.client), self._path("params", uuid)).data
+        document.pop(stored.SCHEMA_FIELD, None)
+        return document
+
+    def claim(self, uuid: str, worker: str) -> ClaimedRequest | None:
+        """Claim a REQUESTED request for ``worker``; None if it is claimed, gone or not ready."""
+        request = self.get(uuid)
+        if request is None or request.state != RequestState.REQUESTED:
+            return None
+        lock_path = self._path("locks", uuid)
+        running = replace(request, state=RequestState.RUNNING, worker=worker)
+        txn = Transaction(self.client)
+        txn.create(lock_path, worker.encode(), ephemeral=True)
+        txn.set(self._path("requests", uuid), self._encode(running), request.version)
+        queues = self._event(running, RequestEvent.STARTED, txn)
+        try:
+            commit_creating_parents(self.client, txn, queues)
+        except OpFailedError as exc:
+            if exc.reason in (EXISTS, BAD_VERSION, NO_NODE):
+                return None
+            raise
+        lock = HeldLock(self.client, lock_path, lock_path)
+        return ClaimedRequest(replace(running, version=request.version + 1), lock)
+
+    def _update(
+        self, claimed: ClaimedRequest, state: RequestState, event: RequestEvent | None
+    ) -> None:
+        updated = replace(claimed.request, state=state)
+        txn = claimed.context.transaction()
+        txn.set(
+            self._path("requests", claimed.uuid), self._encode(updated), claimed.request.version
+        )
+        if state == RequestState.RUNNING and self.client.exists(
+            paths.request_flag(self.root, claimed.uuid, "resume")
+        ):
+            txn.delete(paths.request_flag(self.root, claimed.uuid, "resume"))
+        queues = self._event(updated, event, txn) if event else []
+        commit_creating_parents(self.client, txn, queues)
+        claimed.request = replace(updated, version=claimed.request.version + 1)
+
+    def pause(self, claimed: ClaimedRequest) -> None:
+        """RUNNING -> PAUSED, with a ``request-paused`` event (fenced)."""
+        self._update(claimed, RequestState.PAUSED, RequestEvent.PAUSED)
+
+    def resume(self, claimed: ClaimedRequest) -> None:
+        """PAUSED -> RUNNING, consuming the ``resume`` flag (fenced)."""
+        self._update(claimed, RequestState.RUNNING, None)
+
+    def flag_set(self, uuid: str, flag: str) -> bool:
+        """Is the ``cancel``/``resume`` flag of the request set?"""
+        return self.client.exists(paths.request_flag(self.root, uuid, flag)) is not None
+
+    def watch_flag(self, uuid: str, flag: str) -> threading.Event:
+        """An event set once the ``cancel``/``resume`` flag appears (a watch, re-armed)."""
+        seen = threading.Event()
+        path = paths.request_flag(self.root, uuid, flag)
+
+        def watcher(_event: object) -> None:
+            if self.client.kazoo.exists(path, watch=None if seen.is_set() else watcher):
+                seen.set()
+
+        if self.client.exists(path, watch=watcher) is not None:
+            seen.set()
+        return seen
+
+    def _completion_ops(
+        self, request: JobRequest, result: Mapping[str, Any], txn: Transaction, *, lost: bool
+    ) -> tuple[sharding.PreparedBlob, list[EventQueue]]:
+        uuid = request.uuid
+        completed = replace(request, state=RequestState.COMPLETED)
+        txn.set(self._path("requests", uuid), self._encode(completed), request.version)
+        prepared = stored.prepare(
+            LockContext(self.client),
+            self._path("result-data", uuid),
+            {"result": dict(result)},
+            exists=False,
+        )
+        prepared.add_to(txn)
+        marker = stored.encode({"completed": time.time(), "lost": lost})
+        txn.create(self._path("results", uuid), marker)
+        return prepared, self._event(completed, RequestEvent.COMPLETED, txn)
+
+    def complete(self, claimed: ClaimedRequest, result: Mapping[str, Any]) -> bool:
+        """COMPLETED + result + event + unlock in one fenced transaction.
+
+        False if the request was removed meanwhile (cancelled and deleted
+        by the scheduler): the lock is released and nothing is written.
+        """
+        txn = claimed.context.transaction()
+        try:
+            _, queues = self._completion_ops(claimed.request, result, txn, lost=False)
+            txn.delete(claimed.lock.node)
+            commit_creating_parents(self.client, txn, queues)
+        except OpFailedError as exc:
+            requests_dir = paths.request_child(self.root, "requests") + "/"
+            if exc.reason != NO_NODE or not exc.path.startswith(requests_dir):
+                raise
+            claimed.lock.release()
+            return False
+        claimed.context.mark_released()
+        return True
+
+    def release(self, claimed: ClaimedRequest) -> None:
+        """Give up a claim without completing (the request stays RUNNING: it becomes lost)."""
+        claimed.lock.release()
+
+    # ------------------------------------------------------------ sweeps
+
+    def _read_all(self) -> list[JobRequest]:
+        try:
+            names = self.client.get_children(paths.request_child(self.root, "requests"))
+        except NoNodeError:
+            return []
+        pending = [(n, self.client.kazoo.get_async(self._path("requests", n))) for n in names]
+        requests = []
+        for name, result in pending:
+            try:
+                raw, stat = self.client.wait(result)
+            except NoNodeError:
+                continue
+            path = self._path("requests", name)
+            requests.append(JobRequest.from_dict(stored.decode(raw, path), stat.version))
+        return requests
+
+    def pending(self) -> list[JobRequest]:
+        """REQUESTED requests, by precedence then age (sweeps re-nudge these)."""
+        waiting = [r for r in self._read_all() if r.state == RequestState.REQUESTED]
+        return sorted(waiting, key=lambda r: (r.precedence, r.created))
+
+    def lost_requests(self) -> list[JobRequest]:
+        """RUNNING or PAUSED requests whose lock has no holder (their worker died)."""
+        active = [
+            r for r in self._read_all() if r.state in (RequestState.RUNNING, RequestState.PAUSED)
+        ]
+        checks = [(r, self.client.kazoo.exists_async(self._path("locks", r.uuid))) for r in active]
+        return [r for r, result in checks if self.client.wait(result) is None]
+
+    def recover_lost(self, request: JobRequest) -> bool:
+        """Complete a lost request with ``{"result": "LOST"}`` and its event.
+
+        One transaction creates and deletes the lock node (proving nobody
+        holds it) and completes the request; False if it was claimed,
+        updated or removed meanwhile.
+        """
+        txn = Transaction(self.client)
+        lock_path = self._path("locks", request.uuid)
+        txn.create(lock_path, b"recover", ephemeral=True)
+        try:
+            _, queues = self._completion_ops(request, {"result": "LOST"}, txn, lost=True)
+            txn.delete(lock_path)
+            commit_creating_parents(self.client, txn, queues)
+        except OpFailedError as exc:
+            if exc.reason in (EXISTS, BAD_VERSION, NO_NODE):
+                return False
+            raise
+        return True
+
+    def cleanup(self, max_age: float) -> list[str]:
+        """Remove requests completed (or orphaned) over ``max_age`` seconds ago with no waiter."""
+        children: dict[str, set[str]] = {}
+        for child in ("results", "params", "result-data", "waiters"):
+            try:
+                children[child] = set(
+                    self.client.get_children(paths.request_child(self.root, child))
+                )
+            except NoNodeError:
+                children[child] = set()
+        requests = {r.uuid: r for r in self._read_all()}
+        candidates = children["results"] | children["params"] | children["result-data"]
+        candidates |= {u for u, r in requests.items() if r.state == RequestState.COMPLETED}
+        removed = []
+        for uuid in sorted(candidates - children["waiters"]):
+            request = requests.get(uuid)
+            if request is not None and request.state != RequestState.COMPLETED:
+                continue
+            if self._age(uuid) >= max_age:
+                self.remove(uuid)
+                removed.append(uuid)
+        return removed
+
+    def _age(self, uuid: str) -> float:
+        """Seconds since the newest write to any node of the request."""
+        checks = [
+            self.client.kazoo.exists_async(self._path(child, uuid))
+            for child in ("requests", "params", "result-data", "results")
+        ]
+        stats = [self.client.wait(c) for c in checks]
+        newest = max((s.mtime / 1000.0 for s in stats if s is not None), default=0.0)
+        return time.time() - newest

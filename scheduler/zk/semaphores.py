@@ -1,0 +1,123 @@
+"""Semaphores, tenant and global: holders recorded in the znode's data.
+
+A semaphore at :func:`scheduler.zk.paths.semaphore` (tenant) or
+:func:`scheduler.zk.paths.global_semaphore` (shared by tenants) is one node
+whose stored object lists its holders (``{"holders": [...]}``; a holder is
+an opaque string such as a build or buildset reference).
+
+Guarantees: :meth:`Semaphore.acquire` and :meth:`Semaphore.release` are
+compare-and-set updates (read, change, write with the read version, retry
+on a lost race), so concurrent schedulers never exceed ``max`` nor lose a
+holder. ``max`` comes from the caller (the job configuration), so a changed
+limit applies at the next acquire. Acquiring twice for the same holder, or
+releasing a holder that does not hold it, is harmless. A holder whose owner
+disappeared (its buildset was dequeued by a process that then died) leaks;
+:meth:`Semaphore.cleanup` releases every holder for which the caller's
+predicate says it no longer exists.
+
+Each update may ride in a fenced transaction (pass the pipeline lock's
+context), so a stale scheduler cannot take or free slots. On SUSPENDED or
+LOST the update raises and nothing changes; the caller retries after
+reconnecting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from scheduler.zk import stored
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.context import BAD_VERSION, EXISTS, LockContext, OpFailedError, Transaction
+from scheduler.zk.errors import ConflictError
+
+_ATTEMPTS = 50
+
+
+class Semaphore:
+    """One semaphore node; every method is a compare-and-set loop."""
+
+    def __init__(self, client: ZooKeeperClient, path: str) -> None:
+        self.client = client
+        self.path = path
+
+    def _read(self) -> tuple[list[str], int]:
+        """Holders and node version (-2: the node does not exist yet)."""
+        try:
+            raw, stat = self.client.get(self.path)
+        except NoNodeError:
+            return [], -2
+        holders = stored.decode(raw, self.path).get("holders", [])
+        return [str(h) for h in holders], int(stat.version)
+
+    def holders(self) -> list[str]:
+        return self._read()[0]
+
+    def _update(
+        self, change: Callable[[list[str]], list[str] | None], context: LockContext | None
+    ) -> bool:
+        """Apply ``change`` (None: nothing to write) with compare-and-set; True if written."""
+        for _ in range(_ATTEMPTS):
+            holders, version = self._read()
+            new = change(list(holders))
+            if new is None:
+                return False
+            txn = context.transaction() if context else Transaction(self.client)
+            data = stored.encode({"holders": new})
+            if version == -2:
+                txn.create(self.path, data)
+            else:
+                txn.set(self.path, data, version)
+            try:
+                txn.commit()
+            except OpFailedError as exc:
+                if exc.reason in (BAD_VERSION, EXISTS):
+                    continue  # lost a race: read again
+                if version == -2 and exc.reason == "no-node":
+                    self.client.ensure_path(self.path.rsplit("/", 1)[0])
+                    continue
+                raise
+            except NodeExistsError:
+                continue
+            return True
+        raise ConflictError(f"{self.path}: too much contention, gave up after {_ATTEMPTS} tries")
+
+    def acquire(self, holder: str, max_holders: int, context: LockContext | None = None) -> bool:
+        """Take a slot for ``holder``; False if ``max_holders`` others hold it."""
+        result = {"held": False}
+
+        def change(holders: list[str]) -> list[str] | None:
+            if holder in holders:
+                result["held"] = True
+                return None
+            if len(holders) >= max_holders:
+                return None
+            result["held"] = True
+            return [*holders, holder]
+
+        self._update(change, context)
+        return result["held"]
+
+    def release(self, holder: str, context: LockContext | None = None) -> bool:
+        """Free ``holder``'s slot; False if it held none."""
+
+        def change(holders: list[str]) -> list[str] | None:
+            return [h for h in holders if h != holder] if holder in holders else None
+
+        return self._update(change, context)
+
+    def cleanup(
+        self, exists: Callable[[str], bool], context: LockContext | None = None
+    ) -> list[str]:
+        """Release every holder for which ``exists(holder)`` is False; returns them."""
+        leaked = [h for h in self.holders() if not exists(h)]
+        if not leaked:
+            return []
+
+        def change(holders: list[str]) -> list[str] | None:
+            kept = [h for h in holders if h not in leaked]
+            return kept if len(kept) != len(holders) else None
+
+        self._update(change, context)
+        return leaked

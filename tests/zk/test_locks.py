@@ -1,0 +1,156 @@
+"""Locks, side-channel claims, elections and fenced writes against a real ZooKeeper."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from scheduler.zk import locks, stored
+from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.context import Transaction
+from scheduler.zk.election import Election
+from scheduler.zk.errors import FencedWriteError, LockLostError
+from scheduler.zk.locks import LockKind
+from tests.fixtures.waiting import wait_until
+from tests.zk.conftest import Script, process_state
+
+
+def test_exclusive_lock_excludes_and_releases(zk: ZooKeeperClient) -> None:
+    first = locks.acquire(zk, "/locks/pipeline/t/p", identifier="one")
+    assert first is not None and first.valid
+    assert locks.acquire(zk, "/locks/pipeline/t/p", blocking=False) is None
+    assert locks.contenders(zk, "/locks/pipeline/t/p") == ["one"]
+    first.release()
+    assert not first.valid
+    second = locks.acquire(zk, "/locks/pipeline/t/p", timeout=5)
+    assert second is not None
+    second.release()
+    first.release()  # double release is harmless
+
+
+def test_read_locks_share_and_write_lock_excludes(zk: ZooKeeperClient) -> None:
+    path = "/locks/tenant/t"
+    r1 = locks.acquire(zk, path, kind=LockKind.READ)
+    r2 = locks.acquire(zk, path, kind=LockKind.READ)
+    assert r1 is not None and r2 is not None
+    assert locks.acquire(zk, path, kind=LockKind.WRITE, blocking=False) is None
+    r1.release()
+    r2.release()
+    writer = locks.acquire(zk, path, kind=LockKind.WRITE, timeout=5)
+    assert writer is not None
+    assert locks.acquire(zk, path, kind=LockKind.READ, blocking=False) is None
+    writer.release()
+
+
+def test_claim_is_one_create_and_outlives_the_guarded_node(zk: ZooKeeperClient) -> None:
+    zk.create("/requests/r1", b"x", makepath=True)
+    held = locks.claim(zk, "/locks/r1", "worker-1")
+    assert held is not None
+    assert locks.claim(zk, "/locks/r1", "worker-2") is None
+    assert locks.holder(zk, "/locks/r1") == "worker-1"
+    zk.delete("/requests/r1")  # side channel: the lock survives its request
+    assert held.valid and locks.holder(zk, "/locks/r1") == "worker-1"
+    held.release()
+    assert locks.holder(zk, "/locks/r1") is None
+
+
+def test_killed_holder_loses_lock_within_session_timeout(
+    zk: ZooKeeperClient, script: Callable[..., Script]
+) -> None:
+    session_timeout = 1.0
+    holder = script("lock_holder", "/locks/pipeline/t/p", session_timeout=session_timeout)
+    holder.expect("locked")
+    assert locks.acquire(zk, "/locks/pipeline/t/p", blocking=False) is None
+    holder.kill9()
+    assert process_state(holder.pid) is None
+    started = time.monotonic()
+    taken = locks.acquire(zk, "/locks/pipeline/t/p", timeout=session_timeout + 5)
+    elapsed = time.monotonic() - started
+    assert taken is not None
+    assert elapsed <= session_timeout + 1.0, f"took over after {elapsed:.2f}s"
+    taken.release()
+
+
+def test_fenced_write_after_real_expiry_of_a_paused_holder(
+    make_client: Callable[..., ZooKeeperClient], script: Callable[..., Script]
+) -> None:
+    """A (a process) holds the lock and is SIGSTOPped; its session expires on the
+    server; B takes the lock and writes; A resumes and tries to write as holder:
+    both its context and the raw fenced transaction are refused, B's state stays."""
+    b_client = make_client()
+    holder = script("fenced_holder", "/locks/x", "/state", session_timeout=1.0)
+    holder.expect("locked")
+    holder.signal(signal.SIGSTOP)
+    wait_until(lambda: process_state(holder.pid) == "T", timeout=5, what="holder stopped")
+    b = locks.acquire(b_client, "/locks/x", identifier="B", timeout=15)
+    assert b is not None, "B never got the lock: A's session did not expire"
+    stored.save(b.context, "/state", {"owner": "B"})
+    holder.signal(signal.SIGCONT)
+    holder.send("go")
+    assert holder.expect("context").startswith("context refused")
+    assert holder.expect("raw") == "raw fenced"
+    assert stored.load(b.context, "/state").data["owner"] == "B"
+    b.release()
+
+
+def test_fenced_write_after_session_closed_from_a_second_client(
+    make_client: Callable[..., ZooKeeperClient],
+) -> None:
+    a_client = make_client(session_timeout=1.0)
+    b_client = make_client()
+    a = locks.acquire(a_client, "/locks/y")
+    assert a is not None
+    stored.save(a.context, "/state", {"owner": "A"})
+    generation = a_client.session_generation
+    session_id, password = a_client.kazoo.client_id
+    twin = attach(a_client.settings, session_id, password)
+    twin.stop()
+    twin.close()  # closing the twin ends the session on the server
+    b = locks.acquire(b_client, "/locks/y", timeout=10)
+    assert b is not None
+    stored.save(b.context, "/state", {"owner": "B"})
+    wait_until(lambda: a_client.session_generation > generation, timeout=10, what="A sees LOST")
+    wait_until(lambda: a_client.state.value == "CONNECTED", timeout=10, what="A reconnected")
+    # The trap: kazoo still believes it holds the lock.
+    assert a._recipe is not None and a._recipe.is_acquired
+    assert not a.valid
+    with pytest.raises(LockLostError):
+        stored.save(a.context, "/state", {"owner": "A-stale"})
+    raw = Transaction(a_client, fence=a.node)
+    raw.set("/state", stored.encode({"owner": "A-raw"}))
+    with pytest.raises(FencedWriteError):
+        raw.commit()
+    assert stored.load(b.context, "/state").data["owner"] == "B"
+    b.release()
+
+
+def test_election_runs_one_leader_at_a_time(make_client: Callable[..., ZooKeeperClient]) -> None:
+    leaders: list[str] = []
+    active = threading.Semaphore(0)
+    finish = threading.Event()
+
+    def contender(name: str) -> None:
+        election = Election(make_client(), "/scheduler/timer-election", name)
+
+        def lead(e: Election) -> None:
+            assert e.is_leader()
+            leaders.append(name)
+            active.release()
+            finish.wait(10)
+
+        election.run(lead)
+
+    threads = [threading.Thread(target=contender, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    assert active.acquire(timeout=10)
+    assert len(leaders) == 1
+    finish.set()
+    assert active.acquire(timeout=10)
+    for t in threads:
+        t.join(10)
+    assert sorted(leaders) == ["a", "b"]

@@ -26,6 +26,8 @@ SPEC_SCHEMA = 1
 
 # A build uuid becomes a folder name: keep it to a safe alphabet.
 _UUID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# A full SHA-1 or SHA-256 object id, lower case (what git prints).
+_COMMIT_PATTERN = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 JsonObject = Mapping[str, Any]
 
@@ -225,8 +227,13 @@ def _validate(spec: BuildSpec) -> None:
             raise BuildSpecError(f"build spec: {name} must not be empty")
     if not _UUID_PATTERN.fullmatch(spec.build_uuid):
         raise BuildSpecError(f"build spec: build_uuid {spec.build_uuid!r} is not a safe name")
-    for project in spec.repo_state:
+    for project, branches in spec.repo_state.items():
         check_project_name(project)
+        for branch, commit in branches.items():
+            if not _COMMIT_PATTERN.fullmatch(commit) or not commit.strip("0"):
+                raise BuildSpecError(
+                    f"build spec: repo_state.{project}.{branch}: {commit!r} is not a commit id"
+                )
     if spec.project not in spec.repo_state:
         raise BuildSpecError(f"build spec: repo_state has no entry for {spec.project!r}")
     missing = sorted(set(spec.repo_state) - set(spec.sources))

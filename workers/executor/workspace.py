@@ -151,6 +151,7 @@ def checkout(source: str, dest: Path, branches: Mapping[str, str], branch: str) 
         alternates.write_text(f"{(local / 'objects').resolve()}\n")
     else:
         _fetch(source, dest, sorted(set(branches.values())))
+    _check_commits(source, dest, branches)
     updates = "".join(f"update refs/heads/{name} {commit}\n" for name, commit in branches.items())
     _git(["update-ref", "--stdin"], cwd=dest, stdin=updates)
     _git(["checkout", "-q", "-f", branch], cwd=dest)
@@ -169,6 +170,16 @@ def local_git_dir(source: str) -> Path | None:
         common = _git(["rev-parse", "--git-common-dir"], cwd=path).strip()
         return (path / common).resolve()
     raise WorkspaceError(f"{source}: not a git repository")
+
+
+def _check_commits(source: str, dest: Path, branches: Mapping[str, str]) -> None:
+    """Fail clearly when a commit of the repo state is not in the source."""
+    commits = sorted(set(branches.values()))
+    answer = _git(["cat-file", "--batch-check"], cwd=dest, stdin="".join(f"{c}\n" for c in commits))
+    found = {line.split()[0] for line in answer.splitlines() if line.split()[1:2] == ["commit"]}
+    missing = [f"{name} at {commit}" for name, commit in branches.items() if commit not in found]
+    if missing:
+        raise WorkspaceError(f"{source}: no such commit for {', '.join(sorted(missing))}")
 
 
 def _fetch(url: str, dest: Path, commits: Sequence[str]) -> None:

@@ -1,0 +1,167 @@
+"""Workspaces: checkouts at the repo state's commits, removal, hold, refused paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.executor.helpers import Repo, git, make_spec
+from workers.executor import BaseControl, LocalControl, ResultCode, RunnerOptions, run_build
+
+SHOW_CHECKOUTS = """
+for p in org/project org/lib; do
+  dir="$SLUICE_SRC_DIR/$p"
+  echo "$p $(git -C "$dir" rev-parse HEAD) $(git -C "$dir" branch --show-current)"
+done > "$SLUICE_LOG_DIR/checkouts"
+lib="$SLUICE_SRC_DIR/org/lib"
+git -C "$lib" branch --format='%(refname:short) %(objectname)' > "$SLUICE_LOG_DIR/lib-branches"
+git -C "$lib" remote > "$SLUICE_LOG_DIR/lib-remotes"
+"""
+
+
+@pytest.mark.parametrize("lib_url", [False, True], ids=["lib-from-path", "lib-from-file-url"])
+def test_projects_checked_out_at_repo_state(
+    repo: Repo, tmp_path: Path, options: RunnerOptions, lib_url: bool
+) -> None:
+    repo.script("run.sh", SHOW_CHECKOUTS)
+    repo.commit()
+    project_commit = repo.dangling_commit()  # the merger's speculative merge
+    lib = Repo.create(tmp_path / "repos" / "lib")
+    lib.write("README", "lib main\n")
+    lib_main = lib.commit()
+    git(lib.path, "checkout", "-q", "-b", "stable")
+    lib.write("README", "lib stable\n")
+    lib_stable = lib.dangling_commit()
+    source = f"file://{lib.path}" if lib_url else str(lib.path)
+    state = {"main": lib_main, "stable": lib_stable}
+    spec = make_spec(repo, project_commit, others={"org/lib": (source, state)})
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.SUCCESS, result.message
+    log_dir = Path(result.log_path).parent
+    assert (log_dir / "checkouts").read_text().splitlines() == [
+        f"org/project {project_commit} main",
+        f"org/lib {lib_main} main",
+    ]
+    branches = (log_dir / "lib-branches").read_text().splitlines()
+    assert sorted(branches) == [f"main {lib_main}", f"stable {lib_stable}"]
+    assert (log_dir / "lib-remotes").read_text() == ""
+
+
+def test_override_checkout_and_only_branch(
+    repo: Repo, tmp_path: Path, options: RunnerOptions
+) -> None:
+    repo.script("run.sh", SHOW_CHECKOUTS)
+    commit = repo.commit()
+    lib = Repo.create(tmp_path / "repos" / "lib", branch="develop")
+    lib_develop = lib.commit()
+    spec = make_spec(repo, commit, others={"org/lib": (str(lib.path), {"develop": lib_develop})})
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.SUCCESS, result.message
+    checkouts = (Path(result.log_path).parent / "checkouts").read_text().splitlines()
+    assert checkouts[1] == f"org/lib {lib_develop} develop"
+
+
+def test_missing_commit_is_retry(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "true")
+    repo.commit()
+    spec = make_spec(repo, "1" * 40)
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.RETRY
+    assert result.message == f"workspace: {repo.path}: no such commit for main at {'1' * 40}"
+    assert result.steps == ()
+
+
+def test_unreachable_source_is_retry(repo: Repo, tmp_path: Path, options: RunnerOptions) -> None:
+    repo.script("run.sh", "true")
+    commit = repo.commit()
+    spec = make_spec(repo, commit, sources={"org/project": f"file://{tmp_path}/nowhere"})
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.RETRY
+    assert "git fetch failed" in result.message
+
+
+def test_workspace_removed_after_build_logs_kept(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "exit 1")
+    spec = make_spec(repo, repo.commit())
+    control = LocalControl()
+
+    result = run_build(spec, control, options)
+
+    assert control.info is not None
+    workspace = Path(control.info.workspace)
+    assert workspace == options.state_dir / "builds" / spec.build_uuid
+    assert not workspace.exists()
+    assert result.held_workspace is None
+    assert Path(result.log_path).is_file()
+
+
+def test_workspace_kept_when_held(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "mkdir -p ro/x && touch ro/x/f && chmod -w ro/x ro && echo made > out")
+    spec = make_spec(repo, repo.commit(), hold=True)
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.held_workspace == str(options.state_dir / "builds" / spec.build_uuid)
+    assert (Path(result.held_workspace) / "src/org/project/out").read_text() == "made\n"
+
+
+def test_read_only_leftovers_are_removed(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "mkdir -p ro/x && touch ro/x/f && chmod -w ro/x ro")
+    spec = make_spec(repo, repo.commit())
+
+    run_build(spec, BaseControl(), options)
+
+    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("playbooks/run.yaml", "Ansible playbooks are not supported yet"),
+        ("playbooks/run.yml", "Ansible playbooks are not supported yet"),
+        ("../../../../bin/true", "must be a relative path inside the repository"),
+        ("/bin/true", "must be a relative path inside the repository"),
+        ("escape.sh", "leads out of the repository"),
+        ("escape-dir/true", "leads out of the repository"),
+        (".git/hooks/x", "may not point into the .git folder"),
+        ("missing.sh", "no such file in the repository"),
+        ("ci", "no such file in the repository"),
+        ("plain.txt", "is not executable"),
+    ],
+)
+def test_refused_paths_are_error_and_nothing_runs(
+    repo: Repo, options: RunnerOptions, path: str, message: str
+) -> None:
+    repo.script("ci/ok.sh", 'touch "$SLUICE_LOG_DIR/ran"')
+    repo.write("playbooks/run.yaml", "- hosts: all\n", executable=True)
+    repo.write("playbooks/run.yml", "- hosts: all\n", executable=True)
+    repo.write("plain.txt", "text\n")
+    repo.symlink("escape.sh", "/bin/true")
+    repo.symlink("escape-dir", "/bin")
+    spec = make_spec(repo, repo.commit(), pre_run=("ci/ok.sh",), run=(path,))
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.ERROR
+    assert result.message.startswith(f"run: {path}: ")
+    assert message in result.message
+    assert result.steps == ()
+    assert not (Path(result.log_path).parent / "ran").exists()
+    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
+
+
+def test_symlink_inside_the_repository_is_fine(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("ci/real.sh", "echo real")
+    repo.symlink("run.sh", "ci/real.sh")
+    result = run_build(make_spec(repo, repo.commit()), BaseControl(), options)
+
+    assert result.result is ResultCode.SUCCESS, result.message

@@ -213,7 +213,9 @@ class RepoCache:
     def _clone(self, path: Path, url: str, label: str) -> None:
         tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
-            self.git.run(["clone", "--bare", "--quiet", "--", url, str(tmp)])
+            # --no-hardlinks: a cache never shares object files with a local
+            # remote, so damage to one can never reach the other.
+            self.git.run(["clone", "--bare", "--quiet", "--no-hardlinks", "--", url, str(tmp)])
             for key, value in _REPO_CONFIG:
                 self.git.run(["config", key, value], tmp)
             self.git.run(

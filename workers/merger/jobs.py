@@ -83,6 +83,7 @@ def run_config_job(job: ConfigJob, cache: RepoCache) -> ConfigResult:
             check_ref_name(branch, "branch")
         config = cache.run(job.connection, job.project, work)
     except MergerError as exc:
+        exc.at(exc.ref or ",".join(job.branches) or "refs/heads/*")
         failure = failure_of(exc, job.connection, job.project)
         return ConfigResult(job.job_id, Status.FAILED, failure=failure)
     return ConfigResult(job.job_id, Status.OK, config=tuple(config))
@@ -99,7 +100,7 @@ def run_branch_heads_job(job: BranchHeadsJob, cache: RepoCache) -> BranchHeadsRe
         check_job_id(job.job_id)
         heads = cache.run(job.connection, job.project, work)
     except MergerError as exc:
-        failure = failure_of(exc, job.connection, job.project)
+        failure = failure_of(exc.at(exc.ref or "refs/heads/*"), job.connection, job.project)
         return BranchHeadsResult(job.job_id, Status.FAILED, failure=failure)
     state = ProjectState(job.connection, job.project, heads)
     return BranchHeadsResult(job.job_id, Status.OK, state=state)

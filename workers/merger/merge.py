@@ -72,6 +72,8 @@ def run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
         try:
             outcome = cache.run(connection, project, partial(_merge_project, job=job, items=items))
         except MergerError as exc:
+            if not exc.ref:  # a project-wide problem: name the first change it stops
+                exc.at(items[0][1].rev, items[0][0])
             return _failed(job, outcomes, failure_of(exc, connection, project, job.changes))
         outcomes.append(outcome)
         if outcome.conflict is not None:

@@ -1,8 +1,9 @@
 """For executors: a working copy at a commit that a merge produced on this host.
 
 :func:`checkout_workspace` makes ``dest`` an ordinary, independent clone of
-the cache repo (a local clone: objects are hard-linked, so it is fast and
-survives a later ``gc`` or re-clone of the cache) with ``commit`` checked
+the cache repo (a local clone with copied objects: a job that writes into
+its ``.git`` can never damage the cache, and the copy survives a later
+``gc`` or re-clone of the cache) with ``commit`` checked
 out, on ``branch`` if one is given. ``origin`` of the copy points at the
 project's real remote, so a job sees the URL it expects.
 
@@ -47,7 +48,7 @@ def checkout_workspace(
             raise UnknownRefError(f"{label}: commit {commit} is not in the repo cache").at(commit)
         try:
             cache.git.run(
-                ["clone", "--quiet", "--local", "--no-checkout", str(repo.path), str(dest)]
+                ["clone", "--quiet", "--no-hardlinks", "--no-checkout", str(repo.path), str(dest)]
             )
         except GitCommandError as exc:
             raise classify(exc, f"{label}: workspace clone") from None

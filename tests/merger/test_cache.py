@@ -1,0 +1,135 @@
+"""The repo cache across processes: racing workers, a clone killed half-way."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.settings import ConnectionSettings
+from tests.fixtures.waiting import wait_until
+from tests.merger.gitrepos import Remotes
+from workers.merger import Change, MergeJob, MergeMode, RepoCache, Status, run_merge_job
+from workers.merger.cache import encode_project
+from workers.merger.errors import InvalidJobError
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def stacked_job(job_id: str) -> MergeJob:
+    return MergeJob(
+        job_id,
+        tuple(
+            Change("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=MergeMode.REBASE)
+            for n in (1, 2, 3)
+        ),
+    )
+
+
+def _race_worker(
+    state: str, baseurl: str, job_id: str, barrier: Barrier, out: Any
+) -> None:  # runs in a spawned process
+    cache = RepoCache(Path(state), {"git": ConnectionSettings("git", "git", baseurl)})
+    barrier.wait()
+    results = [run_merge_job(stacked_job(f"{job_id}-{i}"), cache).to_dict() for i in range(3)]
+    out.put(results)
+
+
+def test_processes_racing_on_one_repo(remotes: Remotes, tmp_path: Path) -> None:
+    a = remotes.create("org/a", {"README": "hello\n", "shared": "a\nb\nc\n"})
+    for n in (1, 2, 3):
+        a.change(n, {f"file{n}": f"{n}\n"})
+    a.advance("main", {"upstream": "u\n"})
+    state = tmp_path / "state"
+    workers = 4
+    barrier = SPAWN.Barrier(workers)
+    out = SPAWN.Queue()
+    procs = [
+        SPAWN.Process(
+            target=_race_worker, args=(str(state), str(remotes.base), f"w{i}", barrier, out)
+        )
+        for i in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+    results = [out.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=10)
+        assert proc.exitcode == 0
+    flat = [r for batch in results for r in batch]
+    assert all(r["status"] == "ok" for r in flat), [r["failure"] for r in flat]
+    # Every worker built exactly the same speculative commits.
+    assert len({tuple(c["merged_commit"] for c in r["changes"]) for r in flat}) == 1
+    cache = RepoCache(state, {"git": ConnectionSettings("git", "git", str(remotes.base))})
+    repo = cache.repo_path("git", "org/a")
+    assert sorted(p.name for p in repo.parent.iterdir()) == [
+        "org%2Fa",
+        "org%2Fa.lock",
+        "org%2Fa.work",
+    ]
+    cache.git.run(["fsck", "--no-dangling", "--no-progress"], repo)
+    refs = cache.git.text(["for-each-ref", "--format=%(refname)", "refs/sluice/jobs/"], repo)
+    assert len({ref.split("/")[3] for ref in refs.split()}) == workers * 3
+
+
+def _slow_clone_worker(state: str, baseurl: str, slow_config: str) -> None:
+    cache = RepoCache(
+        Path(state),
+        {"git": ConnectionSettings("git", "git", baseurl)},
+        extra_env={"GIT_CONFIG_GLOBAL": slow_config},
+    )
+    run_merge_job(stacked_job("slow"), cache)
+
+
+def test_interrupted_clone_is_recovered(remotes: Remotes, tmp_path: Path) -> None:
+    a = remotes.create("org/a")
+    for n in (1, 2, 3):
+        a.change(n, {f"file{n}": f"{n}\n"})
+    # Every pack the remote serves waits first, so the clone is caught midway.
+    hook = tmp_path / "slow-pack"
+    hook.write_text('#!/bin/sh\nsleep 3\nexec "$@"\n')
+    hook.chmod(0o755)
+    slow_config = tmp_path / "slow.gitconfig"
+    slow_config.write_text(f"[uploadpack]\n\tpackObjectsHook = {hook}\n")
+    baseurl = f"file://{remotes.base}"
+    state = tmp_path / "state"
+    child = SPAWN.Process(target=_slow_clone_worker, args=(str(state), baseurl, str(slow_config)))
+    child.start()
+    conn_dir = state / "git" / "git"
+    wait_until(lambda: list(conn_dir.glob(".tmp-*")), timeout=30, what="a clone in progress")
+    assert child.pid is not None
+    os.kill(child.pid, signal.SIGKILL)  # like kill -9 of a Celery pool process
+    child.join(timeout=10)
+    assert not (conn_dir / "org%2Fa").exists(), "nothing half-written at the repo path"
+    started = time.monotonic()
+    cache = RepoCache(state, {"git": ConnectionSettings("git", "git", baseurl)})
+    result = run_merge_job(stacked_job("after"), cache)
+    assert result.status is Status.OK, result.failure
+    assert time.monotonic() - started < 3, "the dead clone's lock did not block us"
+    assert not list(conn_dir.glob(".tmp-*")), "the leftover clone was swept"
+
+
+def test_repo_lock_times_out(remotes: Remotes, tmp_path: Path) -> None:
+    remotes.create("org/a")
+    connections = {"git": ConnectionSettings("git", "git", str(remotes.base))}
+    holder = RepoCache(tmp_path / "state", connections)
+    waiter = RepoCache(tmp_path / "state", connections, lock_timeout=0.2)
+    with holder.open("git", "org/a"):
+        job = MergeJob("busy", (Change("git", "org/a", "main", ref="refs/heads/main"),))
+        failure = run_merge_job(job, waiter).failure
+    assert failure is not None and failure.kind == "lock-timeout"
+    assert run_merge_job(job, waiter).status is Status.OK
+
+
+def test_project_names_map_to_one_safe_segment() -> None:
+    assert encode_project("org/repo") == "org%2Frepo"
+    assert encode_project(".hidden") == "%2Ehidden"
+    for bad in ("", "/abs", "a/../b", "a//b", "..", "a/."):
+        with pytest.raises(InvalidJobError):
+            encode_project(bad)

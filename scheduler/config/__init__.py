@@ -1,0 +1,65 @@
+"""Configuration: tenants, Zuul-syntax project config, layouts, frozen jobs.
+
+The public API (everything else is internal to the package):
+
+* :func:`parse_tenant_config` — ``main.yaml`` text → :class:`TenantConfig`
+  (tenants and errors), checked against ``Settings.connections``.
+* :func:`build_layout` — a :class:`Tenant` and its branches' files
+  (:class:`UnparsedBranch`, ``path -> text``) → :class:`LayoutResult`
+  (a :class:`Layout` plus :class:`ConfigError` s). Pure, deterministic.
+* :meth:`Layout.freeze_job_graph` — project, branch, pipeline, changed
+  files → :class:`JobGraph` of :class:`FrozenJob` s, or :class:`FreezeError`.
+* :meth:`Layout.to_json` / :meth:`Layout.content_hash` — canonical form.
+* :func:`new_errors` — the errors a config-changing item introduces.
+
+See ``docs/config.md`` for the rules.
+"""
+
+from __future__ import annotations
+
+from scheduler.config.errors import ConfigError, FreezeError, YamlError
+from scheduler.config.files import SLUICE_FILE, select_config_files
+from scheduler.config.freeze import FrozenJob
+from scheduler.config.graph import JobGraph
+from scheduler.config.layout import Layout, LayoutResult, new_errors
+from scheduler.config.loader import UnparsedBranch, build_layout
+from scheduler.config.model import (
+    Dependency,
+    JobVariant,
+    Pipeline,
+    Playbook,
+    ProjectConfig,
+    Queue,
+    RequiredProject,
+    Semaphore,
+    Window,
+)
+from scheduler.config.tenant import Tenant, TenantConfig, TenantProject, parse_tenant_config
+
+__all__ = [
+    "SLUICE_FILE",
+    "ConfigError",
+    "Dependency",
+    "FreezeError",
+    "FrozenJob",
+    "JobGraph",
+    "JobVariant",
+    "Layout",
+    "LayoutResult",
+    "Pipeline",
+    "Playbook",
+    "ProjectConfig",
+    "Queue",
+    "RequiredProject",
+    "Semaphore",
+    "Tenant",
+    "TenantConfig",
+    "TenantProject",
+    "UnparsedBranch",
+    "Window",
+    "YamlError",
+    "build_layout",
+    "new_errors",
+    "parse_tenant_config",
+    "select_config_files",
+]

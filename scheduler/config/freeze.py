@@ -1,0 +1,285 @@
+"""Freezing one job: inheritance and variants resolved for one item.
+
+For a job name, a project, a branch and a pipeline:
+
+1. The *inheritance chain* comes from the job's first (reference)
+   definition: its ``parent``, or the tenant's ``default-parent``, up to a
+   base job (``parent: null``). A later variant may not name a different
+   parent (checked when the layout is built).
+2. From the base down, every variant of every job in the chain whose
+   branch matcher matches is applied, in definition order. A variant's
+   branch matcher is its ``branches`` or, failing that, its implied
+   branch (Zuul's rule for untrusted projects with several branches).
+   The job itself must have at least one matching variant, or it does not
+   run for this item (a parent without one contributes nothing).
+3. The job entries of the project pipeline are applied last, each only
+   if its own ``branches`` match.
+
+How each attribute combines (Zuul's defaults):
+
+* override: description, voting, timeout, post-timeout, attempts, run,
+  nodeset, files, irrelevant-files, dependencies;
+* deep merge: vars;
+* union in order, without duplicates: required-projects (by name, the
+  later entry wins), semaphores, tags;
+* nesting: pre-run is appended (parent's first), post-run prepended
+  (child's first);
+* ``abstract``: once set by a variant of a job it stays set for that job,
+  and is not inherited by children; an abstract frozen job cannot run.
+* ``final``: after a final variant, later variants and project entries
+  may only change description, files, irrelevant-files, voting,
+  dependencies and tags; a child job may not inherit from it.
+* ``protected``: after a protected variant, only variants and children
+  from the same project may apply.
+
+File matchers are evaluated on the frozen result: with ``files``, the job
+runs if any changed file matches one; with ``irrelevant-files``, it does
+not run if every changed file matches one. An unknown or empty file list
+matches (Zuul's behaviour for refs without files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.config.errors import FreezeError
+from scheduler.config.layout import Layout
+from scheduler.config.model import Dependency, JobVariant, Playbook, RequiredProject, Semaphore
+from scheduler.config.regex import matches_any
+from scheduler.config.serialize import canonical_json
+
+OVERRIDE = (
+    "description",
+    "voting",
+    "timeout",
+    "post-timeout",
+    "attempts",
+    "run",
+    "nodeset",
+    "files",
+    "irrelevant-files",
+    "dependencies",
+)
+ALLOWED_AFTER_FINAL = frozenset(
+    {"description", "files", "irrelevant-files", "voting", "dependencies", "tags"}
+)
+DEFAULT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class FrozenJob:
+    """Everything needed to run one job for one item; plain data."""
+
+    name: str
+    project: str
+    branch: str
+    pipeline: str
+    parent: str | None = None
+    # where each applied variant came from, in application order
+    variants: tuple[str, ...] = ()
+    description: str = ""
+    voting: bool = True
+    timeout: int | None = None
+    post_timeout: int | None = None
+    attempts: int = DEFAULT_ATTEMPTS
+    pre_run: tuple[Playbook, ...] = ()
+    run: tuple[Playbook, ...] = ()
+    post_run: tuple[Playbook, ...] = ()
+    vars: Mapping[str, Any] = field(default_factory=dict)
+    required_projects: tuple[RequiredProject, ...] = ()
+    dependencies: tuple[Dependency, ...] = ()
+    semaphores: tuple[Semaphore, ...] = ()
+    nodeset: Any = None
+    tags: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    irrelevant_files: tuple[str, ...] = ()
+
+    def to_json(self) -> str:
+        return canonical_json(self)
+
+    def matches_files(self, files: Sequence[str] | None) -> bool:
+        if not files:
+            return True
+        if self.files and not any(matches_any(self.files, f) for f in files):
+            return False
+        return not (
+            self.irrelevant_files and all(matches_any(self.irrelevant_files, f) for f in files)
+        )
+
+
+def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    result = dict(base)
+    for key, value in update.items():
+        old = result.get(key)
+        if isinstance(old, Mapping) and isinstance(value, Mapping):
+            result[key] = deep_merge(old, value)
+        else:
+            result[key] = value
+    return result
+
+
+def variant_matches(variant: JobVariant, branch: str) -> bool:
+    if variant.branches is not None:
+        return matches_any(variant.branches, branch)
+    return variant.implied_branch in (None, branch)
+
+
+def inheritance_chain(layout: Layout, name: str) -> list[str]:
+    """Job names from the base job down to ``name`` (reference parents)."""
+    chain = [name]
+    while True:
+        variants = layout.jobs.get(chain[-1])
+        if not variants:
+            if len(chain) == 1:
+                raise FreezeError(f"job {name!r} is not defined")
+            raise FreezeError(f"job {chain[-2]!r}: parent job {chain[-1]!r} is not defined")
+        reference = variants[0]
+        if reference.is_base:
+            return chain[::-1]
+        parent = reference.parent or layout.default_parent
+        if parent in chain:
+            raise FreezeError(f"job {name!r}: inheritance cycle: {' -> '.join([*chain, parent])}")
+        chain.append(parent)
+
+
+class _Builder:
+    """Applies variants one by one, enforcing final/protected/abstract."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.values: dict[str, Any] = {}
+        self.applied: list[str] = []
+        self.final_by: JobVariant | None = None
+        self.protected_by: JobVariant | None = None
+        self.abstract = False
+
+    def start_job(self, job: str, first: JobVariant) -> None:
+        """A new job of the chain begins (a child of the previous one)."""
+        if self.final_by is not None:
+            raise _error(
+                first, f"job {job!r} may not inherit from final job {self.final_by.name!r}"
+            )
+        self._check_protected(first, f"job {job!r} may not inherit from protected job")
+        self.abstract = False
+
+    def apply(self, variant: JobVariant) -> None:
+        if self.final_by is not None:
+            changed = sorted(set(variant.attrs) - ALLOWED_AFTER_FINAL)
+            if changed:
+                raise _error(
+                    variant,
+                    f"job {variant.name!r} is final; this variant may not change {changed[0]!r}",
+                )
+        self._check_protected(variant, f"job {variant.name!r} may not modify protected job")
+        for key, value in variant.attrs.items():
+            self._set(key, value)
+        self.abstract = self.abstract or bool(variant.attrs.get("abstract"))
+        if variant.attrs.get("final"):
+            self.final_by = variant
+        if variant.attrs.get("protected"):
+            self.protected_by = variant
+        self.applied.append(
+            f"{variant.source.project}@{variant.source.branch} {variant.source.where()}"
+        )
+
+    def _check_protected(self, variant: JobVariant, message: str) -> None:
+        owner = self.protected_by
+        if owner is not None and owner.source.project != variant.source.project:
+            raise _error(variant, f"{message} {owner.name!r} of project {owner.source.project!r}")
+
+    def _set(self, key: str, value: Any) -> None:
+        old = self.values.get(key)
+        if key in OVERRIDE:
+            self.values[key] = value
+        elif key == "vars":
+            self.values[key] = deep_merge(old or {}, value)
+        elif key == "pre-run":
+            self.values[key] = (*(old or ()), *value)
+        elif key == "post-run":
+            self.values[key] = (*value, *(old or ()))
+        elif key == "required-projects":
+            merged = {p.name: p for p in old or ()}
+            merged.update({p.name: p for p in value})
+            self.values[key] = tuple(merged.values())
+        elif key in ("semaphores", "tags"):
+            self.values[key] = tuple(dict.fromkeys((*(old or ()), *value)))
+
+
+def _error(variant: JobVariant, message: str) -> FreezeError:
+    source = variant.source
+    return FreezeError(
+        message, path=source.path, line=source.line, project=source.project, branch=source.branch
+    )
+
+
+def freeze_job(
+    layout: Layout,
+    name: str,
+    *,
+    project: str,
+    branch: str,
+    pipeline: str,
+    entries: Sequence[JobVariant],
+) -> FrozenJob | None:
+    """Freeze ``name`` with the project pipeline ``entries`` for it.
+
+    Returns None when the job does not run on this branch (no matching
+    variant of its own, or no matching project entry).
+    """
+    entries = [e for e in entries if variant_matches(e, branch)]
+    own = [v for v in layout.jobs.get(name, ()) if variant_matches(v, branch)]
+    if not entries:
+        return None
+    chain = inheritance_chain(layout, name)
+    if not own:
+        return None
+    builder = _Builder(name)
+    for job in chain:
+        matching = [v for v in layout.jobs[job] if variant_matches(v, branch)]
+        if matching:
+            builder.start_job(job, matching[0])
+        for variant in matching:
+            builder.apply(variant)
+    for entry in entries:
+        builder.apply(entry)
+    if builder.abstract:
+        raise _error(entries[0], f"job {name!r} is abstract and may not be run directly")
+    return _frozen(layout, builder, chain, project=project, branch=branch, pipeline=pipeline)
+
+
+def _frozen(
+    layout: Layout, builder: _Builder, chain: list[str], *, project: str, branch: str, pipeline: str
+) -> FrozenJob:
+    v = builder.values
+    timeout = v.get("timeout", layout.max_job_timeout)
+    return FrozenJob(
+        name=builder.name,
+        project=project,
+        branch=branch,
+        pipeline=pipeline,
+        parent=chain[-2] if len(chain) > 1 else None,
+        variants=tuple(builder.applied),
+        description=v.get("description", ""),
+        voting=v.get("voting", True),
+        timeout=timeout,
+        post_timeout=v.get("post-timeout"),
+        attempts=v.get("attempts", DEFAULT_ATTEMPTS),
+        pre_run=v.get("pre-run", ()),
+        run=v.get("run", ()),
+        post_run=v.get("post-run", ()),
+        vars=v.get("vars", {}),
+        required_projects=v.get("required-projects", ()),
+        dependencies=v.get("dependencies", ()),
+        semaphores=tuple(_semaphore(layout, s) for s in v.get("semaphores", ())),
+        nodeset=v.get("nodeset"),
+        tags=v.get("tags", ()),
+        files=v.get("files", ()),
+        irrelevant_files=v.get("irrelevant-files", ()),
+    )
+
+
+def _semaphore(layout: Layout, name: str) -> Semaphore:
+    semaphore = layout.semaphore(name)
+    return Semaphore(semaphore.name, semaphore.max)

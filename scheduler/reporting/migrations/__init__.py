@@ -1,0 +1,1 @@
+"""Alembic migrations of the build history schema (run by ``schema.ensure_schema``)."""

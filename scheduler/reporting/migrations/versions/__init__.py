@@ -1,0 +1,1 @@
+"""Alembic revisions, oldest first; each file one revision, never edited once released."""

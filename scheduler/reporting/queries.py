@@ -1,0 +1,261 @@
+"""Reading build history: the data of ``sluice builds`` / ``sluice buildsets``.
+
+The dictionaries returned here are printed as-is by ``--json``: their keys
+are a stable interface (keys may be added, never renamed or removed). Times
+are ISO-8601 UTC strings, ``YYYY-MM-DDTHH:MM:SSZ``, or null; ``result`` is
+one of :class:`~scheduler.reporting.results.BuildResult`'s values, or null
+while running. Lists are newest first.
+
+:func:`job_durations` gives the last successful durations of a job, the
+basis of the status page's progress estimates (:func:`estimate_duration`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TypedDict, TypeVar
+
+from sqlalchemy import Engine, Select, select
+from sqlalchemy.orm import Session
+
+from scheduler.reporting.database import read_only_options
+from scheduler.reporting.models import BuildRow, BuildsetRow
+from scheduler.reporting.results import BuildResult
+
+S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# How many successful runs a progress estimate averages (as Zuul does).
+DURATION_SAMPLES = 10
+
+
+class BuildDict(TypedDict):
+    uuid: str
+    attempt: int
+    job: str
+    tenant: str
+    pipeline: str
+    project: str
+    branch: str
+    ref: str
+    change: str
+    newrev: str
+    buildset: str
+    voting: bool
+    nodeset: str
+    executor: str
+    result: str | None
+    final: bool
+    start_time: str | None
+    end_time: str | None
+    duration: float | None
+    log_url: str
+    error_detail: str
+
+
+class BuildsetDict(TypedDict):
+    uuid: str
+    tenant: str
+    pipeline: str
+    project: str
+    branch: str
+    ref: str
+    change: str
+    newrev: str
+    event_id: str
+    result: str | None
+    message: str
+    start_time: str | None
+    end_time: str | None
+
+
+def format_time(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).strftime(TIME_FORMAT)
+
+
+def _duration(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return (end - start).total_seconds()
+
+
+def _result(value: BuildResult | None) -> str | None:
+    return None if value is None else BuildResult(value).value
+
+
+def build_dict(build: BuildRow, buildset_uuid: str) -> BuildDict:
+    return BuildDict(
+        uuid=build.uuid,
+        attempt=build.attempt,
+        job=build.job,
+        tenant=build.tenant,
+        pipeline=build.pipeline,
+        project=build.project,
+        branch=build.branch,
+        ref=build.ref,
+        change=build.change,
+        newrev=build.newrev,
+        buildset=buildset_uuid,
+        voting=build.voting,
+        nodeset=build.nodeset,
+        executor=build.executor,
+        result=_result(build.result),
+        final=build.result is not None and BuildResult(build.result).is_final,
+        start_time=format_time(build.start_time),
+        end_time=format_time(build.end_time),
+        duration=_duration(build.start_time, build.end_time),
+        log_url=build.log_url,
+        error_detail=build.error_detail,
+    )
+
+
+def buildset_dict(buildset: BuildsetRow) -> BuildsetDict:
+    return BuildsetDict(
+        uuid=buildset.uuid,
+        tenant=buildset.tenant,
+        pipeline=buildset.pipeline,
+        project=buildset.project,
+        branch=buildset.branch,
+        ref=buildset.ref,
+        change=buildset.change,
+        newrev=buildset.newrev,
+        event_id=buildset.event_id,
+        result=_result(buildset.result),
+        message=buildset.message,
+        start_time=format_time(buildset.start_time),
+        end_time=format_time(buildset.end_time),
+    )
+
+
+@contextmanager
+def _reading(engine: Engine) -> Iterator[Session]:
+    with (
+        engine.connect().execution_options(**read_only_options()) as connection,
+        Session(bind=connection) as session,
+    ):
+        yield session
+
+
+def _where(stmt: S, filters: Mapping[Any, object]) -> S:
+    for column, value in filters.items():
+        if value is not None:
+            stmt = stmt.where(column == value)
+    return stmt
+
+
+def _page(stmt: S, limit: int | None, offset: int) -> S:
+    if offset:
+        stmt = stmt.offset(offset)
+    return stmt if limit is None else stmt.limit(limit)
+
+
+def list_builds(
+    engine: Engine,
+    *,
+    tenant: str | None = None,
+    project: str | None = None,
+    pipeline: str | None = None,
+    job: str | None = None,
+    branch: str | None = None,
+    ref: str | None = None,
+    change: str | None = None,
+    result: BuildResult | str | None = None,
+    buildset: str | None = None,
+    uuid: str | None = None,
+    voting: bool | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[BuildDict]:
+    """Build attempts matching every filter given, newest first."""
+    filters: dict[Any, object] = {
+        BuildRow.tenant: tenant,
+        BuildRow.project: project,
+        BuildRow.pipeline: pipeline,
+        BuildRow.job: job,
+        BuildRow.branch: branch,
+        BuildRow.ref: ref,
+        BuildRow.change: change,
+        BuildRow.result: None if result is None else BuildResult(result),
+        BuildsetRow.uuid: buildset,
+        BuildRow.uuid: uuid,
+        BuildRow.voting: voting,
+    }
+    stmt = select(BuildRow, BuildsetRow.uuid).join(BuildRow.buildset)
+    stmt = _page(_where(stmt, filters).order_by(BuildRow.id.desc()), limit, offset)
+    with _reading(engine) as session:
+        return [build_dict(build, buildset_uuid) for build, buildset_uuid in session.execute(stmt)]
+
+
+def list_buildsets(
+    engine: Engine,
+    *,
+    tenant: str | None = None,
+    project: str | None = None,
+    pipeline: str | None = None,
+    branch: str | None = None,
+    ref: str | None = None,
+    change: str | None = None,
+    result: BuildResult | str | None = None,
+    uuid: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[BuildsetDict]:
+    """Buildsets matching every filter given, newest first."""
+    filters: dict[Any, object] = {
+        BuildsetRow.tenant: tenant,
+        BuildsetRow.project: project,
+        BuildsetRow.pipeline: pipeline,
+        BuildsetRow.branch: branch,
+        BuildsetRow.ref: ref,
+        BuildsetRow.change: change,
+        BuildsetRow.result: None if result is None else BuildResult(result),
+        BuildsetRow.uuid: uuid,
+    }
+    stmt = _page(
+        _where(select(BuildsetRow), filters).order_by(BuildsetRow.id.desc()), limit, offset
+    )
+    with _reading(engine) as session:
+        return [buildset_dict(row) for row in session.scalars(stmt)]
+
+
+def job_durations(
+    engine: Engine,
+    *,
+    tenant: str,
+    job: str,
+    project: str | None = None,
+    branch: str | None = None,
+    limit: int = DURATION_SAMPLES,
+) -> list[float]:
+    """Seconds taken by the last ``limit`` successful runs of a job, newest first."""
+    filters: dict[Any, object] = {
+        BuildRow.tenant: tenant,
+        BuildRow.job: job,
+        BuildRow.project: project,
+        BuildRow.branch: branch,
+        BuildRow.result: BuildResult.SUCCESS,
+    }
+    stmt = (
+        _where(select(BuildRow.start_time, BuildRow.end_time), filters)
+        .where(BuildRow.start_time.is_not(None), BuildRow.end_time.is_not(None))
+        .order_by(BuildRow.end_time.desc(), BuildRow.id.desc())
+        .limit(limit)
+    )
+    with _reading(engine) as session:
+        rows = session.execute(stmt).all()
+    return [d for start, end in rows if (d := _duration(start, end)) is not None]
+
+
+def estimate_duration(
+    engine: Engine,
+    *,
+    tenant: str,
+    job: str,
+    project: str | None = None,
+    branch: str | None = None,
+) -> float | None:
+    """The expected seconds of a job's next run (mean of recent successes), or None."""
+    durations = job_durations(engine, tenant=tenant, job=job, project=project, branch=branch)
+    return sum(durations) / len(durations) if durations else None

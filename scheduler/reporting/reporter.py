@@ -1,0 +1,91 @@
+"""Reporters as hooks: the protocol, and a set that calls each in turn.
+
+The scheduler reports four moments of a buildset's life to every configured
+reporter (SQL, log, later code-review systems). A reporter is a hook, not a
+step of the pipeline: :class:`ReporterSet` logs a failing reporter with its
+traceback and goes on to the next one, and tells the caller which failed so
+it may retry them later. Every reporter must be idempotent (a redelivered
+task reports again).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Protocol, runtime_checkable
+
+from scheduler.reporting.records import (
+    BuildEnd,
+    BuildsetEnd,
+    BuildsetInfo,
+    BuildsetStart,
+    BuildStart,
+)
+
+log = logging.getLogger("sluice.reporting")
+
+
+@runtime_checkable
+class Reporter(Protocol):
+    """What the scheduler calls; every method must be safe to call twice."""
+
+    @property
+    def name(self) -> str: ...
+
+    def record_buildset_start(self, record: BuildsetStart) -> None: ...
+
+    def record_build_start(self, record: BuildStart) -> None: ...
+
+    def record_build_end(self, record: BuildEnd) -> None: ...
+
+    def record_buildset_end(self, record: BuildsetEnd) -> None: ...
+
+
+class ReporterSet:
+    """Calls every reporter; a failure is logged, never raised.
+
+    Each method returns the names of the reporters that failed (empty when
+    all succeeded).
+    """
+
+    def __init__(self, reporters: Iterable[Reporter]) -> None:
+        self.reporters: tuple[Reporter, ...] = tuple(reporters)
+
+    def record_buildset_start(self, record: BuildsetStart) -> tuple[str, ...]:
+        return self._each(
+            "buildset start", record.buildset, lambda r: r.record_buildset_start(record)
+        )
+
+    def record_build_start(self, record: BuildStart) -> tuple[str, ...]:
+        return self._each(
+            f"build start {record.build.uuid}",
+            record.buildset,
+            lambda r: r.record_build_start(record),
+        )
+
+    def record_build_end(self, record: BuildEnd) -> tuple[str, ...]:
+        return self._each(
+            f"build end {record.build.uuid}", record.buildset, lambda r: r.record_build_end(record)
+        )
+
+    def record_buildset_end(self, record: BuildsetEnd) -> tuple[str, ...]:
+        return self._each("buildset end", record.buildset, lambda r: r.record_buildset_end(record))
+
+    def _each(
+        self, what: str, buildset: BuildsetInfo, call: Callable[[Reporter], None]
+    ) -> tuple[str, ...]:
+        failed: list[str] = []
+        for reporter in self.reporters:
+            try:
+                call(reporter)
+            except Exception:  # a hook boundary: log it, never stop the pipeline
+                log.exception(
+                    "reporter %s failed on %s (tenant=%s pipeline=%s buildset=%s)",
+                    reporter.name,
+                    what,
+                    buildset.tenant,
+                    buildset.pipeline,
+                    buildset.uuid,
+                )
+                failed.append(reporter.name)
+        return tuple(failed)

@@ -36,11 +36,13 @@ class Remote:
         self.env = env
         self._clock = 1_700_000_000
 
-    def git(self, *args: str, stdin: bytes | None = None, **extra: str) -> str:
+    def git(
+        self, *args: str, stdin: bytes | None = None, extra: dict[str, str] | None = None
+    ) -> str:
         proc = subprocess.run(
             ["git", *args],
             cwd=self.path,
-            env={**self.env, **extra},
+            env={**self.env, **(extra or {})},
             input=stdin,
             capture_output=True,
             check=True,
@@ -65,21 +67,22 @@ class Remote:
         index.unlink(missing_ok=True)
         idx = {"GIT_INDEX_FILE": str(index)}
         if parent_shas:
-            self.git("read-tree", parent_shas[0], **idx)
+            self.git("read-tree", parent_shas[0], extra=idx)
         for name, text in files.items():
             if text is None:
-                self.git("update-index", "--force-remove", name, **idx)
+                removal = f"0 {'0' * 40}\t{name}\n".encode()
+                self.git("update-index", "--index-info", stdin=removal, extra=idx)
                 continue
             blob = self.git("hash-object", "-w", "--stdin", stdin=text.encode())
-            self.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", **idx)
-        tree = self.git("write-tree", **idx)
+            self.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", extra=idx)
+        tree = self.git("write-tree", extra=idx)
         index.unlink(missing_ok=True)
         self._clock += 60
         date = f"{self._clock} +0000"
         args = ["commit-tree", tree, "-m", message]
         for sha in parent_shas:
             args += ["-p", sha]
-        sha = self.git(*args, GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
+        sha = self.git(*args, extra={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
         if ref:
             self.git("update-ref", ref, sha)
         return sha

@@ -9,9 +9,10 @@ from tests.merger.gitrepos import Remotes
 from workers.merger import Change, MergeJob, ProjectRef, RepoCache, Status, run_merge_job
 
 
-def one(project: str = "org/a", **kw: str) -> MergeJob:
-    values = {"ref": "refs/changes/1", **kw}
-    return MergeJob("err", (Change("git", project, values.pop("branch", "main"), **values),))
+def one(
+    project: str = "org/a", branch: str = "main", ref: str = "refs/changes/1", commit: str = ""
+) -> MergeJob:
+    return MergeJob("err", (Change("git", project, branch, ref=ref, commit=commit),))
 
 
 def test_unreachable_remote(remotes: Remotes, cache: RepoCache) -> None:

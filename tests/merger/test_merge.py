@@ -22,14 +22,19 @@ from workers.merger import (
 )
 
 
-def change(number: int, project: str = "org/a", **kw: object) -> Change:
+def change(
+    number: int,
+    project: str = "org/a",
+    branch: str = "main",
+    merge_mode: MergeMode = MergeMode.MERGE,
+) -> Change:
     return Change(
         connection="git",
         project=project,
-        branch=str(kw.pop("branch", "main")),
+        branch=branch,
         ref=f"refs/changes/{number}",
+        merge_mode=merge_mode,
         change_id=f"{number},1",
-        **kw,  # type: ignore[arg-type]
     )
 
 

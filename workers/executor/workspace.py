@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -107,6 +107,21 @@ def remove_workspace(layout: BuildLayout) -> None:
 
     if layout.root.exists():
         shutil.rmtree(layout.root, onerror=make_writable_and_retry)
+
+
+def remove_stale_workspaces(state_dir: Path, keep: Collection[str]) -> list[str]:
+    """Remove the workspace of every build not in ``keep``; the uuids removed.
+
+    For a worker's start-up (a worker killed mid-build leaves its workspaces
+    behind): ``keep`` names the builds still running or held.
+    """
+    builds = state_dir / "builds"
+    removed = []
+    for folder in sorted(builds.iterdir()) if builds.is_dir() else []:
+        if folder.is_dir() and folder.name not in keep:
+            remove_workspace(BuildLayout(root=folder, log_dir=state_dir / "logs" / folder.name))
+            removed.append(folder.name)
+    return removed
 
 
 def checkout_projects(spec: BuildSpec, layout: BuildLayout) -> None:

@@ -1,0 +1,61 @@
+"""A worker killed with kill -9 mid-build leaves no job process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from scheduler.stack.process import is_alive
+from tests.executor.helpers import LEFTOVERS, Repo, make_spec, processes_of_build, read_pids
+from tests.fixtures.waiting import wait_until
+from workers.executor import RunnerOptions
+from workers.executor.workspace import remove_stale_workspaces
+
+ROOT = Path(__file__).resolve().parents[2]
+
+RUN_ONE_BUILD = """
+import sys
+from pathlib import Path
+from workers.executor import BaseControl, BuildSpec, RunnerOptions, run_build
+spec = BuildSpec.from_json(Path(sys.argv[1]).read_text())
+run_build(spec, BaseControl(), RunnerOptions(state_dir=Path(sys.argv[2])))
+"""
+
+
+def test_killed_worker_leaves_no_job_processes(
+    repo: Repo, tmp_path: Path, options: RunnerOptions
+) -> None:
+    repo.script("run.sh", LEFTOVERS + "sleep 30")
+    spec = make_spec(repo, repo.commit())
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.to_json())
+    worker = subprocess.Popen(
+        [sys.executable, "-c", RUN_ONE_BUILD, str(spec_file), str(options.state_dir)],
+        cwd=ROOT,
+    )
+    try:
+        log_dir = options.state_dir / "logs" / spec.build_uuid
+        wait_until(
+            lambda: "leftovers started" in (log_dir / "job-output.txt").read_text(),
+            10,
+            "the job to start",
+        )
+        assert len(processes_of_build(spec.build_uuid)) >= 4
+
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(5)
+
+        wait_until(lambda: not processes_of_build(spec.build_uuid), 5, "the job's tree to die")
+        assert not [pid for pid in read_pids(log_dir / "pids") if is_alive(pid)]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+    # The next start of the worker removes what the dead one left.
+    assert remove_stale_workspaces(options.state_dir, keep=set()) == [spec.build_uuid]
+    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
+    assert (options.state_dir / "logs" / spec.build_uuid / "job-output.txt").exists()

@@ -1,0 +1,370 @@
+"""The pipeline manager: events in, state advanced, intents out.
+
+A manager is pure: it changes a :class:`~scheduler.model.item.PipelineState`
+in memory and records what must happen outside (merge and build requests,
+cancels, reports) as :class:`Intents`. The processing layer
+(:mod:`scheduler.processing`) commits the changed state and the requests in
+one fenced ZooKeeper transaction, then sends the nudges and runs the
+reporters. Nothing here does I/O, so every rule is unit-tested directly.
+
+Reporting is two-phase so no report is lost to a crash: an item that
+finished gets its result and stays in the pipeline; the processor runs the
+reporters (idempotent by uuid) after the commit, then calls
+:meth:`PipelineManager.finish_reported` to remove it.
+
+Subclasses (independent, dependent, serial, supercedent) change how items
+are queued and which changes a merge stacks; the rest is shared.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from scheduler.manager import events as ev
+from scheduler.model.build import Build, BuildState, JobInfo, JobState
+from scheduler.model.change import Change
+from scheduler.model.item import BuildSet, ChangeQueue, MergeState, PipelineState, QueueItem
+from scheduler.model.results import Result
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """What a manager needs of its pipeline's configuration."""
+
+    name: str
+    manager: str = "independent"
+    dequeue_on_new_patchset: bool = True
+
+
+@dataclass(frozen=True)
+class FreezeResult:
+    """Frozen jobs for an item, or the configuration errors that prevent them."""
+
+    jobs: tuple[JobInfo, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+class LayoutProvider(Protocol):
+    def freeze(self, item: QueueItem, outcome: ev.MergeOutcome) -> FreezeResult:
+        """The job graph of ``item`` under the (possibly speculative) layout."""
+
+
+class SemaphoreLedger(Protocol):
+    def try_acquire(self, name: str, holder: str) -> bool:
+        """Take one slot of semaphore ``name`` for ``holder`` if one is free."""
+
+    def release(self, name: str, holder: str) -> None:
+        """Give back ``holder``'s slot (harmless if it holds none)."""
+
+
+@dataclass(frozen=True)
+class MergeIntent:
+    item: str
+    buildset: str
+    request: str
+    changes: tuple[Change, ...]
+
+
+@dataclass(frozen=True)
+class BuildIntent:
+    item: str
+    buildset: str
+    build: Build
+    job: JobInfo
+    parent_data: dict[str, Any]
+
+
+@dataclass
+class Intents:
+    """What the pass asks of the outside world, in the order it was decided."""
+
+    merges: list[MergeIntent] = field(default_factory=list)
+    builds: list[BuildIntent] = field(default_factory=list)
+    cancels: list[str] = field(default_factory=list)
+    reports: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.merges or self.builds or self.cancels or self.reports)
+
+
+def new_uuid() -> str:
+    return uuid.uuid4().hex
+
+
+class PipelineManager:
+    """Behaviour shared by every manager; subclasses override the queueing rules."""
+
+    kind = "base"
+
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        layouts: LayoutProvider,
+        semaphores: SemaphoreLedger,
+        clock: Callable[[], float] = time.time,
+        make_uuid: Callable[[], str] = new_uuid,
+    ) -> None:
+        self.settings = settings
+        self.layouts = layouts
+        self.semaphores = semaphores
+        self.clock = clock
+        self.make_uuid = make_uuid
+        self.intents = Intents()
+
+    # -- queueing rules (overridden by subclasses) ---------------------------
+
+    def queue_for(self, state: PipelineState, change: Change) -> ChangeQueue:
+        """The queue a new item of ``change`` joins."""
+        raise NotImplementedError
+
+    def changes_to_merge(self, state: PipelineState, item: QueueItem) -> tuple[Change, ...]:
+        """The changes a merge for ``item`` stacks, in order (``item``'s last)."""
+        return (item.change,)
+
+    def ready_to_merge(self, state: PipelineState, item: QueueItem) -> bool:
+        return item.active
+
+    # -- events ----------------------------------------------------------------
+
+    def apply(self, state: PipelineState, event: ev.PipelineEvent) -> None:
+        """Apply one event to ``state``; stale or duplicate events change nothing."""
+        if isinstance(event, ev.Enqueue):
+            self.enqueue(state, event.change, event.event_id)
+        elif isinstance(event, ev.Dequeue):
+            self.dequeue_change(state, event.change)
+        elif isinstance(event, ev.MergeCompleted):
+            self._merge_completed(state, event)
+        elif isinstance(event, ev.BuildStarted | ev.BuildPaused):
+            self._build_progress(state, event)
+        else:
+            self._build_completed(state, event)
+
+    def enqueue(self, state: PipelineState, change: Change, event_id: str = "") -> QueueItem:
+        """Add ``change``; an identical live item is returned instead of a second one."""
+        for existing in state.find(change):
+            if existing.change.commit == change.commit:
+                return existing
+            if self.settings.dequeue_on_new_patchset:
+                self.dequeue(state, existing, "superseded by a newer commit", report=True)
+        queue = self.queue_for(state, change)
+        item = QueueItem(
+            uuid=self.make_uuid(),
+            change=change,
+            queue=queue.name,
+            buildset=BuildSet(uuid=self.make_uuid()),
+            enqueue_time=self.clock(),
+            event_id=event_id,
+        )
+        state.items[item.uuid] = item
+        queue.items.append(item.uuid)
+        log.info("%s: enqueued %s as item %s", self.settings.name, change.key, item.uuid)
+        return item
+
+    def dequeue_change(self, state: PipelineState, change: Change) -> list[QueueItem]:
+        items = state.find(change)
+        for item in items:
+            self.dequeue(state, item, "dequeued by request", report=True)
+        return items
+
+    def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None:
+        """Take ``item`` out: abort its builds, free its semaphores, report DEQUEUED."""
+        self.abort_builds(item)
+        item.dequeued = True
+        if item.result is None:
+            item.result = Result.DEQUEUED
+            item.message = why
+        if not report:
+            item.reported = True
+
+    def abort_builds(self, item: QueueItem) -> None:
+        for job in item.buildset.graph:
+            build = job.current
+            if build is not None and not build.done:
+                self.intents.cancels.append(build.uuid)
+                build.state = BuildState.COMPLETED
+                build.result = Result.ABORTED
+                build.end_time = self.clock()
+            self._release_semaphores(item, job)
+            if job.result is None:
+                job.skipped = Result.SKIPPED
+
+    def _item_and_buildset(
+        self, state: PipelineState, item_uuid: str, buildset_uuid: str
+    ) -> QueueItem | None:
+        item = state.items.get(item_uuid)
+        if item is None or item.buildset.uuid != buildset_uuid or item.dequeued:
+            return None  # a stale event for a reset buildset or a finished item
+        return item
+
+    def _merge_completed(self, state: PipelineState, event: ev.MergeCompleted) -> None:
+        item = self._item_and_buildset(state, event.item, event.buildset)
+        if item is None or item.buildset.merge_state is not MergeState.PENDING:
+            return
+        buildset = item.buildset
+        if buildset.merge_request != event.request:
+            return
+        buildset.merge_state = MergeState.COMPLETE
+        outcome = event.outcome
+        if not outcome.ok:
+            buildset.merge_error = outcome.error or "merge failed"
+            return
+        buildset.repo_state = dict(outcome.repo_state)
+        buildset.files = list(outcome.files)
+        frozen = self.layouts.freeze(item, outcome)
+        if frozen.errors:
+            buildset.config_errors = list(frozen.errors)
+            return
+        buildset.jobs = {job.name: JobState(info=job) for job in frozen.jobs}
+
+    def _find_build(
+        self, state: PipelineState, event: ev.BuildStarted | ev.BuildPaused | ev.BuildCompleted
+    ) -> tuple[QueueItem, JobState, Build] | None:
+        item = self._item_and_buildset(state, event.item, event.buildset)
+        if item is None or item.buildset.jobs is None:
+            return None
+        job = item.buildset.jobs.get(event.job)
+        if job is None:
+            return None
+        for build in job.builds:
+            if build.uuid == event.build:
+                return item, job, build
+        return None
+
+    def _build_progress(
+        self, state: PipelineState, event: ev.BuildStarted | ev.BuildPaused
+    ) -> None:
+        found = self._find_build(state, event)
+        if found is None or found[2].done:
+            return
+        _, _, build = found
+        if isinstance(event, ev.BuildStarted):
+            build.state = BuildState.RUNNING
+            build.start_time = event.time
+            build.worker = event.worker
+        else:
+            build.state = BuildState.PAUSED
+
+    def _build_completed(self, state: PipelineState, event: ev.BuildCompleted) -> None:
+        found = self._find_build(state, event)
+        if found is None or found[2].done:
+            return  # duplicate or stale
+        item, job, build = found
+        build.state = BuildState.COMPLETED
+        build.result = event.result
+        build.message = event.message
+        build.start_time = event.start_time or build.start_time
+        build.end_time = event.end_time or self.clock()
+        build.result_data = dict(event.result_data)
+        build.log_path = event.log_path
+        self._release_semaphores(item, job)
+
+    # -- advancing ---------------------------------------------------------------
+
+    def advance(self, state: PipelineState) -> None:
+        """Move every item as far as it can go now."""
+        for item in list(state.items_in_order()):
+            if item.dequeued:
+                self._finish(item)
+                continue
+            self.advance_item(state, item)
+
+    def advance_item(self, state: PipelineState, item: QueueItem) -> None:
+        buildset = item.buildset
+        if buildset.merge_state is MergeState.NEW:
+            if self.ready_to_merge(state, item):
+                self._request_merge(state, item)
+            return
+        if buildset.merge_state is MergeState.PENDING:
+            return
+        if buildset.merge_error is not None:
+            self.set_result(item, Result.MERGE_CONFLICT, buildset.merge_error)
+        elif buildset.config_errors:
+            self.set_result(item, Result.CONFIG_ERROR, "\n".join(buildset.config_errors))
+        else:
+            self._run_jobs(item)
+        self._finish(item)
+
+    def _request_merge(self, state: PipelineState, item: QueueItem) -> None:
+        request = self.make_uuid()
+        item.buildset.merge_state = MergeState.PENDING
+        item.buildset.merge_request = request
+        changes = self.changes_to_merge(state, item)
+        self.intents.merges.append(MergeIntent(item.uuid, item.buildset.uuid, request, changes))
+
+    def _run_jobs(self, item: QueueItem) -> None:
+        graph = item.buildset.graph
+        for job in graph:
+            if job.result is not None or job.running:
+                continue
+            if job.current is None and graph.blocked_by_failure(job):
+                job.skipped = Result.SKIPPED
+            elif job.needs_retry or (job.current is None and graph.ready(job)):
+                self._start_build(item, job)
+        if graph.complete and item.result is None:
+            self.item_completed(item)
+
+    def _start_build(self, item: QueueItem, job: JobState) -> None:
+        holder = self._semaphore_holder(item, job)
+        taken: list[str] = []
+        for name in job.info.semaphores:
+            if not self.semaphores.try_acquire(name, holder):
+                for got in taken:
+                    self.semaphores.release(got, holder)
+                job.waiting_for_semaphore = name
+                return
+            taken.append(name)
+        job.waiting_for_semaphore = None
+        attempt = (job.current.attempt + 1) if job.current else 1
+        build = Build(uuid=self.make_uuid(), job=job.name, attempt=attempt)
+        job.builds.append(build)
+        parent_data = item.buildset.graph.parent_data(job)
+        self.intents.builds.append(
+            BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data)
+        )
+
+    def _semaphore_holder(self, item: QueueItem, job: JobState) -> str:
+        return f"{item.buildset.uuid}/{job.name}"
+
+    def _release_semaphores(self, item: QueueItem, job: JobState) -> None:
+        holder = self._semaphore_holder(item, job)
+        for name in job.info.semaphores:
+            self.semaphores.release(name, holder)
+
+    def item_completed(self, item: QueueItem) -> None:
+        """Every job has a result: decide the item's."""
+        failed = [
+            job.name
+            for job in item.buildset.graph
+            if job.info.voting and job.result not in (Result.SUCCESS, Result.SKIPPED)
+        ]
+        if failed:
+            self.set_result(item, Result.FAILURE, "failed: " + ", ".join(sorted(failed)))
+        else:
+            self.set_result(item, Result.SUCCESS, "")
+
+    def set_result(self, item: QueueItem, result: Result, message: str) -> None:
+        if item.result is None:
+            item.result = result
+            item.message = message
+            item.buildset.result = result
+            item.buildset.message = message
+
+    def _finish(self, item: QueueItem) -> None:
+        if item.result is not None and not item.reported:
+            self.intents.reports.append(item.uuid)
+
+    def finish_reported(self, state: PipelineState, item_uuids: Iterable[str]) -> None:
+        """Reporters ran for these items: they leave the pipeline."""
+        for item_uuid in item_uuids:
+            item = state.items.get(item_uuid)
+            if item is not None:
+                item.reported = True
+                item.dequeued = True
+                state.remove(item)

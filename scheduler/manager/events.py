@@ -1,0 +1,164 @@
+"""Typed pipeline events, decoded from the pipeline's event queues.
+
+A payload is a JSON mapping with a ``type``; :func:`decode` turns it into one
+of the classes below or raises :class:`MalformedEventError` naming what is
+wrong (the caller logs it with the event's path and acknowledges it, so a bad
+event never wedges the queue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.errors import SluiceError
+from scheduler.model.change import Change
+from scheduler.model.results import Result
+
+
+class MalformedEventError(SluiceError):
+    """A queued event does not have the shape its type requires."""
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    change: Change
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class Dequeue:
+    change: Change
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class MergeOutcome:
+    """What a merge job produced for one buildset."""
+
+    ok: bool
+    repo_state: dict[str, Any] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+    # config file path -> text per "project@branch", from the merged tree
+    config_files: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class MergeCompleted:
+    item: str
+    buildset: str
+    request: str
+    outcome: MergeOutcome
+
+
+@dataclass(frozen=True)
+class BuildStarted:
+    build: str
+    item: str
+    buildset: str
+    job: str
+    time: float
+    worker: str = ""
+
+
+@dataclass(frozen=True)
+class BuildPaused:
+    build: str
+    item: str
+    buildset: str
+    job: str
+
+
+@dataclass(frozen=True)
+class BuildCompleted:
+    build: str
+    item: str
+    buildset: str
+    job: str
+    result: Result
+    message: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    result_data: Mapping[str, Any] = field(default_factory=dict)
+    log_path: str = ""
+
+
+PipelineEvent = Enqueue | Dequeue | MergeCompleted | BuildStarted | BuildPaused | BuildCompleted
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise MalformedEventError(f"'{key}' must be a non-empty string, got {value!r}")
+    return value
+
+
+def _change(data: Mapping[str, Any]) -> Change:
+    raw = data.get("change")
+    if not isinstance(raw, Mapping):
+        raise MalformedEventError(f"'change' must be a mapping, got {raw!r}")
+    for key in ("connection", "project", "branch", "ref"):
+        _text(raw, key)
+    return Change.from_dict(dict(raw))
+
+
+def _build_ids(data: Mapping[str, Any]) -> dict[str, str]:
+    return {key: _text(data, key) for key in ("build", "item", "buildset", "job")}
+
+
+def _enqueue(data: Mapping[str, Any]) -> PipelineEvent:
+    return Enqueue(_change(data), str(data.get("event_id", "")))
+
+
+def _dequeue(data: Mapping[str, Any]) -> PipelineEvent:
+    return Dequeue(_change(data), str(data.get("event_id", "")))
+
+
+def _build_started(data: Mapping[str, Any]) -> PipelineEvent:
+    return BuildStarted(
+        **_build_ids(data), time=float(data.get("time", 0.0)), worker=str(data.get("worker", ""))
+    )
+
+
+def _build_paused(data: Mapping[str, Any]) -> PipelineEvent:
+    return BuildPaused(**_build_ids(data))
+
+
+def _build_completed(data: Mapping[str, Any]) -> PipelineEvent:
+    try:
+        result = Result(str(data.get("result")))
+    except ValueError:
+        raise MalformedEventError(f"unknown build result {data.get('result')!r}") from None
+    return BuildCompleted(
+        **_build_ids(data),
+        result=result,
+        message=str(data.get("message", "")),
+        start_time=data.get("start_time"),
+        end_time=data.get("end_time"),
+        result_data=dict(data.get("result_data") or {}),
+        log_path=str(data.get("log_path", "")),
+    )
+
+
+# MergeCompleted is built by the processor, which reads the merge result
+# that the event only names (see scheduler.processing).
+_DECODERS: dict[str, Callable[[Mapping[str, Any]], PipelineEvent]] = {
+    "enqueue": _enqueue,
+    "dequeue": _dequeue,
+    "build-started": _build_started,
+    "build-paused": _build_paused,
+    "build-completed": _build_completed,
+}
+
+
+def decode(payload: Mapping[str, Any]) -> PipelineEvent:
+    kind = payload.get("type")
+    decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
+    if decoder is None:
+        raise MalformedEventError(f"unknown event type {kind!r}")
+    try:
+        return decoder(payload)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise MalformedEventError(f"{kind} event: {exc}") from None

@@ -1,0 +1,229 @@
+"""Frozen jobs as the scheduler sees them, builds, and the job graph of a buildset."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.model.results import RETRYABLE, Result
+
+
+class BuildState(enum.StrEnum):
+    """The life of one build request (seed 003)."""
+
+    REQUESTED = "REQUESTED"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+
+
+@dataclass(frozen=True)
+class Dependency:
+    name: str
+    soft: bool = False
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What scheduling needs of a frozen job; ``spec`` is the rest, for the executor."""
+
+    name: str
+    dependencies: tuple[Dependency, ...] = ()
+    voting: bool = True
+    attempts: int = 3
+    semaphores: tuple[str, ...] = ()
+    spec: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dependencies": [{"name": d.name, "soft": d.soft} for d in self.dependencies],
+            "voting": self.voting,
+            "attempts": self.attempts,
+            "semaphores": list(self.semaphores),
+            "spec": dict(self.spec),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobInfo:
+        return cls(
+            name=str(data["name"]),
+            dependencies=tuple(
+                Dependency(str(d["name"]), bool(d.get("soft", False)))
+                for d in data.get("dependencies", ())
+            ),
+            voting=bool(data.get("voting", True)),
+            attempts=int(data.get("attempts", 3)),
+            semaphores=tuple(str(s) for s in data.get("semaphores", ())),
+            spec=dict(data.get("spec", {})),
+        )
+
+
+@dataclass
+class Build:
+    """One attempt of a job; its uuid is also the uuid of its executor request."""
+
+    uuid: str
+    job: str
+    attempt: int
+    state: BuildState = BuildState.REQUESTED
+    result: Result | None = None
+    message: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    result_data: dict[str, Any] = field(default_factory=dict)
+    log_path: str = ""
+    worker: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.state is BuildState.COMPLETED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uuid": self.uuid,
+            "job": self.job,
+            "attempt": self.attempt,
+            "state": self.state.value,
+            "result": self.result.value if self.result else None,
+            "message": self.message,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "result_data": self.result_data,
+            "log_path": self.log_path,
+            "worker": self.worker,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Build:
+        result = data.get("result")
+        return cls(
+            uuid=str(data["uuid"]),
+            job=str(data["job"]),
+            attempt=int(data.get("attempt", 1)),
+            state=BuildState(data.get("state", BuildState.REQUESTED.value)),
+            result=Result(result) if result else None,
+            message=str(data.get("message", "")),
+            start_time=data.get("start_time"),
+            end_time=data.get("end_time"),
+            result_data=dict(data.get("result_data") or {}),
+            log_path=str(data.get("log_path", "")),
+            worker=str(data.get("worker", "")),
+        )
+
+
+@dataclass
+class JobState:
+    """A frozen job of a buildset and the builds run for it, oldest first."""
+
+    info: JobInfo
+    builds: list[Build] = field(default_factory=list)
+    # Set when the job will not run (a hard dependency failed, the item ended).
+    skipped: Result | None = None
+    waiting_for_semaphore: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def current(self) -> Build | None:
+        return self.builds[-1] if self.builds else None
+
+    @property
+    def result(self) -> Result | None:
+        """The job's final result, or None while it may still run."""
+        if self.skipped is not None:
+            return self.skipped
+        build = self.current
+        if build is None or not build.done:
+            return None
+        if build.result in RETRYABLE:
+            return Result.RETRY_LIMIT if build.attempt >= self.info.attempts else None
+        return build.result
+
+    @property
+    def needs_retry(self) -> bool:
+        build = self.current
+        return (
+            self.skipped is None
+            and build is not None
+            and build.done
+            and build.result in RETRYABLE
+            and build.attempt < self.info.attempts
+        )
+
+    @property
+    def running(self) -> bool:
+        build = self.current
+        return build is not None and not build.done
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "info": self.info.to_dict(),
+            "skipped": self.skipped.value if self.skipped else None,
+            "waiting_for_semaphore": self.waiting_for_semaphore,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], builds: list[Build]) -> JobState:
+        skipped = data.get("skipped")
+        return cls(
+            info=JobInfo.from_dict(data["info"]),
+            builds=sorted(builds, key=lambda b: b.attempt),
+            skipped=Result(skipped) if skipped else None,
+            waiting_for_semaphore=data.get("waiting_for_semaphore"),
+        )
+
+
+class JobGraph:
+    """The jobs of a buildset with their dependencies (already checked for cycles)."""
+
+    def __init__(self, jobs: Mapping[str, JobState]) -> None:
+        self.jobs = jobs
+
+    def __iter__(self) -> Iterator[JobState]:
+        return iter(self.jobs.values())
+
+    def _dependency_states(self, job: JobState) -> Iterator[tuple[Dependency, JobState | None]]:
+        for dep in job.info.dependencies:
+            yield dep, self.jobs.get(dep.name)
+
+    def blocked_by_failure(self, job: JobState) -> bool:
+        """A hard dependency ended without success: the job can never run."""
+        for dep, state in self._dependency_states(job):
+            if dep.soft and (state is None or state.result is Result.SKIPPED):
+                continue
+            if state is None:
+                return True
+            result = state.result
+            if result is not None and result is not Result.SUCCESS:
+                return True
+        return False
+
+    def ready(self, job: JobState) -> bool:
+        """Every dependency that will run has succeeded."""
+        for dep, state in self._dependency_states(job):
+            if state is None:
+                if dep.soft:
+                    continue
+                return False
+            if state.result is Result.SKIPPED and dep.soft:
+                continue
+            if state.result is not Result.SUCCESS:
+                return False
+        return True
+
+    def parent_data(self, job: JobState) -> dict[str, Any]:
+        """Result data of the jobs this job depends on, merged in dependency order."""
+        data: dict[str, Any] = {}
+        for _, state in self._dependency_states(job):
+            if state is not None and state.current is not None:
+                data.update(state.current.result_data)
+        return data
+
+    @property
+    def complete(self) -> bool:
+        return all(job.result is not None for job in self.jobs.values())

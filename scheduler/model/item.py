@@ -1,0 +1,195 @@
+"""Queue items, their buildsets, and the state of one pipeline."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.model.build import JobGraph, JobState
+from scheduler.model.change import Change
+from scheduler.model.results import Result
+
+
+class MergeState(enum.StrEnum):
+    NEW = "NEW"  # no merge requested yet
+    PENDING = "PENDING"  # a merge request is out
+    COMPLETE = "COMPLETE"  # merged (or failed: see BuildSet.merge_error)
+
+
+@dataclass
+class BuildSet:
+    """One attempt at testing an item; a reset replaces it with a new uuid."""
+
+    uuid: str
+    merge_state: MergeState = MergeState.NEW
+    merge_request: str | None = None
+    merge_error: str | None = None
+    # commit per project and branch of the speculative state (its own znode)
+    repo_state: dict[str, Any] | None = None
+    files: list[str] = field(default_factory=list)
+    config_errors: list[str] = field(default_factory=list)
+    # frozen jobs by name; None until the job graph is frozen
+    jobs: dict[str, JobState] | None = None
+    result: Result | None = None
+    message: str = ""
+
+    @property
+    def graph(self) -> JobGraph:
+        return JobGraph(self.jobs or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The buildset node's own data (repo state and jobs live in child nodes)."""
+        return {
+            "uuid": self.uuid,
+            "merge_state": self.merge_state.value,
+            "merge_request": self.merge_request,
+            "merge_error": self.merge_error,
+            "files": self.files,
+            "config_errors": self.config_errors,
+            "frozen": self.jobs is not None,
+            "result": self.result.value if self.result else None,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        repo_state: dict[str, Any] | None,
+        jobs: dict[str, JobState] | None,
+    ) -> BuildSet:
+        result = data.get("result")
+        return cls(
+            uuid=str(data["uuid"]),
+            merge_state=MergeState(data.get("merge_state", MergeState.NEW.value)),
+            merge_request=data.get("merge_request"),
+            merge_error=data.get("merge_error"),
+            repo_state=repo_state,
+            files=list(data.get("files", [])),
+            config_errors=list(data.get("config_errors", [])),
+            jobs=jobs if data.get("frozen") else None,
+            result=Result(result) if result else None,
+            message=str(data.get("message", "")),
+        )
+
+
+@dataclass
+class QueueItem:
+    """A change enqueued in a pipeline."""
+
+    uuid: str
+    change: Change
+    queue: str
+    buildset: BuildSet
+    enqueue_time: float
+    event_id: str = ""
+    # dependent pipelines: the item this one is tested on top of
+    ahead: str | None = None
+    active: bool = True
+    # set when the item leaves the pipeline (reported, dequeued, superseded)
+    dequeued: bool = False
+    reported: bool = False
+    result: Result | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uuid": self.uuid,
+            "change": self.change.to_dict(),
+            "queue": self.queue,
+            "buildset": self.buildset.uuid,
+            "enqueue_time": self.enqueue_time,
+            "event_id": self.event_id,
+            "ahead": self.ahead,
+            "active": self.active,
+            "dequeued": self.dequeued,
+            "reported": self.reported,
+            "result": self.result.value if self.result else None,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], buildset: BuildSet) -> QueueItem:
+        result = data.get("result")
+        return cls(
+            uuid=str(data["uuid"]),
+            change=Change.from_dict(data["change"]),
+            queue=str(data.get("queue", "")),
+            buildset=buildset,
+            enqueue_time=float(data.get("enqueue_time", 0.0)),
+            event_id=str(data.get("event_id", "")),
+            ahead=data.get("ahead"),
+            active=bool(data.get("active", True)),
+            dequeued=bool(data.get("dequeued", False)),
+            reported=bool(data.get("reported", False)),
+            result=Result(result) if result else None,
+            message=str(data.get("message", "")),
+        )
+
+
+@dataclass
+class ChangeQueue:
+    """An ordered queue of items (a shared gate queue, or one per item when independent)."""
+
+    name: str
+    items: list[str] = field(default_factory=list)
+    window: int = 0  # 0: unlimited
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "items": list(self.items), "window": self.window}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChangeQueue:
+        return cls(
+            name=str(data["name"]),
+            items=[str(i) for i in data.get("items", [])],
+            window=int(data.get("window", 0)),
+        )
+
+
+@dataclass
+class PipelineState:
+    """Everything a processing pass needs of one pipeline."""
+
+    tenant: str
+    pipeline: str
+    queues: dict[str, ChangeQueue] = field(default_factory=dict)
+    items: dict[str, QueueItem] = field(default_factory=dict)
+    layout_uuid: str = ""
+
+    def items_in_order(self) -> Iterator[QueueItem]:
+        for queue in list(self.queues.values()):
+            for item_uuid in list(queue.items):
+                item = self.items.get(item_uuid)
+                if item is not None:
+                    yield item
+
+    def find(self, change: Change) -> list[QueueItem]:
+        """Live items of the same change (any patchset)."""
+        return [
+            item
+            for item in self.items.values()
+            if not item.dequeued and item.change.same_change(change)
+        ]
+
+    def queue_of(self, item: QueueItem) -> ChangeQueue:
+        return self.queues[item.queue]
+
+    def remove(self, item: QueueItem) -> None:
+        queue = self.queues.get(item.queue)
+        if queue is not None and item.uuid in queue.items:
+            queue.items.remove(item.uuid)
+            if not queue.items and queue.name.startswith("item:"):
+                del self.queues[queue.name]
+        self.items.pop(item.uuid, None)
+
+    def summary(self) -> dict[str, Any]:
+        """The pipeline node's own data: queue order and layout."""
+        return {
+            "tenant": self.tenant,
+            "pipeline": self.pipeline,
+            "layout_uuid": self.layout_uuid,
+            "queues": [queue.to_dict() for queue in self.queues.values()],
+        }

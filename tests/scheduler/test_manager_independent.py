@@ -1,0 +1,272 @@
+"""The independent manager's rules, driven directly (no services)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+
+import pytest
+
+from scheduler.manager import events as ev
+from scheduler.manager.base import FreezeResult, Intents, PipelineSettings
+from scheduler.manager.independent import IndependentManager
+from scheduler.model.build import BuildState, Dependency, JobInfo
+from scheduler.model.change import Change
+from scheduler.model.item import PipelineState, QueueItem
+from scheduler.model.results import Result
+
+
+class FixedLayout:
+    def __init__(self, jobs: Sequence[JobInfo] = (), errors: Sequence[str] = ()) -> None:
+        self.jobs = tuple(jobs)
+        self.errors = tuple(errors)
+
+    def freeze(self, item: QueueItem, outcome: ev.MergeOutcome) -> FreezeResult:
+        return FreezeResult(self.jobs, self.errors)
+
+
+class Ledger:
+    """An in-memory semaphore ledger with fixed maxima."""
+
+    def __init__(self, maxima: dict[str, int] | None = None) -> None:
+        self.maxima = maxima or {}
+        self.holders: dict[str, set[str]] = defaultdict(set)
+
+    def try_acquire(self, name: str, holder: str) -> bool:
+        held = self.holders[name]
+        if holder in held or len(held) < self.maxima.get(name, 1):
+            held.add(holder)
+            return True
+        return False
+
+    def release(self, name: str, holder: str) -> None:
+        self.holders[name].discard(holder)
+
+
+class Harness:
+    def __init__(
+        self,
+        jobs: Sequence[JobInfo] = (),
+        errors: Sequence[str] = (),
+        semaphores: dict[str, int] | None = None,
+    ) -> None:
+        counter = itertools.count()
+        self.state = PipelineState(tenant="t", pipeline="check")
+        self.ledger = Ledger(semaphores)
+        self.manager = IndependentManager(
+            PipelineSettings("check"),
+            FixedLayout(jobs, errors),
+            self.ledger,
+            clock=lambda: 1000.0,
+            make_uuid=lambda: f"u{next(counter)}",
+        )
+
+    def run(self, *events: ev.PipelineEvent) -> None:
+        for event in events:
+            self.manager.apply(self.state, event)
+        self.manager.advance(self.state)
+
+    def take_intents(self) -> Intents:
+        intents = self.manager.intents
+        self.manager.intents = Intents()
+        return intents
+
+    def merge_ok(self, item: QueueItem) -> ev.MergeCompleted:
+        bs = item.buildset
+        assert bs.merge_request is not None
+        return ev.MergeCompleted(
+            item.uuid,
+            bs.uuid,
+            bs.merge_request,
+            ev.MergeOutcome(ok=True, repo_state={"p": {"main": "abc"}}, files=("a.py",)),
+        )
+
+    def complete(
+        self, item: QueueItem, job: str, result: Result, data: dict[str, object] | None = None
+    ) -> ev.BuildCompleted:
+        assert item.buildset.jobs is not None
+        build = item.buildset.jobs[job].current
+        assert build is not None
+        return ev.BuildCompleted(
+            build.uuid, item.uuid, item.buildset.uuid, job, result, result_data=data or {}
+        )
+
+    def report_all(self) -> list[str]:
+        reported = self.take_intents().reports
+        self.manager.finish_reported(self.state, reported)
+        return reported
+
+
+def change(ref: str = "feature", commit: str = "c1") -> Change:
+    return Change("local", "app", "main", ref, commit)
+
+
+def enqueue(h: Harness, c: Change | None = None) -> QueueItem:
+    h.run(ev.Enqueue(c or change()))
+    return next(iter(h.state.items.values()))
+
+
+def test_enqueue_merge_build_report_dequeue() -> None:
+    h = Harness([JobInfo("lint"), JobInfo("unit", dependencies=(Dependency("lint"),))])
+    item = enqueue(h)
+    intents = h.take_intents()
+    assert [m.changes for m in intents.merges] == [(change(),)]
+
+    h.run(h.merge_ok(item))
+    started = h.take_intents().builds
+    assert [b.job.name for b in started] == ["lint"]  # unit waits for lint
+    assert item.buildset.repo_state == {"p": {"main": "abc"}}
+
+    h.run(h.complete(item, "lint", Result.SUCCESS, {"artifact": "x"}))
+    started = h.take_intents().builds
+    assert [b.job.name for b in started] == ["unit"]
+    assert started[0].parent_data == {"artifact": "x"}
+
+    h.run(h.complete(item, "unit", Result.SUCCESS))
+    assert item.result is Result.SUCCESS
+    assert h.report_all() == [item.uuid]
+    assert h.state.items == {} and h.state.queues == {}
+
+
+def test_failed_hard_dependency_skips_dependents() -> None:
+    h = Harness([JobInfo("lint"), JobInfo("unit", dependencies=(Dependency("lint"),))])
+    item = enqueue(h)
+    h.run(h.merge_ok(item))
+    h.run(h.complete(item, "lint", Result.FAILURE))
+    assert item.buildset.jobs is not None
+    assert item.buildset.jobs["unit"].result is Result.SKIPPED
+    assert item.result is Result.FAILURE
+    assert item.message == "failed: lint"
+
+
+def test_soft_dependency_on_an_absent_job_does_not_block() -> None:
+    h = Harness([JobInfo("unit", dependencies=(Dependency("docs", soft=True),))])
+    item = enqueue(h)
+    h.take_intents()
+    h.run(h.merge_ok(item))
+    assert [b.job.name for b in h.take_intents().builds] == ["unit"]
+
+
+def test_non_voting_failure_does_not_fail_the_item() -> None:
+    h = Harness([JobInfo("unit"), JobInfo("experimental", voting=False)])
+    item = enqueue(h)
+    h.run(h.merge_ok(item))
+    h.run(
+        h.complete(item, "unit", Result.SUCCESS), h.complete(item, "experimental", Result.FAILURE)
+    )
+    assert item.result is Result.SUCCESS
+
+
+def test_retry_until_attempts_then_retry_limit() -> None:
+    h = Harness([JobInfo("unit", attempts=2)])
+    item = enqueue(h)
+    h.run(h.merge_ok(item))
+    h.take_intents()
+    h.run(h.complete(item, "unit", Result.RETRY))
+    again = h.take_intents().builds
+    assert [(b.job.name, b.build.attempt) for b in again] == [("unit", 2)]
+    h.run(h.complete(item, "unit", Result.LOST))
+    assert item.buildset.jobs is not None
+    assert item.buildset.jobs["unit"].result is Result.RETRY_LIMIT
+    assert item.result is Result.FAILURE
+
+
+def test_merge_conflict_and_config_error_are_reported_on_the_item() -> None:
+    h = Harness([JobInfo("unit")])
+    item = enqueue(h)
+    bs = item.buildset
+    assert bs.merge_request is not None
+    h.run(
+        ev.MergeCompleted(
+            item.uuid,
+            bs.uuid,
+            bs.merge_request,
+            ev.MergeOutcome(ok=False, error="conflict in a.py"),
+        )
+    )
+    assert item.result is Result.MERGE_CONFLICT
+    assert item.message == "conflict in a.py"
+
+    h2 = Harness(errors=["zuul.yaml:3: job 'x': unknown key 'rn'"])
+    item2 = enqueue(h2)
+    h2.run(h2.merge_ok(item2))
+    assert item2.result is Result.CONFIG_ERROR
+    assert "unknown key" in item2.message
+
+
+def test_duplicate_enqueue_and_duplicate_results_change_nothing() -> None:
+    h = Harness([JobInfo("unit")])
+    item = enqueue(h)
+    h.run(ev.Enqueue(change()))
+    assert len(h.state.items) == 1
+    h.run(h.merge_ok(item))
+    h.run(h.merge_ok(item))  # a redelivered merge result
+    builds = h.take_intents().builds
+    assert len(builds) == 1
+    done = h.complete(item, "unit", Result.FAILURE)
+    h.run(done)
+    h.run(ev.BuildCompleted(done.build, item.uuid, item.buildset.uuid, "unit", Result.SUCCESS))
+    assert item.result is Result.FAILURE
+
+
+def test_new_commit_supersedes_the_queued_item() -> None:
+    h = Harness([JobInfo("unit")])
+    old = enqueue(h)
+    h.run(h.merge_ok(old))
+    running = h.take_intents().builds[0].build
+    h.run(ev.Enqueue(change(commit="c2")))
+    intents = h.take_intents()
+    assert intents.cancels == [running.uuid]
+    assert old.dequeued and old.result is Result.DEQUEUED
+    assert old.uuid in intents.reports
+    new = [i for i in h.state.items.values() if not i.dequeued]
+    assert [i.change.commit for i in new] == ["c2"]
+
+
+def test_dequeue_aborts_builds_and_reports_dequeued() -> None:
+    h = Harness([JobInfo("unit")])
+    item = enqueue(h)
+    h.run(h.merge_ok(item))
+    build = h.take_intents().builds[0].build
+    h.run(ev.Dequeue(change()))
+    intents = h.take_intents()
+    assert intents.cancels == [build.uuid]
+    assert item.result is Result.DEQUEUED
+    assert build.state is BuildState.COMPLETED and build.result is Result.ABORTED
+
+
+def test_semaphore_of_one_serialises_two_items() -> None:
+    h = Harness([JobInfo("deploy", semaphores=("prod",))], semaphores={"prod": 1})
+    first = enqueue(h, change("a"))
+    h.run(ev.Enqueue(change("b")))
+    second = next(i for i in h.state.items.values() if i is not first)
+    h.run(h.merge_ok(first), h.merge_ok(second))
+    started = h.take_intents().builds
+    assert [b.item for b in started] == [first.uuid]
+    assert second.buildset.jobs is not None
+    assert second.buildset.jobs["deploy"].waiting_for_semaphore == "prod"
+    h.run(h.complete(first, "deploy", Result.SUCCESS))
+    assert [b.item for b in h.take_intents().builds] == [second.uuid]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "nope"},
+        {"type": "enqueue"},
+        {"type": "enqueue", "change": {"project": "p"}},
+        {
+            "type": "build-completed",
+            "build": "b",
+            "item": "i",
+            "buildset": "s",
+            "job": "j",
+            "result": "GREAT",
+        },
+        {"type": "build-started", "build": 3},
+    ],
+)
+def test_malformed_events_are_named(payload: dict[str, object]) -> None:
+    with pytest.raises(ev.MalformedEventError):
+        ev.decode(payload)

@@ -128,3 +128,15 @@ def test_step_killed_by_a_signal_is_a_failure(repo: Repo, options: RunnerOptions
     assert result.result is ResultCode.FAILURE
     assert result.exit_codes(Phase.RUN) == [-9]
     assert result.message == "run run.sh was killed by signal 9"
+
+
+def test_job_starts_with_default_signal_handling(repo: Repo, options: RunnerOptions) -> None:
+    """Python ignores SIGPIPE; a job must not inherit that (``yes | head`` must end)."""
+    repo.script("run.sh", 'grep SigIgn /proc/$$/status > "$SLUICE_LOG_DIR/sigign"\nyes | head -n 1')
+    spec = make_spec(repo, repo.commit(), timeout=10)
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.SUCCESS, result.message
+    ignored = (Path(result.log_path).parent / "sigign").read_text().split()[1]
+    assert int(ignored, 16) == 0

@@ -129,14 +129,25 @@ def exit_code(status: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+def default_signals() -> None:
+    """Every signal back to its default action.
+
+    An ignored signal stays ignored across ``exec``: without this a job
+    would inherit Python's ignored SIGPIPE (``yes | head`` would never end)
+    and whatever its worker process chose to ignore.
+    """
+    for sig in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_DFL)
+
+
 def start(argv: list[str]) -> int:
     """Fork and exec ``argv`` with default signal handling; its pid."""
     pid = os.fork()
     if pid == 0:  # the child: undo what the reaper set up, then exec
         try:
+            default_signals()
             signal.pthread_sigmask(signal.SIG_SETMASK, set())
-            for sig in WAKE_SIGNALS:
-                signal.signal(sig, signal.SIG_DFL)
             os.execv(argv[0], argv)
         except OSError as exc:
             os.write(2, f"sluice: cannot execute {argv[0]}: {exc.strerror}\n".encode())
@@ -162,6 +173,7 @@ def main(args: list[str]) -> int:
         print("usage: reaper.py GRACE PARENT_PID -- EXECUTABLE [ARG...]", file=sys.stderr)
         return 2
     grace, parent = float(args[0]), int(args[1])
+    default_signals()  # a signal ignored by the worker would be lost to sigtimedwait
     signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -79,7 +79,8 @@ class ZooKeeperClient:
         if state == KazooState.LOST:
             self.session_generation += 1
             self.state = ConnectionState.LOST
-            log.warning("ZooKeeper session lost (generation %d)", self.session_generation)
+            if not self._stopping.is_set():
+                log.warning("ZooKeeper session lost (generation %d)", self.session_generation)
         elif state == KazooState.SUSPENDED:
             self.state = ConnectionState.SUSPENDED
             log.warning("ZooKeeper connection suspended")

@@ -192,12 +192,12 @@ class LockContext:
         client = self.client
         if self._released:
             return "the lock was released"
-        if client.session_generation != self.generation or (
-            self.lock_node is not None and client.session_id != self.session_id
-        ):
+        if client.session_generation != self.generation:
             return "the ZooKeeper session that held the lock was lost"
         if client.state != ConnectionState.CONNECTED:
             return f"the ZooKeeper connection is {client.state.value}"
+        if self.lock_node is not None and client.session_id != self.session_id:
+            return "the ZooKeeper session that held the lock was replaced"
         if not client.responsive():
             return f"ZooKeeper has not answered for {client.silent_for():.1f}s (watchdog)"
         return None

@@ -45,7 +45,8 @@ from scheduler.zk.errors import DataTooLargeError, DecodeError, NoDataError
 
 INLINE_LIMIT = 900_000
 SHARD_SIZE = 900_000
-MAX_SHARDS = 100
+# ZooKeeper keeps everything in memory: a hard ceiling of ~14 MB per blob.
+MAX_SHARDS = 16
 MAX_BLOB_SIZE = SHARD_SIZE * MAX_SHARDS
 POINTER_MAGIC = b"#sluice-shards "
 SHARD_PREFIX = "%shard-"

@@ -113,11 +113,19 @@ def save(
     context.ensure_valid()
     exists = context.client.exists(path) is not None
     prepared = prepare(context, path, obj, exists=exists, version=version)
-    txn = context.transaction()
-    prepared.add_to(txn)
-    if extra is not None:
-        txn.extend(extra)
-    txn.commit()
+    for attempt in range(2):
+        txn = context.transaction()
+        prepared.add_to(txn)
+        if extra is not None:
+            txn.extend(extra)
+        try:
+            txn.commit()
+            break
+        except OpFailedError as exc:
+            # A new object whose parent does not exist yet: create the parent once.
+            if attempt or not prepared.create or exc.reason != NO_NODE or exc.path != path:
+                raise
+            context.client.ensure_path(path.rsplit("/", 1)[0] or "/")
     prepared.cleanup(context.client)
 
 

@@ -5,8 +5,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.executor.helpers import Repo, make_spec
-from workers.executor import BaseControl, Phase, ResultCode, RunnerOptions, StepOutcome, run_build
+from workers.executor import (
+    BaseControl,
+    Phase,
+    ResultCode,
+    RunnerOptions,
+    StartedInfo,
+    StepOutcome,
+    run_build,
+    runner,
+)
 
 
 def test_success_runs_every_phase_in_order(repo: Repo, options: RunnerOptions) -> None:
@@ -140,3 +151,40 @@ def test_job_starts_with_default_signal_handling(repo: Repo, options: RunnerOpti
     assert result.result is ResultCode.SUCCESS, result.message
     ignored = (Path(result.log_path).parent / "sigign").read_text().split()[1]
     assert int(ignored, 16) == 0
+
+
+class FailingHooks(BaseControl):
+    """Every hook raises: the build must go on regardless."""
+
+    def cancel_requested(self) -> bool:
+        raise RuntimeError("zookeeper is away")
+
+    def on_started(self, info: StartedInfo) -> None:
+        raise RuntimeError("on_started broke")
+
+    def on_phase(self, phase: Phase) -> None:
+        raise RuntimeError("on_phase broke")
+
+
+def test_failing_hooks_never_stop_a_build(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "echo fine")
+    result = run_build(make_spec(repo, repo.commit()), FailingHooks(), options)
+
+    assert result.result is ResultCode.SUCCESS, result.message
+
+
+def test_a_runner_bug_is_retry_and_cleans_up(
+    repo: Repo, options: RunnerOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(runner, "write_job_files", broken)
+    repo.script("run.sh", "true")
+    spec = make_spec(repo, repo.commit())
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.RETRY
+    assert result.message == "executor error: RuntimeError: boom"
+    assert not (options.state_dir / "builds" / spec.build_uuid).exists()

@@ -165,3 +165,21 @@ def test_symlink_inside_the_repository_is_fine(repo: Repo, options: RunnerOption
     result = run_build(make_spec(repo, repo.commit()), BaseControl(), options)
 
     assert result.result is ResultCode.SUCCESS, result.message
+
+
+def test_ambiguous_branch_is_error_naming_the_fix(
+    repo: Repo, tmp_path: Path, options: RunnerOptions
+) -> None:
+    repo.script("run.sh", "true")
+    commit = repo.commit()
+    lib = Repo.create(tmp_path / "repos" / "lib", branch="a")
+    lib_commit = lib.commit()
+    state = {"a": lib_commit, "b": lib_commit}
+    spec = make_spec(repo, commit, others={"org/lib": (str(lib.path), state)})
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.ERROR
+    assert result.message == (
+        "org/lib: repo state has no branch 'main' and several others (a, b); name one in checkouts"
+    )

@@ -137,18 +137,21 @@ def checkout_projects(spec: BuildSpec, layout: BuildLayout) -> None:
 
 
 def choose_branch(spec: BuildSpec, project: str) -> str:
-    """The branch to check out: override, the change's branch, or the only one."""
+    """The branch to check out: override, the change's branch, or the only one.
+
+    Refused (``ERROR``: a retry cannot help) when none of them applies.
+    """
     branches = spec.repo_state[project]
     wanted = spec.checkouts.get(project)
     if wanted is not None:
         if wanted not in branches:
-            raise WorkspaceError(f"{project}: checkout branch {wanted!r} is not in the repo state")
+            raise RefusedError(f"{project}: checkout branch {wanted!r} is not in the repo state")
         return wanted
     if spec.branch in branches:
         return spec.branch
     if len(branches) == 1:
         return next(iter(branches))
-    raise WorkspaceError(
+    raise RefusedError(
         f"{project}: repo state has no branch {spec.branch!r} and several others "
         f"({', '.join(sorted(branches))}); name one in checkouts"
     )

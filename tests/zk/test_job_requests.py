@@ -1,0 +1,198 @@
+"""Job request queues: lifecycle, duplicate claims, flags, lost requests, results, cleanup."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.errors import LockLostError
+from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.job_requests import (
+    JobRequest,
+    JobRequestQueue,
+    RequestEvent,
+    RequestState,
+)
+from tests.fixtures.waiting import wait_until
+from tests.zk.conftest import Script
+
+RESULTS = paths.pipeline_result_queue("tenant", "gate")
+
+
+def new_request(**fields: object) -> JobRequest:
+    defaults: dict[str, object] = {
+        "uuid": uuid.uuid4().hex,
+        "tenant": "tenant",
+        "pipeline": "gate",
+        "buildset_uuid": "bs1",
+        "job_name": "tox/py3",
+        "result_queue": RESULTS,
+    }
+    defaults.update(fields)
+    return JobRequest(**defaults)  # type: ignore[arg-type]
+
+
+def test_lifecycle_with_events_in_the_same_transactions(zk: ZooKeeperClient) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    request = queue.submit(new_request(), {"vars": {"a": 1}})
+    assert queue.get(request.uuid) == request
+    claimed = queue.claim(request.uuid, "executor-1")
+    assert claimed is not None
+    assert claimed.request.state == RequestState.RUNNING
+    assert queue.get(request.uuid) == claimed.request
+    assert queue.params(request.uuid) == {"vars": {"a": 1}}
+    assert queue.complete(claimed, {"result": "SUCCESS", "log_url": "http://x"})
+    assert queue.get(request.uuid).state == RequestState.COMPLETED  # type: ignore[union-attr]
+    result = queue.get_result(request.uuid)
+    assert result is not None and result.result["result"] == "SUCCESS" and not result.lost
+    assert zk.exists(paths.request_child(queue.root, "locks", request.uuid)) is None
+    events = EventQueue(zk, RESULTS).read()
+    assert [e.payload["type"] for e in events] == [
+        RequestEvent.STARTED.value,
+        RequestEvent.COMPLETED.value,
+    ]
+    assert events[1].payload["request"] == request.uuid
+    assert not claimed.context.valid
+
+
+def test_duplicate_claim_has_no_effect(zk: ZooKeeperClient) -> None:
+    queue = JobRequestQueue(zk, paths.merger_queue())
+    request = queue.submit(new_request(result_queue=""), {})
+    first = queue.claim(request.uuid, "merger-1")
+    assert first is not None
+    before = queue.get(request.uuid)
+    assert queue.claim(request.uuid, "merger-2") is None
+    assert queue.get(request.uuid) == before
+    assert queue.claim("no-such-request", "merger-2") is None
+    queue.complete(first, {"merged": True})
+    assert queue.claim(request.uuid, "merger-2") is None  # completed: still nothing
+
+
+def test_hold_pause_resume_and_cancel_flags(zk: ZooKeeperClient) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue("zone/east"))
+    request = queue.submit(new_request(state=RequestState.HOLD), {})
+    assert queue.claim(request.uuid, "e1") is None
+    assert queue.release_hold(request.uuid)
+    claimed = queue.claim(request.uuid, "e1")
+    assert claimed is not None
+    queue.pause(claimed)
+    assert queue.get(request.uuid).state == RequestState.PAUSED  # type: ignore[union-attr]
+    resumed = queue.watch_flag(request.uuid, "resume")
+    assert not resumed.is_set()
+    assert queue.request_resume(request.uuid)
+    assert resumed.wait(5)
+    queue.resume(claimed)
+    assert queue.get(request.uuid).state == RequestState.RUNNING  # type: ignore[union-attr]
+    assert not queue.flag_set(request.uuid, "resume")
+    cancelled = queue.watch_flag(request.uuid, "cancel")
+    assert queue.request_cancel(request.uuid)
+    assert cancelled.wait(5) and queue.flag_set(request.uuid, "cancel")
+    assert queue.complete(claimed, {"result": "CANCELED"})
+    kinds = [e.payload["type"] for e in EventQueue(zk, RESULTS).read()]
+    assert kinds == ["request-started", "request-paused", "request-completed"]
+
+
+def test_completion_of_a_removed_request_releases_the_lock(zk: ZooKeeperClient) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    request = queue.submit(new_request(), {})
+    claimed = queue.claim(request.uuid, "e1")
+    assert claimed is not None
+    queue.remove(request.uuid)  # the scheduler cancelled and deleted it
+    assert not queue.complete(claimed, {"result": "ABORTED"})
+    assert zk.exists(paths.request_child(queue.root, "locks", request.uuid)) is None
+    assert queue.get_result(request.uuid) is None
+
+
+def test_waiting_submitter_is_woken_by_a_watch(
+    make_client: Callable[..., ZooKeeperClient],
+) -> None:
+    submitter = JobRequestQueue(make_client(), paths.merger_queue())
+    worker = JobRequestQueue(make_client(), paths.merger_queue())
+    request = submitter.submit(new_request(result_queue=""), {"repo": "x"}, wait=True)
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(submitter.wait_for_result(request.uuid, 20)))
+    started = time.monotonic()
+    waiter.start()
+    claimed = worker.claim(request.uuid, "merger-1")
+    assert claimed is not None
+    big = {"files": {"zuul.yaml": os.urandom(700_000).hex()}}  # result-data sharded
+    worker.complete(claimed, big)
+    waiter.join(20)
+    assert time.monotonic() - started < 10
+    (result,) = got
+    assert result is not None and result.result == big  # type: ignore[attr-defined]
+
+
+def test_lost_request_of_a_killed_claimer(
+    zk: ZooKeeperClient, script: Callable[..., Script]
+) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    request = queue.submit(new_request(), {})
+    claimer = script("claimer", queue.root, request.uuid, session_timeout=1.0)
+    claimer.expect("claimed")
+    assert queue.lost_requests() == []
+    claimer.kill9()
+    lost = wait_until(queue.lost_requests, timeout=5, what="lost request found")
+    assert [r.uuid for r in lost] == [request.uuid]
+    assert lost[0].worker == "doomed-worker"
+    assert queue.recover_lost(lost[0])
+    assert not queue.recover_lost(lost[0])  # a second sweeper changes nothing
+    result = queue.get_result(request.uuid)
+    assert result is not None and result.lost and result.result == {"result": "LOST"}
+    assert queue.lost_requests() == []
+    assert [e.payload["type"] for e in EventQueue(zk, RESULTS).read()][-1] == "request-completed"
+
+
+def test_live_claim_is_not_lost_and_cannot_be_recovered(zk: ZooKeeperClient) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    request = queue.submit(new_request(), {})
+    claimed = queue.claim(request.uuid, "e1")
+    assert claimed is not None
+    assert queue.lost_requests() == []
+    assert not queue.recover_lost(claimed.request)
+    assert queue.complete(claimed, {"result": "SUCCESS"})
+
+
+def test_expired_worker_cannot_complete(make_client: Callable[..., ZooKeeperClient]) -> None:
+    client = make_client(session_timeout=1.0)
+    queue = JobRequestQueue(client, paths.executor_queue())
+    request = queue.submit(new_request(), {})
+    claimed = queue.claim(request.uuid, "e1")
+    assert claimed is not None
+    generation = client.session_generation
+    twin = attach(client.settings, *client.kazoo.client_id)
+    twin.stop()
+    twin.close()
+    wait_until(lambda: client.session_generation > generation, timeout=10, what="LOST")
+    with pytest.raises(LockLostError):
+        queue.complete(claimed, {"result": "SUCCESS"})
+    other = JobRequestQueue(make_client(), paths.executor_queue())
+    assert [r.uuid for r in other.lost_requests()] == [request.uuid]
+
+
+def test_pending_and_cleanup(zk: ZooKeeperClient) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    low = queue.submit(new_request(precedence=300), {})
+    high = queue.submit(new_request(precedence=100), {})
+    done = queue.submit(new_request(), {"p": 1})
+    waited = queue.submit(new_request(), {}, wait=True)
+    assert [r.uuid for r in queue.pending()] == [high.uuid, done.uuid, waited.uuid, low.uuid]
+    for request in (done, waited):
+        claimed = queue.claim(request.uuid, "e1")
+        assert claimed is not None
+        queue.complete(claimed, {"result": "SUCCESS"})
+    assert queue.cleanup(max_age=60) == []  # too young
+    time.sleep(0.05)
+    assert queue.cleanup(max_age=0.01) == [done.uuid]  # the waited one is kept
+    assert queue.get(done.uuid) is None
+    for child in ("params", "result-data", "results"):
+        assert zk.exists(paths.request_child(queue.root, child, done.uuid)) is None
+    assert queue.get_result(waited.uuid) is not None
+    assert {r.uuid for r in queue.pending()} == {high.uuid, low.uuid}

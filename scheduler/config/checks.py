@@ -39,31 +39,27 @@ def _error(obj: Any, subject: str, message: str, line: int | None = None) -> Con
 
 def _variant_problem(
     tenant: Tenant, layout: Layout, reference: JobVariant, variant: JobVariant
-) -> str:
+) -> tuple[str, str]:
+    """(what is wrong, the attribute it is about) or ("", "")."""
     attrs = variant.attrs
-    if (
-        variant is not reference
-        and "parent" in attrs
-        and attrs["parent"] != reference.attrs.get("parent")
-    ):
-        return f"a variant may not change the parent (first definition: {reference.source.where()})"
+    if variant is not reference and "parent" in attrs and attrs["parent"] != reference.parent:
+        where = reference.source.where()
+        return f"a variant may not change the parent (first definition: {where})", "parent"
     timeout = attrs.get("timeout")
-    if (
-        tenant.max_job_timeout is not None
-        and timeout is not None
-        and timeout > tenant.max_job_timeout
-    ):
-        return f"timeout {timeout} is over the tenant's max-job-timeout {tenant.max_job_timeout}"
+    limit = tenant.max_job_timeout
+    if limit is not None and timeout is not None and timeout > limit:
+        return f"timeout {timeout} is over the tenant's max-job-timeout {limit}", "timeout"
     nodeset = attrs.get("nodeset")
     if isinstance(nodeset, str) and nodeset not in layout.nodesets:
-        return f"nodeset {nodeset!r} is not defined"
+        return f"nodeset {nodeset!r} is not defined", "nodeset"
     for required in attrs.get("required-projects", ()):
         if tenant.project(required.name) is None:
-            return f"required project {required.name!r} is not in tenant {tenant.name!r}"
+            message = f"required project {required.name!r} is not in tenant {tenant.name!r}"
+            return message, "required-projects"
     for dep in attrs.get("dependencies", ()):
         if not dep.soft and dep.name not in layout.jobs:
-            return f"dependency {dep.name!r} is not defined"
-    return ""
+            return f"dependency {dep.name!r} is not defined", "dependencies"
+    return "", ""
 
 
 def _job_problem(layout: Layout, name: str) -> str:
@@ -90,9 +86,9 @@ def _check_jobs(tenant: Tenant, layout: Layout, errors: list[ConfigError]) -> La
     for name, variants in layout.jobs.items():
         kept = []
         for variant in variants:
-            problem = _variant_problem(tenant, layout, variants[0], variant)
+            problem, key = _variant_problem(tenant, layout, variants[0], variant)
             if problem:
-                errors.append(_error(variant, f"job {name!r}", problem))
+                errors.append(_error(variant, f"job {name!r}", problem, variant.line_of(key)))
             else:
                 kept.append(variant)
         if kept and kept[0] is not variants[0]:
@@ -105,7 +101,8 @@ def _check_jobs(tenant: Tenant, layout: Layout, errors: list[ConfigError]) -> La
         if not broken:
             return layout
         for name, why in broken.items():
-            errors.append(_error(layout.jobs[name][0], f"job {name!r}", why))
+            reference = layout.jobs[name][0]
+            errors.append(_error(reference, f"job {name!r}", why, reference.line_of("parent")))
         layout = replace(layout, jobs={n: v for n, v in layout.jobs.items() if n not in broken})
 
 
@@ -113,10 +110,10 @@ def _stanza_problem(
     tenant: Tenant, layout: Layout, stanza: ProjectConfig
 ) -> tuple[str, int | None]:
     if not stanza.template and tenant.project(stanza.name) is None:
-        return f"project is not in tenant {tenant.name!r}", None
+        return f"project is not in tenant {tenant.name!r}", stanza.line_of("name")
     for template in stanza.templates:
         if template not in layout.templates:
-            return f"project-template {template!r} is not defined", None
+            return f"project-template {template!r} is not defined", stanza.line_of("templates")
     for project_pipeline in stanza.pipelines:
         if project_pipeline.pipeline not in layout.pipelines:
             return f"pipeline {project_pipeline.pipeline!r} is not defined", project_pipeline.line

@@ -210,7 +210,12 @@ class _Builder:
 def _error(variant: JobVariant, message: str) -> FreezeError:
     source = variant.source
     return FreezeError(
-        message, path=source.path, line=source.line, project=source.project, branch=source.branch
+        message,
+        path=source.path,
+        line=source.line,
+        subject=variant.origin,
+        project=source.project,
+        branch=source.branch,
     )
 
 

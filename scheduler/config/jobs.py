@@ -65,7 +65,13 @@ def parse_job(data: MarkedDict, where: Where, source: SourceContext) -> JobVaria
         flag = fields.optional_boolean(key)
         if flag is not None:
             attrs[key] = flag
-    return JobVariant(name, source, attrs, fields.regexes("branches"))
+    return JobVariant(
+        name, source, attrs, fields.regexes("branches"), origin=subject, lines=_lines(data)
+    )
+
+
+def _lines(data: MarkedDict) -> dict[str, int]:
+    return {key: data.line_of(key) for key in data if isinstance(key, str)}
 
 
 def parse_job_entry(
@@ -75,7 +81,7 @@ def parse_job_entry(
     if isinstance(item, str):
         if not item.strip():
             raise where.error(line, subject, "jobs: a job name must not be empty")
-        return JobVariant(item, source)
+        return JobVariant(item, source, origin=subject)
     if not isinstance(item, MarkedDict) or len(item) != 1:
         raise where.error(
             line,
@@ -92,7 +98,9 @@ def parse_job_entry(
     fields = Fields(body, where, subject, VARIANT_KEYS, prefix=f"job {name!r}: ")
     fields.check_keys()
     attrs = _read_attrs(fields, source)
-    return JobVariant(name, source, attrs, fields.regexes("branches"))
+    return JobVariant(
+        name, source, attrs, fields.regexes("branches"), origin=subject, lines=_lines(body)
+    )
 
 
 def _read_attrs(fields: Fields, source: SourceContext) -> dict[str, Any]:

@@ -68,6 +68,13 @@ class JobVariant:
     attrs: Mapping[str, Any] = field(default_factory=dict)
     branches: tuple[str, ...] | None = None
     implied_branch: str | None = None
+    # how errors name it: "job 'unit'" or "project 'app': check"
+    origin: str = ""
+    # attribute -> line, for errors about one attribute
+    lines: Mapping[str, int] = field(default_factory=dict)
+
+    def line_of(self, key: str) -> int:
+        return self.lines.get(key, self.source.line)
 
     @property
     def parent(self) -> str | None:
@@ -104,6 +111,10 @@ class ProjectConfig:
     merge_mode: str | None = None
     implied_branch: str | None = None
     template: bool = False
+    lines: Mapping[str, int] = field(default_factory=dict)
+
+    def line_of(self, key: str) -> int:
+        return self.lines.get(key, self.source.line)
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def _parse_object(
         return
     if not isinstance(body, MarkedDict):
         raise where.error(line, str(kind), f"expected a mapping, got {type_name(body)}")
-    source = SourceContext(where.project, where.branch, where.path, body.line or line, trusted)
+    source = SourceContext(where.project, where.branch, where.path, line, trusted)
     if kind == "pipeline":
         if not trusted:
             name = body.get("name")

@@ -59,6 +59,7 @@ def parse_project(
         default_branch=None if template else fields.string("default-branch"),
         merge_mode=None if template else fields.choice("merge-mode", MERGE_MODES, None),
         template=template,
+        lines={key: data.line_of(key) for key in data if isinstance(key, str)},
     )
 
 

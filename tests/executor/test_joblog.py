@@ -65,7 +65,7 @@ def test_log_lines_are_stamped_with_phase_markers(repo: Repo, options: RunnerOpt
         "run | err",
         "run | no newline",
         bodies[9],
-        "RESULT SUCCESS: ",
+        "RESULT SUCCESS",
     ]
     assert re.fullmatch(r"PRE-RUN END: pre-run pre.sh exit 0 \(\d+\.\d\ds\)", bodies[4])
     assert re.fullmatch(r"RUN END: run run.sh exit 0 \(\d+\.\d\ds\)", bodies[9])
@@ -79,7 +79,7 @@ def test_result_keeps_the_last_lines(repo: Repo, options: RunnerOptions) -> None
 
     assert len(result.log_tail) == options.tail_lines
     assert result.log_tail[-3].endswith("| run | 200")
-    assert result.log_tail[-1].endswith("| RESULT SUCCESS: ")
+    assert result.log_tail[-1].endswith("| RESULT SUCCESS")
 
 
 def test_long_lines_are_cut_and_bad_bytes_replaced(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ class Outcome:
     allow_post_result: bool = True
 
 
-@dataclass
+@dataclass(frozen=True)
 class _PhaseEnd:
     """How a phase ended: its first failing step (or None) and that step's outcome."""
 
@@ -114,7 +114,7 @@ class BuildRun:
         """Run every step; always returns a result, always cleans up."""
         try:
             outcome = self._guarded(self._prepare_and_run)
-            data, outcome = self.collect_result(outcome)
+            data, outcome = self._guarded_collect(outcome)
             held = self.clean_up()
         finally:
             if self.job_log is not None:
@@ -227,7 +227,8 @@ class BuildRun:
             except ResultDataError as exc:
                 code = ResultCode.FAILURE if outcome.code is ResultCode.SUCCESS else outcome.code
                 outcome = Outcome(code, _join(outcome.message, str(exc)))
-        self._mark(f"RESULT {outcome.code.value}: {outcome.message}")
+        detail = f": {outcome.message}" if outcome.message else ""
+        self._mark(f"RESULT {outcome.code.value}{detail}")
         return data, outcome
 
     def clean_up(self) -> str | None:
@@ -264,6 +265,13 @@ class BuildRun:
         except Exception as exc:  # the process boundary of a build
             log.exception("build %s: runner failed", self.spec.build_uuid)
             return Outcome(ResultCode.RETRY, f"executor error: {type(exc).__name__}: {exc}")
+
+    def _guarded_collect(self, outcome: Outcome) -> tuple[dict[str, Any], Outcome]:
+        try:
+            return self.collect_result(outcome)
+        except Exception as exc:  # the process boundary of a build
+            log.exception("build %s: collecting the result failed", self.spec.build_uuid)
+            return {}, Outcome(ResultCode.RETRY, f"executor error: {type(exc).__name__}: {exc}")
 
     def _run_main_phases(self, deadline: Callable[[], float | None]) -> Outcome:
         pre = self.run_phase(Phase.PRE_RUN, deadline)

@@ -25,11 +25,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from scheduler.zk import stored
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.context import BAD_VERSION, EXISTS, LockContext, OpFailedError, Transaction
+from scheduler.zk.context import (
+    BAD_VERSION,
+    EXISTS,
+    NO_NODE,
+    LockContext,
+    OpFailedError,
+    Transaction,
+)
 from scheduler.zk.errors import ConflictError
 
 _ATTEMPTS = 50
@@ -74,12 +81,10 @@ class Semaphore:
             except OpFailedError as exc:
                 if exc.reason in (BAD_VERSION, EXISTS):
                     continue  # lost a race: read again
-                if version == -2 and exc.reason == "no-node":
+                if version == -2 and exc.reason == NO_NODE:
                     self.client.ensure_path(self.path.rsplit("/", 1)[0])
                     continue
                 raise
-            except NodeExistsError:
-                continue
             return True
         raise ConflictError(f"{self.path}: too much contention, gave up after {_ATTEMPTS} tries")
 
@@ -88,12 +93,10 @@ class Semaphore:
         result = {"held": False}
 
         def change(holders: list[str]) -> list[str] | None:
-            if holder in holders:
-                result["held"] = True
+            # Called again after a lost race: decide afresh every time.
+            result["held"] = holder in holders or len(holders) < max_holders
+            if holder in holders or not result["held"]:
                 return None
-            if len(holders) >= max_holders:
-                return None
-            result["held"] = True
             return [*holders, holder]
 
         self._update(change, context)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.waiting import wait_until
 from tests.zk.proxy import TcpProxy
 
-SCRIPTS = Path(__file__).parent / "scripts"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def make_client(zookeeper: ZooKeeperTarget) -> Iterator[Callable[..., ZooKeeperC
     """Connect clients to the test's chroot; all are closed at the end."""
     clients: list[ZooKeeperClient] = []
 
-    def make(session_timeout: float = 10.0, **changes: object) -> ZooKeeperClient:
+    def make(session_timeout: float = 10.0, **changes: Any) -> ZooKeeperClient:
         settings = replace(zookeeper.settings(session_timeout=session_timeout), **changes)
         client = connect(settings)
         clients.append(client)
@@ -68,7 +69,8 @@ class Script:
             {"hosts": settings.hosts, "root": settings.root, "timeout": settings.session_timeout}
         )
         self.proc = subprocess.Popen(
-            [sys.executable, str(SCRIPTS / f"{name}.py"), config, *args],
+            [sys.executable, "-m", f"tests.zk.scripts.{name}", config, *args],
+            cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -117,7 +117,9 @@ def test_waiting_submitter_is_woken_by_a_watch(
     worker = JobRequestQueue(make_client(), paths.merger_queue())
     request = submitter.submit(new_request(result_queue=""), {"repo": "x"}, wait=True)
     got: list[object] = []
-    waiter = threading.Thread(target=lambda: got.append(submitter.wait_for_result(request.uuid, 20)))
+    waiter = threading.Thread(
+        target=lambda: got.append(submitter.wait_for_result(request.uuid, 20))
+    )
     started = time.monotonic()
     waiter.start()
     claimed = worker.claim(request.uuid, "merger-1")

@@ -35,7 +35,7 @@ def test_five_megabytes_round_trip_sharded(zk: ZooKeeperClient) -> None:
     ctx = LockContext(zk)
     blob = os.urandom(2_500_000).hex()  # 5 MB of text (~2.5 MB after zlib)
     stored.save(ctx, "/layout-data/l1", {"blob": blob})
-    raw, stat = zk.get("/layout-data/l1")
+    raw, _ = zk.get("/layout-data/l1")
     assert raw.startswith(sharding.POINTER_MAGIC)
     shards = zk.get_children("/layout-data/l1")
     assert len(shards) >= 3 and all(s.startswith(sharding.SHARD_PREFIX) for s in shards)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from _common import client_from_argv, say
-
 from scheduler.zk.job_requests import JobRequestQueue
+from tests.zk.scripts._common import client_from_argv, say
 
 client = client_from_argv()
 claimed = JobRequestQueue(client, sys.argv[2]).claim(sys.argv[3], "doomed-worker")

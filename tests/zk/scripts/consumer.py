@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import sys
 
-from _common import client_from_argv, say
-
 from scheduler.zk import locks
 from scheduler.zk.event_queue import EventQueue
+from tests.zk.scripts._common import client_from_argv, say
 
 client = client_from_argv()
 queue = EventQueue(client, sys.argv[2])

@@ -11,11 +11,10 @@ from __future__ import annotations
 import sys
 import time
 
-from _common import client_from_argv, say
-
 from scheduler.zk import locks, stored
 from scheduler.zk.context import Transaction
 from scheduler.zk.errors import FencedWriteError, LockLostError, ZooKeeperUnavailableError
+from tests.zk.scripts._common import client_from_argv, say
 
 client = client_from_argv()
 lock_path, state_path = sys.argv[2], sys.argv[3]

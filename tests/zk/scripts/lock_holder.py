@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from _common import client_from_argv, say
-
 from scheduler.zk import locks
+from tests.zk.scripts._common import client_from_argv, say
 
 client = client_from_argv()
 held = locks.acquire(client, sys.argv[2], identifier="holder", timeout=30)

@@ -1,0 +1,172 @@
+"""The data of ``sluice builds --json`` and ``sluice buildsets --json``, and duration estimates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from scheduler.reporting import (
+    BuildEnd,
+    BuildResult,
+    BuildsetEnd,
+    BuildsetStart,
+    BuildStart,
+    SqlReporter,
+    estimate_duration,
+    job_durations,
+    list_builds,
+    list_buildsets,
+)
+from tests.reporting.factories import at, build, buildset
+
+# The CLI contract of issue 7: these keys at least, with these JSON types.
+BUILD_KEYS: dict[str, type | tuple[type, ...]] = {
+    "uuid": str,
+    "job": str,
+    "project": str,
+    "branch": str,
+    "ref": str,
+    "pipeline": str,
+    "result": (str, type(None)),
+    "voting": bool,
+    "buildset": str,
+    "start_time": (str, type(None)),
+    "end_time": (str, type(None)),
+    "attempt": int,
+}
+BUILDSET_KEYS: dict[str, type | tuple[type, ...]] = {
+    "uuid": str,
+    "pipeline": str,
+    "project": str,
+    "ref": str,
+    "result": (str, type(None)),
+    "message": str,
+}
+
+
+def run(
+    engine: Engine,
+    bs_uuid: str,
+    jobs: dict[str, BuildResult],
+    *,
+    start: float = 0,
+    **where: str,
+) -> None:
+    """Report a whole buildset: each job runs 10 s, the buildset ends after them."""
+    reporter, bs = SqlReporter(engine), buildset(bs_uuid, **where)
+    reporter.record_buildset_start(BuildsetStart(bs, start_time=at(start)))
+    for index, (job, result) in enumerate(jobs.items()):
+        b = build(f"{bs_uuid}-{job}", job, voting=not job.startswith("nv-"))
+        began = at(start + index)
+        reporter.record_build_start(BuildStart(bs, b, start_time=began))
+        reporter.record_build_end(BuildEnd(bs, b, result, end_time=at(start + index + 10)))
+    failed = any(r is not BuildResult.SUCCESS for j, r in jobs.items() if not j.startswith("nv-"))
+    overall = BuildResult.FAILURE if failed else BuildResult.SUCCESS
+    message = "Build failed." if failed else "Build succeeded."
+    reporter.record_buildset_end(BuildsetEnd(bs, overall, message, at(start + 20)))
+
+
+@pytest.fixture
+def history(engine: Engine) -> Engine:
+    run(engine, "bs-1", {"unit": BuildResult.SUCCESS, "nv-lint": BuildResult.FAILURE})
+    run(engine, "bs-2", {"unit": BuildResult.FAILURE}, start=100, pipeline="gate")
+    run(engine, "bs-3", {"unit": BuildResult.SUCCESS}, start=200, project="org/web")
+    run(engine, "bs-4", {"unit": BuildResult.SUCCESS}, start=300, tenant="other")
+    return engine
+
+
+def test_builds_have_the_contract_keys_and_json_types(history: Engine) -> None:
+    builds = json.loads(json.dumps(list_builds(history)))
+    assert len(builds) == 5
+    for row in builds:
+        for key, kind in BUILD_KEYS.items():
+            assert isinstance(row[key], kind), (key, row)
+    newest = builds[0]
+    assert newest == {
+        **newest,
+        "uuid": "bs-4-unit",
+        "job": "unit",
+        "tenant": "other",
+        "project": "org/app",
+        "branch": "main",
+        "ref": "refs/heads/topic",
+        "pipeline": "check",
+        "result": "SUCCESS",
+        "voting": True,
+        "buildset": "bs-4",
+        "start_time": "2026-11-22T12:05:00Z",
+        "end_time": "2026-11-22T12:05:10Z",
+        "duration": 10.0,
+        "attempt": 1,
+        "final": True,
+    }
+
+
+def test_buildsets_have_the_contract_keys_and_json_types(history: Engine) -> None:
+    buildsets = json.loads(json.dumps(list_buildsets(history)))
+    assert [b["uuid"] for b in buildsets] == ["bs-4", "bs-3", "bs-2", "bs-1"]
+    for row in buildsets:
+        for key, kind in BUILDSET_KEYS.items():
+            assert isinstance(row[key], kind), (key, row)
+    assert buildsets[2] == {
+        **buildsets[2],
+        "pipeline": "gate",
+        "project": "org/app",
+        "ref": "refs/heads/topic",
+        "result": "FAILURE",
+        "message": "Build failed.",
+        "start_time": "2026-11-22T12:01:40Z",
+        "end_time": "2026-11-22T12:02:00Z",
+    }
+
+
+BUILD_FILTERS: list[tuple[dict[str, Any], list[str]]] = [
+    ({"tenant": "acme"}, ["bs-3-unit", "bs-2-unit", "bs-1-nv-lint", "bs-1-unit"]),
+    ({"tenant": "acme", "project": "org/web"}, ["bs-3-unit"]),
+    ({"pipeline": "gate"}, ["bs-2-unit"]),
+    ({"result": "FAILURE"}, ["bs-2-unit", "bs-1-nv-lint"]),
+    ({"result": BuildResult.FAILURE, "voting": False}, ["bs-1-nv-lint"]),
+    ({"buildset": "bs-1", "job": "unit"}, ["bs-1-unit"]),
+    ({"tenant": "nobody"}, []),
+    ({"tenant": "acme", "limit": 2, "offset": 1}, ["bs-2-unit", "bs-1-nv-lint"]),
+]
+
+BUILDSET_FILTERS: list[tuple[dict[str, Any], list[str]]] = [
+    ({"tenant": "acme"}, ["bs-3", "bs-2", "bs-1"]),
+    ({"project": "org/web"}, ["bs-3"]),
+    ({"pipeline": "gate", "tenant": "acme"}, ["bs-2"]),
+    ({"result": "SUCCESS", "limit": 2}, ["bs-4", "bs-3"]),
+    ({"uuid": "bs-1"}, ["bs-1"]),
+]
+
+
+def test_filters(history: Engine) -> None:
+    # One history for every case: a database per case would be slow.
+    for filters, expected in BUILD_FILTERS:
+        assert [b["uuid"] for b in list_builds(history, **filters)] == expected, filters
+    for filters, expected in BUILDSET_FILTERS:
+        assert [b["uuid"] for b in list_buildsets(history, **filters)] == expected, filters
+
+
+def test_an_unknown_result_filter_is_refused(history: Engine) -> None:
+    with pytest.raises(ValueError, match="BOGUS"):
+        list_builds(history, result="BOGUS")
+
+
+def test_durations_of_the_last_successes_newest_first(engine: Engine) -> None:
+    reporter, bs = SqlReporter(engine), buildset()
+    timings = [(0, 30), (100, 160), (200, 290), (300, 305)]
+    for number, (began, ended) in enumerate(timings):
+        b = build(f"b-{number}", "unit")
+        result = BuildResult.FAILURE if number == 3 else BuildResult.SUCCESS
+        reporter.record_build_start(BuildStart(bs, b, start_time=at(began)))
+        reporter.record_build_end(BuildEnd(bs, b, result, end_time=at(ended)))
+    reporter.record_build_start(BuildStart(bs, build("b-running", "unit"), start_time=at(400)))
+    assert job_durations(engine, tenant="acme", job="unit") == [90.0, 60.0, 30.0]
+    assert job_durations(engine, tenant="acme", job="unit", limit=2) == [90.0, 60.0]
+    assert job_durations(engine, tenant="acme", job="unit", project="org/web") == []
+    assert estimate_duration(engine, tenant="acme", job="unit", branch="main") == 60.0
+    assert estimate_duration(engine, tenant="acme", job="docs") is None

@@ -188,3 +188,11 @@ def test_a_runner_bug_is_retry_and_cleans_up(
     assert result.result is ResultCode.RETRY
     assert result.message == "executor error: RuntimeError: boom"
     assert not (options.state_dir / "builds" / spec.build_uuid).exists()
+
+
+def test_exit_code_above_128_is_not_taken_for_a_signal(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "exit 137")
+    result = run_build(make_spec(repo, repo.commit()), BaseControl(), options)
+
+    assert result.exit_codes(Phase.RUN) == [137]
+    assert result.message == "run run.sh failed with exit code 137"

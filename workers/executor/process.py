@@ -66,17 +66,30 @@ def run_step(
     limits: StepLimits,
 ) -> StepExit:
     """Run ``executable`` to its end or until a limit fires; its tree is gone after."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-I",
-            "-S",
-            str(REAPER),
-            str(limits.kill_grace),
-            str(os.getpid()),
-            "--",
-            str(executable),
-        ],
+    status_read, status_write = os.pipe()
+    try:
+        proc = _start_reaper(executable, cwd, env, limits.kill_grace, status_write)
+    finally:
+        os.close(status_write)
+    with os.fdopen(status_read, "rb") as status_pipe:
+        try:
+            stopped = _Streamer(proc, output, limits).run()
+        finally:
+            _finish(proc, limits.kill_grace)
+            output.flush()
+        status = status_pipe.read().decode(errors="replace").split()
+    if stopped is not None:
+        return StepExit(stopped, None)
+    code = _exit_code(status, proc.returncode)
+    return StepExit(StepOutcome.OK if code == 0 else StepOutcome.FAILED, code)
+
+
+def _start_reaper(
+    executable: Path, cwd: Path, env: Mapping[str, str], grace: float, status_fd: int
+) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-I", "-S", str(REAPER), str(grace), str(os.getpid())]
+    return subprocess.Popen(
+        [*argv, str(status_fd), "--", str(executable)],
         cwd=cwd,
         env=dict(env),
         stdin=subprocess.DEVNULL,
@@ -84,18 +97,16 @@ def run_step(
         stderr=subprocess.STDOUT,
         start_new_session=True,
         close_fds=True,
+        pass_fds=(status_fd,),
     )
-    try:
-        stopped = _Streamer(proc, output, limits).run()
-    finally:
-        _finish(proc, limits.kill_grace)
-        output.flush()
-    if stopped is not None:
-        return StepExit(stopped, None)
-    code = proc.returncode
-    if code > 128:  # the reaper reports a signal N as 128 + N
-        code = -(code - 128)
-    return StepExit(StepOutcome.OK if code == 0 else StepOutcome.FAILED, code)
+
+
+def _exit_code(status: list[str], returncode: int) -> int:
+    """The executable's exit code (negative for a signal) from the reaper's status line."""
+    if len(status) == 2 and status[1].lstrip("-").isdigit():
+        kind, number = status[0], int(status[1])
+        return -number if kind == "signal" else number
+    return returncode  # no status line: the reaper itself was killed
 
 
 class _Streamer:

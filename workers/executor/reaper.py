@@ -1,8 +1,8 @@
 """The supervisor of one job step: it keeps the step's whole process tree.
 
 The runner starts every executable of a job through this small program, as
-``python -I -S reaper.py GRACE PARENT_PID -- EXECUTABLE``, in a session of
-its own. It is a script with no imports beyond the standard library so it
+``python -I -S reaper.py GRACE PARENT_PID STATUS_FD -- EXECUTABLE``, in a
+session of its own. It is a script with no imports beyond the standard library so it
 starts in a few milliseconds and never loads Sluice (or Celery) into the
 job's tree.
 
@@ -16,11 +16,12 @@ How it keeps the tree (no cgroups needed):
   ``/proc/*/stat`` parent links.
 * When the executable exits, whatever it left behind is terminated: SIGTERM
   to every descendant, SIGKILL after GRACE seconds to whatever is left,
-  repeated until the tree is empty. Then the reaper exits with the
-  executable's status (``128 + N`` for a signal N), which closes the last
-  write end of the output pipe.
+  repeated until the tree is empty. Then the reaper writes how the
+  executable ended (``exit N`` or ``signal N``) to STATUS_FD, a pipe of the
+  runner's that the job cannot write to (an ``exit 137`` stays an exit
+  code), and exits, which closes the last write end of the output pipe.
 * On SIGTERM, SIGINT or SIGHUP (the runner's timeout or cancel) it does the
-  same at once and exits with ``128 + signal``.
+  same at once and reports ``stopped N``.
 * ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` makes the death of the runner (a
   worker killed with ``kill -9``) a SIGTERM here, so a lost worker leaves
   no job processes behind either.
@@ -46,6 +47,7 @@ PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 WAKE_SIGNALS = {*STOP_SIGNALS, signal.SIGCHLD}
 GIVE_UP_AFTER = 10.0
+USAGE = "GRACE PARENT_PID STATUS_FD -- EXECUTABLE [ARG...]"
 
 
 def _prctl(option: int, value: int) -> None:
@@ -123,10 +125,12 @@ def kill_tree(grace: float) -> None:
         time.sleep(0.02)
 
 
-def exit_code(status: int) -> int:
+def describe(status: int) -> tuple[int, str]:
+    """The reaper's exit code for a wait status, and the status line for the runner."""
     if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.waitstatus_to_exitcode(status)
+        return 128 + os.WTERMSIG(status), f"signal {os.WTERMSIG(status)}"
+    code = os.waitstatus_to_exitcode(status)
+    return code, f"exit {code}"
 
 
 def default_signals() -> None:
@@ -155,31 +159,35 @@ def start(argv: list[str]) -> int:
     return pid
 
 
-def supervise(main_pid: int, grace: float) -> int:
-    """Wait for the executable or a stop signal; clean up the tree; the exit code."""
+def supervise(main_pid: int, grace: float) -> tuple[int, str]:
+    """Wait for the executable or a stop signal; clean up the tree; how it ended."""
     while True:
         info = signal.sigtimedwait(WAKE_SIGNALS, 1.0)
         if info is not None and info.si_signo in STOP_SIGNALS:
             kill_tree(grace)
-            return 128 + info.si_signo
+            return 128 + info.si_signo, f"stopped {info.si_signo}"
         status = reap().get(main_pid)
         if status is not None:
             kill_tree(grace)
-            return exit_code(status)
+            return describe(status)
 
 
 def main(args: list[str]) -> int:
-    if len(args) < 4 or args[2] != "--":
-        print("usage: reaper.py GRACE PARENT_PID -- EXECUTABLE [ARG...]", file=sys.stderr)
+    if len(args) < 5 or args[3] != "--":
+        print(f"usage: reaper.py {USAGE}", file=sys.stderr)
         return 2
-    grace, parent = float(args[0]), int(args[1])
+    grace, parent, status_fd = float(args[0]), int(args[1]), int(args[2])
+    os.set_inheritable(status_fd, False)  # the job must not write our status
     default_signals()  # a signal ignored by the worker would be lost to sigtimedwait
     signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # the runner died before PDEATHSIG was set
         return 128 + signal.SIGTERM
-    return supervise(start(args[3:]), grace)
+    code, status = supervise(start(args[4:]), grace)
+    with contextlib.suppress(OSError):
+        os.write(status_fd, f"{status}\n".encode())
+    return code
 
 
 if __name__ == "__main__":

@@ -203,7 +203,10 @@ def load_yaml(text: str, path: str) -> Any:
     """
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise YamlError(f"file is larger than {MAX_BYTES} bytes", path=path)
-    loader = _Loader(text, path)
+    try:
+        loader = _Loader(text, path)
+    except yaml.YAMLError as exc:  # the reader refuses some characters up front
+        raise _yaml_error(exc, path) from None
     try:
         node = loader.get_single_node()
         if node is None:

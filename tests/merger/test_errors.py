@@ -96,20 +96,39 @@ def test_corrupt_remote(remotes: Remotes, cache: RepoCache) -> None:
 
 
 def test_corrupt_cache_is_recloned(remotes: Remotes, cache: RepoCache) -> None:
-    a = remotes.create("org/a", {"README": "hello\n", "big": "y" * 1000 + "\n"})
-    a.change(1, {"one": "1\n"})
+    lines = [f"line {i}\n" for i in range(50)]
+    a = remotes.create("org/a", {"README": "hello\n", "big": "".join(lines)})
+    a.change(1, {"big": "".join(["first\n", *lines[1:]])})
+    a.advance("main", {"big": "".join([*lines[:-1], "last\n"])})
     warm = run_merge_job(MergeJob("warm", (), required=(ProjectRef("git", "org/a"),)), cache)
     assert warm.status is Status.OK, warm.failure
     repo = cache.repo_path("git", "org/a")
-    # Damage an object that no ref points at directly: the cheap check at open
-    # passes, the merge finds it, the repo is discarded and the job retried.
-    blob = cache.git.text(["rev-parse", "refs/heads/main:big"], repo)
-    loose = repo / "objects" / blob[:2] / blob[2:]
-    loose.chmod(0o644)
-    loose.write_bytes(b"garbage")
+    # Damage an object that no ref points at directly (the merge base's
+    # version of "big"): the cheap check at open passes, the three-way merge
+    # finds it, the repo is discarded and the job retried on a fresh clone.
+    blob = cache.git.text(["rev-parse", "refs/heads/main~1:big"], repo)
+    damage_object(cache, repo, blob)
+    marker = repo / "marker-of-the-old-clone"
+    marker.touch()
     result = run_merge_job(one(), cache)
     assert result.status is Status.OK, result.failure
-    assert cache.git.text(["cat-file", "-p", f"{blob}"], repo).startswith("yyy")
+    assert not marker.exists(), "the damaged repo was replaced by a fresh clone"
+    assert cache.git.text(["cat-file", "-p", blob], repo).startswith("line 0")
+    tip = result.commit_of("git", "org/a", "main")
+    merged = cache.git.text(["show", f"{tip}:big"], repo).splitlines()
+    assert merged[0] == "first" and merged[-1] == "last"
+
+
+def damage_object(cache: RepoCache, repo: Path, sha: str) -> None:
+    """Overwrite the compressed data of packed object ``sha`` with garbage."""
+    (index,) = (repo / "objects" / "pack").glob("*.idx")
+    listing = cache.git.text(["verify-pack", "-v", str(index)], repo)
+    (offset,) = [int(line.split()[4]) for line in listing.splitlines() if line.startswith(sha)]
+    pack = index.with_suffix(".pack")
+    pack.chmod(0o644)
+    with pack.open("r+b") as f:
+        f.seek(offset + 2)
+        f.write(b"\xff" * 16)
 
 
 def test_broken_cache_repo_is_detected_at_open(remotes: Remotes, tmp_path: Path) -> None:

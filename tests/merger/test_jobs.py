@@ -120,7 +120,8 @@ def test_executor_workspace_at_a_speculative_commit(
     # cache cannot break it.
     assert delete_job_refs(cache, "git", "org/a", "ws") == 2 + 2 + 1
     # (the cache's merge worktree still has the tip checked out: move it on)
-    other = MergeJob("other", (Change("git", "org/a", "main", ref="refs/changes/1"),))
+    cherry = Change("git", "org/a", "main", ref="refs/changes/1", merge_mode=MergeMode.CHERRY_PICK)
+    other = MergeJob("other", (cherry,))
     assert run_merge_job(other, cache).status is Status.OK
     cache.git.run(["gc", "--prune=now", "--quiet"], cache.repo_path("git", "org/a"))
     subprocess.run(["git", "fsck", "--no-progress"], cwd=dest, check=True, env=remotes.env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from workers.merger import (
     Status,
     run_merge_job,
 )
+from workers.merger.modes import identity_env
 
 
 def change(
@@ -280,3 +282,25 @@ def test_merges_do_not_depend_on_user_config(
     result = run_merge_job(MergeJob("cfg-free", (change(1), change(2))), cache)
     assert result.status is Status.OK, result.failure
     assert result.changes[0].merged_commit == sha  # still a fast-forward: merge.ff ignored
+
+
+def test_tree_merges_are_the_commits_git_merge_makes(
+    remotes: Remotes, cache: RepoCache, tmp_path: Path
+) -> None:
+    a = diverged(remotes)
+    job = MergeJob("same", (change(1), change(2)), timestamp=1_234_567_890)
+    result = run_merge_job(job, cache)
+    assert result.status is Status.OK, result.failure
+    clone = tmp_path / "clone"
+    env = {**remotes.env, **identity_env(1_234_567_890)}
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=clone, env=env, capture_output=True, check=True)
+        return proc.stdout.decode().strip()
+
+    subprocess.run(["git", "clone", "-q", str(a.path), str(clone)], env=env, check=True)
+    git("fetch", "-q", "origin", "refs/changes/*:refs/changes/*")
+    git("checkout", "-q", "--detach", "origin/main")
+    for n in (1, 2):
+        git("merge", "-q", "--no-edit", "-m", f"Merge '{n},1'", f"refs/changes/{n}")
+    assert git("rev-parse", "HEAD") == result.commit_of("git", "org/a", "main")

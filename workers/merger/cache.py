@@ -213,9 +213,10 @@ class RepoCache:
     def _clone(self, path: Path, url: str, label: str) -> None:
         tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         try:
-            # --no-hardlinks: a cache never shares object files with a local
-            # remote, so damage to one can never reach the other.
-            self.git.run(["clone", "--bare", "--quiet", "--no-hardlinks", "--", url, str(tmp)])
+            # --no-local: a local remote is cloned through the pack protocol
+            # like any other, so its objects are checked on the way in and
+            # the cache shares no object files with it.
+            self.git.run(["clone", "--bare", "--quiet", "--no-local", "--", url, str(tmp)])
             for key, value in _REPO_CONFIG:
                 self.git.run(["config", key, value], tmp)
             self.git.run(

@@ -44,7 +44,7 @@ from workers.merger.model import (
     ProjectState,
     Status,
 )
-from workers.merger.modes import apply_change
+from workers.merger.modes import Applier
 from workers.merger.names import check_change, check_job_id, head_ref, merged_ref, source_ref
 from workers.merger.repo import Repo
 
@@ -130,21 +130,16 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
     heads = repo.heads()
     bases = _bases(repo, items, heads, pinned)
     times = {} if job.timestamp is not None else repo.commit_times(sources.values())
-    worktree = repo.worktree()
-    repo.clean(worktree)
+    applier = Applier(repo.git, repo.path, repo.clean_worktree)
     tips = dict(bases)
     refs = {source_ref(job.job_id, index): sha for index, sha in sources.items()}
     results: list[ChangeResult] = []
-    current = ""
     for index, change in items:
-        if change.branch != current:
-            repo.checkout(worktree, tips[change.branch])
-            current = change.branch
         source = sources[index]
         stamp = job.timestamp if job.timestamp is not None else times[source]
         try:
-            merged = apply_change(
-                repo.git, worktree, change.merge_mode, source, name=change.name, timestamp=stamp
+            merged = applier.apply(
+                change.merge_mode, tips[change.branch], source, name=change.name, timestamp=stamp
             )
         except MergeConflictError as exc:
             repo.update_refs(refs)

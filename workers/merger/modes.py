@@ -1,13 +1,15 @@
 """Zuul's merge modes, applied in a cache repo's worktree with the git CLI.
 
-Each mode takes the worktree at the current speculative tip of a branch
-(detached HEAD) and leaves it at the new tip:
+Each mode takes the current speculative tip of a branch and the change's
+commit and returns the new tip:
 
 ``merge``          ``git merge`` (a fast-forward when the change is already
-                   on top of the tip, as plain ``git merge`` does)
+                   on top of the tip, as plain ``git merge`` does); run as
+                   ``git merge-tree`` + ``git commit-tree``, same commits
 ``merge-resolve``  ``git merge -s resolve``: the old three-way strategy
                    without rename detection
 ``squash-merge``   ``git merge --squash`` and one new commit on the tip
+                   (also through ``merge-tree``)
 ``cherry-pick``    ``git cherry-pick`` of the change's commit (a merge
                    commit is merged with ``-s resolve`` instead); a change
                    already contained in the tip adds no commit
@@ -21,7 +23,7 @@ does. Two mergers given the same commits and timestamp therefore create
 commits with the same shas.
 
 A conflict raises :class:`MergeConflictError` with the conflicting paths;
-the worktree is left as git left it (the next job resets it).
+a worktree is left as git left it (the next job resets it).
 """
 
 from __future__ import annotations
@@ -54,13 +56,66 @@ def merge_message(change_name: str) -> str:
     return f"Merge '{change_name}'"
 
 
-def apply_change(
-    git: Git, worktree: Path, mode: MergeMode, commit: str, *, name: str, timestamp: int
-) -> str:
-    """Apply ``commit`` on the worktree's HEAD with ``mode``; return the new HEAD."""
-    dated = git.with_env(**identity_env(timestamp))
-    _MODES[mode](dated, worktree, commit, merge_message(name))
-    return dated.text(["rev-parse", "HEAD"], worktree)
+class Applier:
+    """Applies the changes of one project, in order, keeping track of the worktree.
+
+    ``merge`` and ``squash-merge`` run in the bare repo with
+    ``git merge-tree --write-tree`` (the same ``ort`` merge as ``git merge``,
+    in memory: no index, no checkout) and ``git commit-tree``; the commits
+    are byte-for-byte those ``git merge`` would make. The other modes need
+    a worktree, which is only prepared (``worktree()``) when one of them
+    comes up, and only checked out again when it is not already at the tip.
+    """
+
+    def __init__(self, git: Git, repo: Path, worktree: Callable[[], Path]) -> None:
+        self.git = git
+        self.repo = repo
+        self._make_worktree = worktree
+        self._worktree: Path | None = None
+        self._worktree_head = ""
+
+    def apply(self, mode: MergeMode, tip: str, commit: str, *, name: str, timestamp: int) -> str:
+        """Apply ``commit`` on ``tip`` with ``mode``; return the new tip."""
+        dated = self.git.with_env(**identity_env(timestamp))
+        message = merge_message(name)
+        if mode in (MergeMode.MERGE, MergeMode.SQUASH_MERGE):
+            squash = mode is MergeMode.SQUASH_MERGE
+            return _tree_merge(dated, self.repo, tip, commit, message=message, squash=squash)
+        worktree = self._worktree_at(tip)
+        self._worktree_head = ""  # unknown until the mode succeeds
+        _MODES[mode](dated, worktree, commit, message)
+        self._worktree_head = dated.text(["rev-parse", "HEAD"], worktree)
+        return self._worktree_head
+
+    def _worktree_at(self, tip: str) -> Path:
+        if self._worktree is None:
+            self._worktree = self._make_worktree()
+        if self._worktree_head != tip:
+            self.git.run(["checkout", "--quiet", "--force", "--detach", tip], self._worktree)
+            self._worktree_head = tip
+        return self._worktree
+
+
+def _tree_merge(git: Git, repo: Path, tip: str, commit: str, *, message: str, squash: bool) -> str:
+    """``git merge`` (or ``--squash`` and commit) of ``commit`` into ``tip``, without a worktree."""
+    base = git.run(["merge-base", tip, commit], repo, check=False).stdout.decode().strip()
+    if not squash and base == tip:
+        return commit  # a fast-forward, as git merge does
+    if not squash and base == commit:
+        return tip  # already up to date
+    proc = git.run(
+        ["merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", tip, commit],
+        repo,
+        check=False,
+    )
+    fields = [f.decode("utf-8", "replace") for f in proc.stdout.split(b"\0") if f]
+    if proc.returncode == 1 and fields:
+        raise MergeConflictError("merge conflict", sorted(set(fields[1:])))
+    if proc.returncode != 0 or not fields:
+        stderr = proc.stderr.decode("utf-8", "replace")
+        raise GitCommandError(["merge-tree", tip, commit], proc.returncode, stderr)
+    parents = ["-p", tip] if squash else ["-p", tip, "-p", commit]
+    return git.text(["commit-tree", fields[0], *parents, "-m", message], repo)
 
 
 def _merge(git: Git, wt: Path, commit: str, message: str) -> None:

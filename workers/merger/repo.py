@@ -175,16 +175,11 @@ class Repo:
             return None
         return Path(proc.stdout.decode().strip())
 
-    def checkout(self, worktree: Path, commit: str) -> None:
-        """Put the worktree at ``commit`` (detached), discarding anything else."""
-        try:
-            self.git.run(["checkout", "--quiet", "--force", "--detach", commit], worktree)
-        except GitCommandError as exc:
-            raise classify(exc, f"{self.label}: checkout {commit}") from None
-
-    def clean(self, worktree: Path) -> None:
-        """Remove untracked files (a failed merge can leave ``file~HEAD`` copies)."""
-        self.git.run(["clean", "-q", "-f", "-d", "-x"], worktree)
+    def clean_worktree(self) -> Path:
+        """:meth:`worktree` without untracked files (a failed merge leaves ``file~HEAD``)."""
+        path = self.worktree()
+        self._run(["-C", str(path), "clean", "-q", "-f", "-d", "-x"], "clean worktree")
+        return path
 
 
 def _is_config_path(path: str) -> bool:

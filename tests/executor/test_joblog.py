@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from scheduler.errors import SettingsError
 from tests.executor.helpers import BuildThread, Repo, make_spec
 from tests.fixtures.waiting import wait_until
 from workers.executor import BaseControl, LocalControl, ResultCode, RunnerOptions, run_build
@@ -92,3 +95,24 @@ def test_long_lines_are_cut_and_bad_bytes_replaced(tmp_path: Path) -> None:
 
     bodies = [line.split(" | ", 2)[2] for line in log.path.read_text().splitlines()]
     assert bodies == ["a" * MAX_LINE, "a" * 10 + "\ufffd\ufffd ok", "last"]
+
+
+def test_job_output_beyond_the_limit_is_dropped(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "seq 1 1000")
+    limited = RunnerOptions(state_dir=options.state_dir, log_limit=100)
+
+    result = run_build(make_spec(repo, repo.commit()), BaseControl(), limited)
+
+    assert result.result is ResultCode.SUCCESS
+    text = Path(result.log_path).read_text()
+    assert "| run | 30\n" in text
+    assert "| run | 60\n" not in text
+    assert "LOG LIMIT: job output beyond 100 characters dropped" in text
+    assert "RUN END: run run.sh exit 0" in text
+
+
+def test_options_keep_cancel_within_two_seconds(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="below 2 s"):
+        RunnerOptions(state_dir=tmp_path, poll_interval=0.5, kill_grace=1.5)
+    with pytest.raises(SettingsError, match="poll_interval must be > 0"):
+        RunnerOptions(state_dir=tmp_path, poll_interval=0)

@@ -10,7 +10,8 @@ Lines are written and flushed one by one, so a reader (``tail -f``, the web
 status page) can follow the build while it runs. The last lines are kept
 in memory for the build result. Output is decoded as UTF-8 with invalid
 bytes replaced; a "line" longer than ``MAX_LINE`` bytes without a newline is
-cut into several.
+cut into several. Job output beyond a limit (``RunnerOptions.log_limit``)
+is dropped so a runaway job cannot fill the disk.
 """
 
 from __future__ import annotations
@@ -28,30 +29,45 @@ def _now() -> str:
 
 
 class JobLog:
-    """Appends stamped lines to ``job-output.txt``; keeps the last ``tail_lines``."""
+    """Appends stamped lines to ``job-output.txt``; keeps the last ``tail_lines``.
 
-    def __init__(self, path: Path, tail_lines: int = 50) -> None:
+    Job output beyond ``limit`` characters is dropped (one line says so);
+    the runner's own markers are always written.
+    """
+
+    def __init__(self, path: Path, tail_lines: int = 50, limit: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._file: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self._limit = limit
+        self._written = 0
+        self.truncated = False
 
     def line(self, text: str, label: str | None = None) -> None:
-        """Write one line: ``stamp | label | text`` (or ``stamp | text``)."""
-        stamped = f"{_now()} | {label} | {text}" if label else f"{_now()} | {text}"
-        self._file.write(stamped + "\n")
-        self._file.flush()
-        self._tail.append(stamped)
+        """Write one line of job output: ``stamp | label | text``."""
+        if self._limit is not None and self._written + len(text) > self._limit:
+            if not self.truncated:
+                self.truncated = True
+                self.marker(f"LOG LIMIT: job output beyond {self._limit} characters dropped")
+            return
+        self._written += len(text)
+        self._write(f"{_now()} | {label} | {text}" if label else f"{_now()} | {text}")
 
     def marker(self, text: str) -> None:
         """A line of the runner's own (phase start and end, results)."""
-        self.line(text)
+        self._write(f"{_now()} | {text}")
 
     def tail(self) -> tuple[str, ...]:
         return tuple(self._tail)
 
     def close(self) -> None:
         self._file.close()
+
+    def _write(self, stamped: str) -> None:
+        self._file.write(stamped + "\n")
+        self._file.flush()
+        self._tail.append(stamped)
 
 
 class LineSplitter:

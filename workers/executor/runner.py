@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scheduler.errors import SettingsError
 from scheduler.settings import Settings
 from workers.executor.control import BuildControl, StartedInfo
 from workers.executor.environment import (
@@ -69,6 +70,15 @@ class RunnerOptions:
     result_data_limit: int = DEFAULT_RESULT_DATA_LIMIT
     # Names of the worker's environment passed on to jobs.
     pass_env: tuple[str, ...] = DEFAULT_PASS_ENV
+    # Characters of job output kept in job-output.txt (None: no limit).
+    log_limit: int | None = 256 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.poll_interval <= 0 or self.kill_grace < 0:
+            raise SettingsError("executor: poll_interval must be > 0 and kill_grace >= 0")
+        if self.poll_interval + self.kill_grace >= 2.0:
+            # A cancel must stop a build within 2 s (issue 6).
+            raise SettingsError("executor: poll_interval + kill_grace must stay below 2 s")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RunnerOptions:
@@ -125,7 +135,9 @@ class BuildRun:
         """Folders, log, checkouts, job files, executables resolved; then ``on_started``."""
         began = time.monotonic()
         create_folders(self.layout)
-        self.job_log = JobLog(self.layout.log_file, self.options.tail_lines)
+        self.job_log = JobLog(
+            self.layout.log_file, self.options.tail_lines, limit=self.options.log_limit
+        )
         spec = self.spec
         self._mark(
             f"Sluice build {spec.build_uuid}: job {spec.job} of {spec.project} "

@@ -175,25 +175,25 @@ def _fetch_sources(
     """The commit of each change (index -> sha), fetching what the cache lacks."""
     sources: dict[int, str] = {}
     specs: list[str] = []
+    present = repo.commits_of([c.commit for _i, c in items if c.commit] + list(pinned.values()))
     for index, change in items:
-        known = repo.commit_of(change.commit) if change.commit else None
+        known = present.get(change.commit) if change.commit else None
         if known is not None:
             sources[index] = known
         else:
             specs.append(f"+{change.ref or change.commit}:{source_ref(job.job_id, index)}")
-    branches_pinned = all(
-        item.branch in pinned and repo.commit_of(pinned[item.branch]) for _i, item in items
-    )
+    branches_pinned = all(present.get(pinned.get(item.branch, "")) for _i, item in items)
     if specs or not branches_pinned:
         try:
             repo.fetch(specs)
         except UnknownRefError as exc:
             raise _which_change(exc, items) from None
+    wanted = {i: c.commit or source_ref(job.job_id, i) for i, c in items if i not in sources}
+    found = repo.commits_of(wanted.values())
     for index, change in items:
         if index in sources:
             continue
-        rev = change.commit or source_ref(job.job_id, index)
-        sha = repo.commit_of(rev)
+        sha = found[wanted[index]]
         if sha is None:
             raise UnknownRefError(f"{repo.label}: {change.rev} is not a commit in the remote").at(
                 change.rev, index

@@ -89,6 +89,19 @@ class Repo:
         )
         return proc.stdout.decode().strip() if proc.returncode == 0 else None
 
+    def commits_of(self, revs: Iterable[str]) -> dict[str, str | None]:
+        """:meth:`commit_of` for many revisions in one git process."""
+        wanted = list(dict.fromkeys(revs))
+        if not wanted:
+            return {}
+        stdin = "".join(f"{rev}^{{commit}}\n" for rev in wanted).encode()
+        out = self.git.run(["cat-file", "--batch-check"], self.path, stdin=stdin).stdout
+        found: dict[str, str | None] = {}
+        for rev, line in zip(wanted, out.decode().splitlines(), strict=True):
+            sha, _, kind = line.partition(" ")
+            found[rev] = sha if kind.startswith("commit") else None
+        return found
+
     def commit_times(self, shas: Iterable[str]) -> dict[str, int]:
         """Committer time (Unix seconds) of each commit."""
         wanted = list(dict.fromkeys(shas))

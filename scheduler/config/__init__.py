@@ -10,7 +10,10 @@ The public API (everything else is internal to the package):
 * :meth:`Layout.freeze_job_graph` — project, branch, pipeline, changed
   files → :class:`JobGraph` of :class:`FrozenJob` s, or :class:`FreezeError`.
 * :meth:`Layout.to_json` / :meth:`Layout.content_hash` — canonical form.
-* :func:`new_errors` — the errors a config-changing item introduces.
+* :func:`speculative_layout` — the layout for an item that proposes
+  config files, and the errors it introduces (its result if non-empty).
+* :func:`reconfigure` — a new tenant layout where a branch broken by an
+  update keeps its last good files (:class:`KeptBranch` says why).
 
 See ``docs/config.md`` for the rules.
 """
@@ -34,6 +37,13 @@ from scheduler.config.model import (
     Semaphore,
     Window,
 )
+from scheduler.config.reconfigure import (
+    KeptBranch,
+    Reconfiguration,
+    SpeculativeLayout,
+    reconfigure,
+    speculative_layout,
+)
 from scheduler.config.tenant import Tenant, TenantConfig, TenantProject, parse_tenant_config
 
 __all__ = [
@@ -44,14 +54,17 @@ __all__ = [
     "FrozenJob",
     "JobGraph",
     "JobVariant",
+    "KeptBranch",
     "Layout",
     "LayoutResult",
     "Pipeline",
     "Playbook",
     "ProjectConfig",
     "Queue",
+    "Reconfiguration",
     "RequiredProject",
     "Semaphore",
+    "SpeculativeLayout",
     "Tenant",
     "TenantConfig",
     "TenantProject",
@@ -61,5 +74,7 @@ __all__ = [
     "build_layout",
     "new_errors",
     "parse_tenant_config",
+    "reconfigure",
     "select_config_files",
+    "speculative_layout",
 ]

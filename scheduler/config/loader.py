@@ -62,6 +62,8 @@ def _branches_to_load(
         branches = {
             name: b for name, b in by_project[project.name].items() if _branch_wanted(project, name)
         }
+        if project.trusted and project.load_branch is not None:
+            branches = {k: v for k, v in branches.items() if k == project.load_branch}
         if project.trusted and len(branches) > 1:
             if project.load_branch in branches:
                 branches = {project.load_branch: branches[project.load_branch]}

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from scheduler.config import UnparsedBranch, reconfigure, speculative_layout
+from tests.config.builders import BASE, dedent, tenant
+
+GOOD = "- job: {name: unit}\n- project: {check: {jobs: [unit]}}\n"
+BROKEN = "- job: {name: unit, timeout: soon}\n- project: {check: {jobs: [unit]}}\n"
+
+
+def branches(app_text: str) -> list[UnparsedBranch]:
+    return [
+        UnparsedBranch("config", "master", {"zuul.yaml": dedent(BASE)}),
+        UnparsedBranch("app", "main", {".zuul.yaml": app_text}),
+    ]
+
+
+def test_broken_branch_keeps_its_last_good_config() -> None:
+    last_good = {("app", "main"): branches(GOOD)[1]}
+    outcome = reconfigure(tenant(), branches(BROKEN), last_good)
+    assert [(k.project, k.branch) for k in outcome.kept] == [("app", "main")]
+    assert [str(e) for e in outcome.kept[0].errors] == [
+        ".zuul.yaml:1: job 'unit': timeout: expected an integer, got string",
+        # the project stanza now names a job that is gone
+        ".zuul.yaml:2: project 'app': job 'unit' is not defined",
+    ]
+    assert outcome.result.errors == ()
+    assert outcome.result.layout.freeze_job_graph("app", "main", "check").names == ("unit",)
+
+
+def test_good_update_is_taken() -> None:
+    newer = "- job: {name: unit, timeout: 60}\n- project: {check: {jobs: [unit]}}\n"
+    outcome = reconfigure(tenant(), branches(newer), {("app", "main"): branches(GOOD)[1]})
+    assert outcome.kept == ()
+    assert outcome.result.layout.freeze_job_graph("app", "main", "check").jobs[0].timeout == 60
+
+
+def test_change_with_broken_config_gets_the_error() -> None:
+    proposed = [UnparsedBranch("app", "main", {".zuul.yaml": BROKEN})]
+    speculative = speculative_layout(tenant(), branches(GOOD), proposed)
+    assert [e.describe() for e in speculative.errors] == [
+        "app@main: .zuul.yaml:1: job 'unit': timeout: expected an integer, got string",
+        "app@main: .zuul.yaml:2: project 'app': job 'unit' is not defined",
+    ]
+
+
+def test_change_is_not_blamed_for_existing_errors() -> None:
+    old_broken = GOOD + "- job: {name: other, voting: maybe}\n"
+    proposed_text = "# a comment moves every line\n" + old_broken
+    proposed = [UnparsedBranch("app", "main", {".zuul.yaml": proposed_text})]
+    speculative = speculative_layout(tenant(), branches(old_broken), proposed)
+    assert speculative.errors == ()
+    assert len(speculative.result.errors) == 1

@@ -28,6 +28,7 @@ children included).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -36,7 +37,7 @@ import time
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
@@ -175,9 +176,16 @@ class ZooKeeperClient:
         self.wait(self.kazoo.ensure_path_async(path))
 
     def delete_tree(self, path: str) -> None:
-        """Delete a node and everything below it (maintenance, never a hot path)."""
-        retry = KazooRetry(max_tries=3, ignore_expire=False)
-        retry(self.kazoo.delete, path, recursive=True)
+        """Delete a node and everything below it, each call with its deadline.
+
+        Raises kazoo's ``NoNodeError`` if ``path`` does not exist; nodes that
+        vanish meanwhile (someone else cleaning up) are skipped.
+        """
+        children = self.get_children(path)
+        for child in children:
+            with contextlib.suppress(NoNodeError):
+                self.delete_tree(f"{path.rstrip('/')}/{child}")
+        self.delete(path)
 
     # ------------------------------------------------------------ lifecycle
 

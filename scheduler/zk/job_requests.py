@@ -210,7 +210,14 @@ class JobRequestQueue:
         txn.create(self._path("requests", request.uuid), self._encode(request))
         if wait:
             txn.create(self._path("waiters", request.uuid), b"", ephemeral=True)
-        txn.commit()
+        try:
+            txn.commit()
+        except OpFailedError as exc:
+            # A retried submit whose first attempt did commit: same request, no effect.
+            existing = self.get(request.uuid) if exc.reason == EXISTS else None
+            if existing is None:
+                raise
+            return existing
         return replace(request, version=0)
 
     def get(self, uuid: str) -> JobRequest | None:
@@ -350,9 +357,14 @@ class JobRequestQueue:
         seen = threading.Event()
         path = paths.request_flag(self.root, uuid, flag)
 
-        def watcher(_event: object) -> None:
-            if self.client.kazoo.exists(path, watch=None if seen.is_set() else watcher):
+        def found(result: Any) -> None:
+            if result.successful() and result.get() is not None:
                 seen.set()
+
+        def watcher(_event: object) -> None:
+            # Never block kazoo's callback thread: re-arm asynchronously.
+            if not seen.is_set():
+                self.client.kazoo.exists_async(path, watch=watcher).rawlink(found)
 
         if self.client.exists(path, watch=watcher) is not None:
             seen.set()

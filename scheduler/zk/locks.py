@@ -28,13 +28,19 @@ import enum
 import logging
 from types import TracebackType
 
-from kazoo.exceptions import LockTimeout, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    LockTimeout,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.recipe.lock import Lock, ReadLock, WriteLock
 
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext
-from scheduler.zk.errors import ZooKeeperError
+from scheduler.zk.errors import ZooKeeperError, ZooKeeperUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +73,12 @@ class HeldLock:
     def release(self) -> None:
         """Let go (delete our node); harmless if the session already lost it."""
         self.context.mark_released()
+        if self._recipe is not None:
+            # kazoo's own release() makes calls without a deadline: do it here.
+            self._recipe.is_acquired = False
+            self._recipe.node = None
         try:
-            if self._recipe is not None:
-                self.client.wait(_release(self._recipe))
-            else:
-                self.client.delete(self.node)
+            self.client.delete(self.node)
         except (NoNodeError, ZooKeeperError) as exc:
             log.info("releasing %s: %s", self.node, exc)
 
@@ -85,19 +92,6 @@ class HeldLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
-
-
-def _release(recipe: Lock) -> object:
-    """Release a kazoo lock recipe through an async delete with a deadline."""
-    node = recipe.path + "/" + recipe.node if recipe.node else None
-    recipe.is_acquired = False
-    recipe.node = None
-    client = recipe.client
-    if node is None:
-        result = client.handler.async_result()
-        result.set(None)
-        return result
-    return client.delete_async(node)
 
 
 def acquire(
@@ -116,6 +110,8 @@ def acquire(
         gotten = recipe.acquire(blocking=blocking, timeout=wait if blocking else None)
     except LockTimeout:
         return None
+    except (ConnectionLoss, SessionExpiredError) as exc:
+        raise ZooKeeperUnavailableError(f"locking {path}: {exc!r}") from exc
     if not gotten:
         return None
     return HeldLock(client, path, paths.join(path, recipe.node), recipe)

@@ -65,6 +65,7 @@ def test_lifecycle_with_events_in_the_same_transactions(zk: ZooKeeperClient) -> 
 def test_duplicate_claim_has_no_effect(zk: ZooKeeperClient) -> None:
     queue = JobRequestQueue(zk, paths.merger_queue())
     request = queue.submit(new_request(result_queue=""), {})
+    assert queue.submit(request, {}) == request  # a retried submit changes nothing
     first = queue.claim(request.uuid, "merger-1")
     assert first is not None
     before = queue.get(request.uuid)

@@ -36,9 +36,16 @@ from scheduler.reporting.records import (
 )
 from scheduler.reporting.reporter import Reporter, ReporterSet
 from scheduler.reporting.results import BuildResult
-from scheduler.reporting.schema import MigrationLock, current_revision, ensure_schema, head_revision
+from scheduler.reporting.schema import (
+    MigrationLock,
+    current_revision,
+    ensure_schema,
+    head_revision,
+    open_database,
+)
 from scheduler.reporting.sql import (
     SqlReporter,
+    prune_history,
     record_build_end,
     record_build_event,
     record_build_start,
@@ -77,6 +84,8 @@ __all__ = [
     "job_durations",
     "list_builds",
     "list_buildsets",
+    "open_database",
+    "prune_history",
     "record_build_end",
     "record_build_event",
     "record_build_start",

@@ -99,6 +99,17 @@ def ensure_schema(
     return head
 
 
+def open_database(database_url: str, *, lock: MigrationLock | None = None) -> Engine:
+    """This process's engine for ``database_url``, its schema brought to head.
+
+    The one call the scheduler and the CLI need before reporting or reading
+    history; cheap once the schema is current.
+    """
+    engine = get_engine(database_url)
+    ensure_schema(database_url, lock=lock, engine=engine)
+    return engine
+
+
 def _is_current(revision: str | None, head: str) -> bool:
     if revision == head:
         return True

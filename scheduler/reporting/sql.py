@@ -16,9 +16,10 @@ reporter set logs without stopping the others.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, String, Table, delete, func
+from sqlalchemy import Connection, Engine, String, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -39,6 +40,7 @@ from scheduler.reporting.records import (
     BuildsetStart,
     BuildStart,
     RefInfo,
+    require_aware,
     utcnow,
 )
 
@@ -295,6 +297,21 @@ def _insert_event(connection: Connection, build_id: int, build_event: BuildEvent
         description=build_event.description,
     )
     connection.execute(stmt.on_conflict_do_nothing())
+
+
+def prune_history(engine: Engine, older_than: datetime) -> int:
+    """Delete buildsets last updated before ``older_than``, with their builds.
+
+    Builds, artifacts and events go with their buildset (``ON DELETE
+    CASCADE``); refs no buildset tests any more go too. Returns the number
+    of buildsets deleted.
+    """
+    require_aware("older_than", older_than)
+    with engine.begin() as connection:
+        deleted = connection.execute(delete(BUILDSETS).where(BUILDSETS.c.updated < older_than))
+        linked = select(BUILDSET_REFS.c.ref_id)
+        connection.execute(delete(REFS).where(REFS.c.id.not_in(linked)))
+    return int(deleted.rowcount)
 
 
 class SqlReporter:

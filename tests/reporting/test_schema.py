@@ -13,7 +13,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
-from scheduler.reporting import UnsupportedDatabaseError, create_database_engine
+from scheduler.reporting import (
+    UnsupportedDatabaseError,
+    create_database_engine,
+    dispose_engines,
+    get_engine,
+    list_builds,
+    open_database,
+)
 from scheduler.reporting.models import VERSION_TABLE, Base
 from scheduler.reporting.schema import (
     MIGRATION_LOCK_KEY,
@@ -70,6 +77,16 @@ def test_the_migration_lock_is_held_around_the_migration(
 
     ensure_schema(database_url, engine=bare_engine, lock=lock)
     assert seen == [None, head_revision()]
+
+
+def test_open_database_gives_this_process_one_migrated_engine(database_url: str) -> None:
+    try:
+        engine = open_database(database_url)
+        assert engine is get_engine(database_url) is open_database(database_url)
+        assert current_revision(engine) == head_revision()
+        assert list_builds(engine) == []
+    finally:
+        dispose_engines()
 
 
 def test_models_match_the_migrations(engine: Engine) -> None:

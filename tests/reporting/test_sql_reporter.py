@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import datetime
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from scheduler.reporting import (
@@ -23,6 +23,7 @@ from scheduler.reporting import (
     SqlReporter,
     list_builds,
     list_buildsets,
+    prune_history,
     record_build_event,
 )
 from scheduler.reporting.models import (
@@ -189,3 +190,29 @@ def test_naive_times_and_bad_attempts_are_refused() -> None:
         BuildStart(buildset(), build(), start_time=datetime(2026, 1, 1))
     with pytest.raises(ReportingError, match="attempt"):
         build(attempt=0)
+
+
+def test_prune_history_deletes_old_buildsets_with_their_builds(engine: Engine) -> None:
+    reporter = SqlReporter(engine)
+    for uuid, ref in (("old", "refs/heads/old"), ("new", "refs/heads/new")):
+        bs = buildset(uuid, ref=ref)
+        reporter.record_buildset_start(BuildsetStart(bs, start_time=at(0)))
+        end = BuildEnd(
+            bs,
+            build(f"{uuid}-b"),
+            BuildResult.SUCCESS,
+            end_time=at(5),
+            artifacts=(Artifact("log", "https://logs.example/"),),
+            events=(BuildEvent("paused", at(1)),),
+        )
+        reporter.record_build_end(end)
+    with engine.begin() as connection:
+        connection.execute(
+            update(BuildsetRow).where(BuildsetRow.uuid == "old").values(updated=at(-86400))
+        )
+    assert prune_history(engine, older_than=at(0)) == 1
+    assert [b["uuid"] for b in list_buildsets(engine)] == ["new"]
+    assert [b["uuid"] for b in list_builds(engine)] == ["new-b"]
+    assert (count(engine, ArtifactRow), count(engine, BuildEventRow)) == (1, 1)
+    assert count(engine, RefRow) == 1
+    assert prune_history(engine, older_than=at(0)) == 0

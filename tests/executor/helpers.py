@@ -13,6 +13,7 @@ from typing import Any
 
 from scheduler.stack.process import is_alive
 from workers.executor import BuildControl, BuildResult, BuildSpec, RunnerOptions, run_build
+from workers.executor.spec import JobStep
 
 
 def git(repo: Path, *args: str) -> str:
@@ -64,7 +65,7 @@ def make_spec(
     repo: Repo,
     commit: str,
     *,
-    run: tuple[str, ...] = ("run.sh",),
+    run: tuple[str | JobStep, ...] = ("run.sh",),
     project: str = "org/project",
     others: Mapping[str, tuple[str, Mapping[str, str]]] | None = None,
     **fields: Any,

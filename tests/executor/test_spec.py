@@ -9,6 +9,7 @@ import pytest
 
 from workers.executor import BuildResult, BuildSpec, BuildSpecError, Phase, ResultCode
 from workers.executor.result import StepOutcome, StepRun
+from workers.executor.spec import JobStep
 
 COMMIT = "a" * 40
 
@@ -23,7 +24,7 @@ def spec_dict(**changes: Any) -> dict[str, Any]:
         "job": "j",
         "build_uuid": "0123abcd",
         "pre_run": ["ci/pre"],
-        "run": ["ci/run"],
+        "run": ["ci/run", {"path": "run.sh", "project": "org/lib", "branch": "stable"}],
         "post_run": [],
         "timeout": 60,
         "post_timeout": None,
@@ -41,7 +42,8 @@ def spec_dict(**changes: Any) -> dict[str, Any]:
 def test_spec_round_trips_through_json() -> None:
     spec = BuildSpec.from_dict(spec_dict())
     assert spec.timeout == 60.0
-    assert spec.run == ("ci/run",)
+    assert spec.run == ("ci/run", JobStep("run.sh", "org/lib", "stable"))
+    assert spec.steps("run") == (JobStep("ci/run"), JobStep("run.sh", "org/lib", "stable"))
 
     again = BuildSpec.from_json(json.dumps(spec.to_dict()))
 
@@ -60,7 +62,9 @@ def test_spec_ignores_unknown_keys_of_a_newer_writer() -> None:
         ({"schema": 2}, "unsupported schema 2"),
         ({"tenant": 5}, "tenant: expected a string, got int"),
         ({"job": ""}, "job must not be empty"),
-        ({"run": "ci/run"}, "run: expected a list of strings"),
+        ({"run": "ci/run"}, "run: expected a list of paths or {path, project, branch}"),
+        ({"run": [5]}, "run: expected a path or {path, project, branch}, got 5"),
+        ({"run": [{"project": "x"}]}, "run: expected a path or {path, project, branch}"),
         ({"timeout": "1h"}, "timeout: expected a number of seconds or null"),
         ({"timeout": True}, "timeout: expected a number of seconds or null"),
         ({"timeout": 0}, "timeout must be positive"),
@@ -96,7 +100,7 @@ def test_result_round_trips_through_json() -> None:
         message="post-run x failed",
         started_at=1.5,
         ended_at=3.0,
-        steps=(StepRun(Phase.RUN, "ci/run", StepOutcome.OK, 0, 1.6, 0.5),),
+        steps=(StepRun(Phase.RUN, "ci/run", StepOutcome.OK, 0, 1.6, 0.5, project="org/p"),),
         result_data={"a": [1]},
         log_path="/logs/u/job-output.txt",
         log_tail=("line",),

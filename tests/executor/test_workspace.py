@@ -8,6 +8,7 @@ import pytest
 
 from tests.executor.helpers import Repo, git, make_spec
 from workers.executor import BaseControl, LocalControl, ResultCode, RunnerOptions, run_build
+from workers.executor.spec import JobStep
 
 SHOW_CHECKOUTS = """
 for p in org/project org/lib; do
@@ -183,3 +184,53 @@ def test_ambiguous_branch_is_error_naming_the_fix(
     assert result.message == (
         "org/lib: repo state has no branch 'main' and several others (a, b); name one in checkouts"
     )
+
+
+def test_steps_from_another_project_and_branch(
+    repo: Repo, tmp_path: Path, options: RunnerOptions
+) -> None:
+    """Job content lives where the job's variant was defined (a config project, a branch)."""
+    repo.script("run.sh", "echo project")
+    commit = repo.commit()
+    config = Repo.create(tmp_path / "repos" / "config")
+    config.script("ci/base-pre.sh", 'echo "base pre in $(pwd)" > "$SLUICE_LOG_DIR/pre"')
+    config_main = config.commit()
+    git(config.path, "checkout", "-q", "-b", "legacy")
+    config.script("ci/old-post.sh", 'echo "legacy post" > "$SLUICE_LOG_DIR/post"')
+    config_legacy = config.commit()
+    state = {"main": config_main, "legacy": config_legacy}
+    spec = make_spec(
+        repo,
+        commit,
+        others={"org/config": (str(config.path), state)},
+        pre_run=(JobStep("ci/base-pre.sh", project="org/config"),),
+        post_run=(JobStep("ci/old-post.sh", project="org/config", branch="legacy"),),
+    )
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.SUCCESS, result.message
+    log_dir = Path(result.log_path).parent
+    project_dir = options.state_dir / "builds" / spec.build_uuid / "src" / "org" / "project"
+    assert (log_dir / "pre").read_text() == f"base pre in {project_dir}\n"
+    assert (log_dir / "post").read_text() == "legacy post\n"
+    assert [s.project for s in result.steps] == ["org/config", "org/project", "org/config"]
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        (JobStep("run.sh", project="org/other"), "project org/other is not in the repo state"),
+        (JobStep("run.sh", branch="nope"), "org/project has no branch 'nope' in the repo state"),
+    ],
+)
+def test_step_outside_the_repo_state_is_refused(
+    repo: Repo, options: RunnerOptions, step: JobStep, message: str
+) -> None:
+    repo.script("run.sh", "true")
+    spec = make_spec(repo, repo.commit(), run=(step,))
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is ResultCode.ERROR
+    assert result.message == f"run: run.sh: {message}"

@@ -38,7 +38,7 @@ from workers.executor.errors import (
 )
 from workers.executor.result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
 from workers.executor.runner import RunnerOptions, run_build
-from workers.executor.spec import BuildSpec
+from workers.executor.spec import BuildSpec, JobStep
 
 __all__ = [
     "BaseControl",
@@ -47,6 +47,7 @@ __all__ = [
     "BuildSpec",
     "BuildSpecError",
     "ExecutorError",
+    "JobStep",
     "LocalControl",
     "Phase",
     "RefusedError",

@@ -70,11 +70,14 @@ class StepRun:
     exit_code: int | None
     started_at: float
     duration: float
+    # The project whose repository holds the executable.
+    project: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "phase": self.phase.value,
             "path": self.path,
+            "project": self.project,
             "outcome": self.outcome.value,
             "exit_code": self.exit_code,
             "started_at": self.started_at,
@@ -90,6 +93,7 @@ class StepRun:
             exit_code=data.get("exit_code"),
             started_at=float(data["started_at"]),
             duration=float(data["duration"]),
+            project=str(data.get("project", "")),
         )
 
 

@@ -44,13 +44,13 @@ from workers.executor.errors import RefusedError, ResultDataError, WorkspaceErro
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.process import StepLimits, cancel_requested, run_step
 from workers.executor.result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
-from workers.executor.spec import BuildSpec
+from workers.executor.spec import BuildSpec, JobStep
 from workers.executor.workspace import (
     BuildLayout,
+    StepLocator,
     checkout_projects,
     create_folders,
     remove_workspace,
-    resolve_executable,
 )
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,8 @@ class BuildRun:
     layout: BuildLayout = field(init=False)
     started_at: float = field(init=False, default_factory=time.time)
     steps: list[StepRun] = field(init=False, default_factory=list)
-    executables: dict[tuple[Phase, str], Path] = field(init=False, default_factory=dict)
+    # The resolved executable of each step: (phase, index) -> real path.
+    executables: dict[tuple[Phase, int], Path] = field(init=False, default_factory=dict)
     job_log: JobLog | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -143,9 +144,9 @@ class BuildRun:
             f"Sluice build {spec.build_uuid}: job {spec.job} of {spec.project} "
             f"({spec.branch}, {spec.ref or 'no ref'}) in {spec.tenant}/{spec.pipeline}"
         )
-        checkout_projects(spec, self.layout)
+        chosen = checkout_projects(spec, self.layout)
         write_job_files(spec, self.layout)
-        self._resolve_executables()
+        self._resolve_executables(StepLocator(spec, self.layout, chosen))
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
         info = StartedInfo(
             build_uuid=spec.build_uuid,
@@ -182,15 +183,15 @@ class BuildRun:
         keep_going: bool = False,
     ) -> _PhaseEnd:
         """Run a phase's executables in order; stop at the first failure unless ``keep_going``."""
-        paths = self._phase_paths(phase)
+        steps = self.spec.steps(phase.value)
         end = _PhaseEnd()
-        if paths:
+        if steps:
             _call_hook("on_phase", self.control.on_phase, phase)
         env = job_environment(
             self.spec, self.layout, phase, success=success, pass_env=self.options.pass_env
         )
-        for path in paths:
-            step = self.run_one(phase, path, env, deadline())
+        for index, job_step in enumerate(steps):
+            step = self.run_one(phase, index, job_step, env, deadline())
             if step.outcome is StepOutcome.ABORTED:
                 return _PhaseEnd(step.outcome, step)
             if step.outcome is not StepOutcome.OK and end.step is None:
@@ -200,10 +201,15 @@ class BuildRun:
         return end
 
     def run_one(
-        self, phase: Phase, path: str, env: dict[str, str], deadline: float | None
+        self,
+        phase: Phase,
+        index: int,
+        job_step: JobStep,
+        env: dict[str, str],
+        deadline: float | None,
     ) -> StepRun:
         """One executable: markers around it in the log, its record in ``steps``."""
-        label = phase.value.upper()
+        label, path = phase.value.upper(), job_step.path
         started, began = time.time(), time.monotonic()
         if cancel_requested(self.control.cancel_requested):
             exit_ = None
@@ -218,14 +224,16 @@ class BuildRun:
             )
             assert self.job_log is not None
             ended = run_step(
-                self.executables[(phase, path)],
+                self.executables[(phase, index)],
                 cwd=self.project_dir,
                 env=env,
                 output=LineSplitter(self.job_log, phase.value),
                 limits=limits,
             )
             exit_, outcome = ended.exit_code, ended.outcome
-        step = StepRun(phase, path, outcome, exit_, started, time.monotonic() - began)
+        project = job_step.project or self.spec.project
+        duration = time.monotonic() - began
+        step = StepRun(phase, path, outcome, exit_, started, duration, project=project)
         self.steps.append(step)
         self._mark(f"{label} END: {_describe(step)} ({step.duration:.2f}s)")
         return step
@@ -328,21 +336,13 @@ class BuildRun:
         where = f" during {end.step.phase.value} {end.step.path}" if end.step else ""
         return Outcome(ResultCode.ABORTED, f"cancelled{where}")
 
-    def _phase_paths(self, phase: Phase) -> tuple[str, ...]:
-        return {
-            Phase.PRE_RUN: self.spec.pre_run,
-            Phase.RUN: self.spec.run,
-            Phase.POST_RUN: self.spec.post_run,
-        }[phase]
-
-    def _resolve_executables(self) -> None:
+    def _resolve_executables(self, locator: StepLocator) -> None:
         for phase in Phase:
-            for path in self._phase_paths(phase):
+            for index, step in enumerate(self.spec.steps(phase.value)):
                 try:
-                    resolved = resolve_executable(self.project_dir, path)
+                    self.executables[(phase, index)] = locator.resolve(step)
                 except RefusedError as exc:
                     raise RefusedError(f"{phase.value}: {exc}") from None
-                self.executables[(phase, path)] = resolved
 
     def _mark(self, text: str) -> None:
         if self.job_log is not None:

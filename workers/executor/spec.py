@@ -33,14 +33,51 @@ JsonObject = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
+class JobStep:
+    """One executable of a phase: a path in a project's repository at a branch.
+
+    ``project`` and ``branch`` say where the job's variant that named the
+    executable lives (the ``Playbook`` of a frozen job); ``None`` means the
+    change's project and the branch checked out for it. A step of another
+    project, or of another branch than the one checked out, is run from a
+    checkout of its own (``content/`` in the workspace); its project and
+    branch must be in the repo state.
+    """
+
+    path: str
+    project: str | None = None
+    branch: str | None = None
+
+    def to_json_value(self) -> str | dict[str, str]:
+        """A plain path when it has no project or branch, else an object."""
+        if self.project is None and self.branch is None:
+            return self.path
+        value = {"path": self.path}
+        if self.project is not None:
+            value["project"] = self.project
+        if self.branch is not None:
+            value["branch"] = self.branch
+        return value
+
+    @classmethod
+    def of(cls, value: str | JobStep) -> JobStep:
+        return value if isinstance(value, JobStep) else cls(value)
+
+
+StepLike = str | JobStep
+
+
+@dataclass(frozen=True)
 class BuildSpec:
     """One build of one job for one pipeline item.
 
-    ``pre_run``/``run``/``post_run`` are paths of executables relative to the
-    checkout of ``project`` (the frozen job's phases, already flattened
-    through inheritance). ``timeout`` bounds pre-run and run together, and
-    ``post_timeout`` bounds each post-run executable (Zuul's semantics); both
-    are seconds, ``None`` means unbounded.
+    ``pre_run``/``run``/``post_run`` are the frozen job's phases (already
+    flattened through inheritance): paths of executables relative to the
+    checkout of ``project``, or :class:`JobStep` values naming the project
+    and branch that hold them; :meth:`steps` gives them all as ``JobStep``.
+    ``timeout`` bounds pre-run and run together, and ``post_timeout`` bounds
+    each post-run executable (Zuul's semantics); both are seconds, ``None``
+    means unbounded.
 
     ``repo_state`` maps each project to ``{branch: commit}`` (from the
     merger); every project in it is checked out in the workspace. ``sources``
@@ -63,11 +100,11 @@ class BuildSpec:
     ref: str
     job: str
     build_uuid: str
-    run: tuple[str, ...]
+    run: tuple[StepLike, ...]
     repo_state: Mapping[str, Mapping[str, str]]
     sources: Mapping[str, str]
-    pre_run: tuple[str, ...] = ()
-    post_run: tuple[str, ...] = ()
+    pre_run: tuple[StepLike, ...] = ()
+    post_run: tuple[StepLike, ...] = ()
     timeout: float | None = None
     post_timeout: float | None = None
     vars: JsonObject = field(default_factory=dict)
@@ -78,6 +115,11 @@ class BuildSpec:
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    def steps(self, phase: str) -> tuple[JobStep, ...]:
+        """The steps of ``phase`` (``pre-run``, ``run`` or ``post-run``)."""
+        steps = {"pre-run": self.pre_run, "run": self.run, "post-run": self.post_run}[phase]
+        return tuple(JobStep.of(step) for step in steps)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``json.dumps`` works on it as is)."""
@@ -90,9 +132,9 @@ class BuildSpec:
             "ref": self.ref,
             "job": self.job,
             "build_uuid": self.build_uuid,
-            "pre_run": list(self.pre_run),
-            "run": list(self.run),
-            "post_run": list(self.post_run),
+            "pre_run": [JobStep.of(s).to_json_value() for s in self.pre_run],
+            "run": [JobStep.of(s).to_json_value() for s in self.run],
+            "post_run": [JobStep.of(s).to_json_value() for s in self.post_run],
             "timeout": self.timeout,
             "post_timeout": self.post_timeout,
             "vars": _plain(self.vars),
@@ -120,9 +162,9 @@ class BuildSpec:
             ref=reader.text("ref", ""),
             job=reader.text("job"),
             build_uuid=reader.text("build_uuid"),
-            pre_run=reader.paths("pre_run"),
-            run=reader.paths("run"),
-            post_run=reader.paths("post_run"),
+            pre_run=reader.steps("pre_run"),
+            run=reader.steps("run"),
+            post_run=reader.steps("post_run"),
             timeout=reader.seconds("timeout"),
             post_timeout=reader.seconds("post_timeout"),
             vars=reader.json_object("vars"),
@@ -161,11 +203,25 @@ class _Reader:
             raise self.error(key, "a string")
         return value
 
-    def paths(self, key: str) -> tuple[str, ...]:
+    def steps(self, key: str) -> tuple[StepLike, ...]:
         value = self.data.get(key, [])
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise self.error(key, "a list of strings")
-        return tuple(value)
+        if not isinstance(value, list | tuple):
+            raise self.error(key, "a list of paths or {path, project, branch} objects")
+        return tuple(self._step(key, item) for item in value)
+
+    def _step(self, key: str, item: Any) -> StepLike:
+        if isinstance(item, str):
+            return item
+        fields = ("path", "project", "branch")
+        if (
+            not isinstance(item, Mapping)
+            or not isinstance(item.get("path"), str)
+            or not all(isinstance(item.get(f), str | None) for f in fields)
+        ):
+            raise BuildSpecError(
+                f"build spec: {key}: expected a path or {{path, project, branch}}, got {item!r}"
+            )
+        return JobStep(item["path"], item.get("project"), item.get("branch"))
 
     def seconds(self, key: str) -> float | None:
         value = self.data.get(key)

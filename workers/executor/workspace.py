@@ -4,6 +4,7 @@ Layout (``<state_dir>`` from the settings)::
 
     <state_dir>/builds/<build uuid>/        the workspace (SLUICE_WORKSPACE)
         src/<project>/                      a checkout per project in the repo state
+        content/<n>/<project>/              job content at another branch (StepLocator)
         home/                               HOME of the job
         tmp/                                TMPDIR of the job
         sluice/vars.json                    the job's vars (SLUICE_VARS_FILE)
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from workers.executor.errors import RefusedError, WorkspaceError
-from workers.executor.spec import BuildSpec
+from workers.executor.spec import BuildSpec, JobStep
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 GIT_TIMEOUT = 300.0
@@ -124,16 +125,55 @@ def remove_stale_workspaces(state_dir: Path, keep: Collection[str]) -> list[str]
     return removed
 
 
-def checkout_projects(spec: BuildSpec, layout: BuildLayout) -> None:
-    """Check out every project of the repo state at its commits."""
+def checkout_projects(spec: BuildSpec, layout: BuildLayout) -> dict[str, str]:
+    """Check out every project of the repo state at its commits; the branch of each."""
+    chosen = {project: choose_branch(spec, project) for project in spec.repo_state}
     for project, branches in spec.repo_state.items():
-        branch = choose_branch(spec, project)
         checkout(
             source=spec.sources[project],
             dest=layout.project_dir(project),
             branches=branches,
-            branch=branch,
+            branch=chosen[project],
         )
+    return chosen
+
+
+class StepLocator:
+    """Finds each step's executable: in a project checkout or a content checkout.
+
+    A step of the change's project (or of another project in the repo state)
+    at the branch checked out for it runs from ``src/<project>``. A step at
+    another branch gets a checkout of its own, once per project and branch,
+    under ``content/<n>/<project>`` (Zuul keeps job content apart the same
+    way).
+    """
+
+    def __init__(self, spec: BuildSpec, layout: BuildLayout, chosen: Mapping[str, str]) -> None:
+        self.spec = spec
+        self.layout = layout
+        self.chosen = chosen
+        self.content: dict[tuple[str, str], Path] = {}
+
+    def resolve(self, step: JobStep) -> Path:
+        """The real path of ``step``'s executable (see :func:`resolve_executable`)."""
+        return resolve_executable(self.repository(step), step.path)
+
+    def repository(self, step: JobStep) -> Path:
+        project = step.project or self.spec.project
+        if project not in self.spec.repo_state:
+            raise RefusedError(f"{step.path}: project {project} is not in the repo state")
+        branch = step.branch or self.chosen[project]
+        if branch == self.chosen[project]:
+            return self.layout.project_dir(project)
+        commit = self.spec.repo_state[project].get(branch)
+        if commit is None:
+            raise RefusedError(f"{step.path}: {project} has no branch {branch!r} in the repo state")
+        key = (project, branch)
+        if key not in self.content:
+            dest = self.layout.root / "content" / str(len(self.content)) / project
+            checkout(self.spec.sources[project], dest, {branch: commit}, branch)
+            self.content[key] = dest
+        return self.content[key]
 
 
 def choose_branch(spec: BuildSpec, project: str) -> str:

@@ -63,21 +63,32 @@ def _variant_problem(
 
 
 def _job_problem(layout: Layout, name: str) -> str:
+    """What is wrong with the job's inheritance; a broken ancestor further up
+    is reported on the job whose own parent is missing, and the children
+    follow in the next round."""
     reference = layout.jobs[name][0]
     if reference.is_base:
         return ""
+    parent = reference.parent or layout.default_parent
+    if parent not in layout.jobs:
+        return f"parent job {parent!r} is not defined"
     try:
-        chain = inheritance_chain(layout, name)
+        inheritance_chain(layout, name)
     except FreezeError as exc:
-        return exc.message.split(": ", 1)[1] if exc.message.startswith("job ") else exc.message
-    parent_variants = layout.jobs[chain[-2]]
-    parent_ref = parent_variants[0]
+        if "inheritance cycle" in exc.message:
+            return exc.message.split(": ", 1)[1]
+        return ""
+    return _sealed_parent(layout, reference, parent)
+
+
+def _sealed_parent(layout: Layout, reference: JobVariant, parent: str) -> str:
+    """A final parent, or a protected one of another project."""
+    parent_ref = layout.jobs[parent][0]
     if parent_ref.attrs.get("final") and parent_ref.branches is None:
-        return f"may not inherit from final job {parent_ref.name!r}"
-    protected = parent_ref.attrs.get("protected")
-    if protected and parent_ref.source.project != reference.source.project:
-        owner = parent_ref.source.project
-        return f"may not inherit from protected job {parent_ref.name!r} of project {owner!r}"
+        return f"may not inherit from final job {parent!r}"
+    owner = parent_ref.source.project
+    if parent_ref.attrs.get("protected") and owner != reference.source.project:
+        return f"may not inherit from protected job {parent!r} of project {owner!r}"
     return ""
 
 

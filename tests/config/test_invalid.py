@@ -166,6 +166,15 @@ INVALID = [
         ],
     ),
     (
+        "grandparent-not-defined",
+        "",
+        "- job: {name: a, parent: b}\n- job: {name: b, parent: c}\n",
+        [
+            ".zuul.yaml:2: job 'b': parent job 'c' is not defined",
+            ".zuul.yaml:1: job 'a': parent job 'b' is not defined",
+        ],
+    ),
+    (
         "dependency-not-defined",
         "",
         "- job:\n    name: a\n    dependencies: [build]\n",

@@ -487,3 +487,67 @@ def test_queue_lookup() -> None:
     assert result.errors == ()
     assert result.layout.queue_for("app", "main", "gate") == ("integrated", True)
     assert result.layout.queue_for("lib", "main", "gate") is None
+
+
+def test_ignored_zuul_files_are_warnings() -> None:
+    app = {"main": {"zuul.yaml": "- job: {name: a}\n", ".zuul.d/x.yaml": "- job: {name: b}\n"}}
+    result = with_base(app=app)
+    assert result.errors == ()
+    assert [w.describe() for w in result.warnings] == [
+        "app@main: .zuul.d/x.yaml: ignored: another Zuul configuration file or directory "
+        "takes precedence"
+    ]
+    assert "b" not in result.layout.jobs
+
+
+def test_final_and_protected_allow_what_they_should() -> None:
+    config = """
+    - job: {name: sealed, final: true, timeout: 10}
+    - job: {name: guarded, protected: true, abstract: true}
+    - job: {name: guarded-child, parent: guarded}
+    - project:
+        name: app
+        check:
+          jobs:
+            - sealed: {voting: false}
+            - guarded-child
+    """
+    result = with_base(config, app={"main": {}})
+    assert result.errors == ()
+    graph = result.layout.freeze_job_graph("app", "main", "check")
+    sealed = graph.job("sealed")
+    assert sealed is not None and (sealed.voting, sealed.timeout) == (False, 10)
+    assert graph.names == ("sealed", "guarded-child")
+
+
+def test_tenant_limits_and_foreign_projects() -> None:
+    tenant_text = """
+    - tenant:
+        name: example
+        max-job-timeout: 3600
+        source:
+          git:
+            config-projects: [config]
+            untrusted-projects: [app]
+    """
+    extra = (
+        "- job: {name: long, timeout: 3601}\n"
+        "- job: {name: short}\n"
+        "- project: {name: elsewhere, check: {jobs: [short]}}\n"
+        "- project: {name: app, check: {jobs: [short]}}\n"
+    )
+    result = build({"config": {"master": {"zuul.yaml": dedent(BASE) + extra}}}, tenant_text)
+    assert [str(e) for e in result.errors] == [
+        "zuul.yaml:16: job 'long': timeout 3601 is over the tenant's max-job-timeout 3600",
+        "zuul.yaml:18: project 'elsewhere': project is not in tenant 'example'",
+    ]
+    assert "long" not in result.layout.jobs and "elsewhere" not in result.layout.projects
+
+
+def test_config_project_needs_load_branch_for_several_branches() -> None:
+    result = build(
+        {"config": {"master": {"zuul.yaml": dedent(BASE)}, "main": {"zuul.yaml": dedent(BASE)}}}
+    )
+    assert [e.describe() for e in result.errors] == [
+        "config: a config project is read from one branch; set load-branch (given: main, master)"
+    ]

@@ -9,8 +9,10 @@ three-way merge), time:
 * **git**: the same merges run directly with ``git merge`` in a clone
   (reset to ``main``, then one ``git merge`` per change), nothing else.
 
-Prints jobs per second for both and their ratio. Not a timed test; run by
-hand: ``.venv/bin/python bench/merger.py [--rounds N] [--mode MODE]``.
+Prints jobs per second for both (the best of ``--trials`` runs of each,
+alternated, since a shared machine is noisy) and their ratio. Not a timed
+test; run by hand:
+``.venv/bin/python bench/merger.py [--rounds N] [--trials N] [--mode MODE]``.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ def time_git(clone: Path, env: dict[str, str], stack: int, rounds: int) -> float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20, help="merge jobs per stack size")
+    parser.add_argument("--trials", type=int, default=3, help="best of this many runs")
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--mode", default="merge", choices=[m.value for m in MergeMode])
     args = parser.parse_args()
@@ -121,8 +124,10 @@ def main() -> None:
         print(f"{args.files} files, mode {mode}, {args.rounds} rounds per stack")
         print(f"{'stack':>5} {'sluice jobs/s':>14} {'git jobs/s':>11} {'ratio':>6}")
         for stack in STACKS:
-            sluice = time_sluice(cache, stack, args.rounds, mode)
-            plain = time_git(clone, env, stack, args.rounds)
+            sluice = plain = 0.0
+            for _ in range(args.trials):
+                sluice = max(sluice, time_sluice(cache, stack, args.rounds, mode))
+                plain = max(plain, time_git(clone, env, stack, args.rounds))
             print(f"{stack:>5} {sluice:>14.1f} {plain:>11.1f} {sluice / plain:>6.2f}")
 
 

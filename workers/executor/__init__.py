@@ -10,7 +10,8 @@ plain Python that tests drive directly.
 
 Modules, one job each:
 
-* :mod:`~workers.executor.spec`: the build spec and its JSON form.
+* :mod:`~workers.executor.spec`: the build spec and its JSON form;
+  :mod:`~workers.executor.from_job` makes one from a frozen job.
 * :mod:`~workers.executor.result`: result codes, steps, the build result.
 * :mod:`~workers.executor.control`: the control hooks (a protocol and two
   implementations).

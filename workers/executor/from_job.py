@@ -1,0 +1,75 @@
+"""From a frozen job to a :class:`BuildSpec`: the one mapping between the two.
+
+The scheduler freezes a job (:class:`scheduler.config.freeze.FrozenJob`);
+the merger gives the item's repo state. :func:`spec_for_job` combines them
+with what only the pipeline knows (tenant, ref, the build's uuid, parent
+data) into the spec the executor runs:
+
+* steps keep the project and branch of the variant that named them
+  (``Playbook`` becomes :class:`JobStep`);
+* the repo state is narrowed to the projects the build uses: the change's
+  project, the job's required projects and the projects holding its steps;
+  each must be in the item's repo state (the merger includes required
+  projects at their branch heads);
+* ``override-checkout`` of a required project becomes ``checkouts``.
+
+Not handled yet: trusted (config-project) playbooks should run from the
+branch head, never from a speculative merge; the caller must pass a repo
+state for them that holds no speculative commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from scheduler.config.freeze import FrozenJob
+from scheduler.config.model import Playbook
+from workers.executor.errors import BuildSpecError
+from workers.executor.spec import BuildSpec, JobStep
+
+
+def spec_for_job(
+    job: FrozenJob,
+    *,
+    tenant: str,
+    ref: str,
+    build_uuid: str,
+    repo_state: Mapping[str, Mapping[str, str]],
+    sources: Mapping[str, str],
+    parent_data: Mapping[str, Any] | None = None,
+    hold: bool = False,
+) -> BuildSpec:
+    """The spec of one build of ``job``; :class:`BuildSpecError` if something is missing."""
+    phases = (job.pre_run, job.run, job.post_run)
+    used = {job.project, *(r.name for r in job.required_projects)}
+    used |= {playbook.project for phase in phases for playbook in phase}
+    missing = sorted(used - set(repo_state))
+    if missing:
+        raise BuildSpecError(f"job {job.name}: repo state lacks {', '.join(missing)}")
+    return BuildSpec(
+        tenant=tenant,
+        pipeline=job.pipeline,
+        project=job.project,
+        branch=job.branch,
+        ref=ref,
+        job=job.name,
+        build_uuid=build_uuid,
+        pre_run=_steps(job.pre_run),
+        run=_steps(job.run),
+        post_run=_steps(job.post_run),
+        timeout=None if job.timeout is None else float(job.timeout),
+        post_timeout=None if job.post_timeout is None else float(job.post_timeout),
+        vars=dict(job.vars),
+        parent_data=dict(parent_data or {}),
+        repo_state={project: dict(repo_state[project]) for project in sorted(used)},
+        sources={project: sources[project] for project in sorted(used) if project in sources},
+        checkouts={
+            r.name: r.override_checkout for r in job.required_projects if r.override_checkout
+        },
+        hold=hold,
+    )
+
+
+def _steps(playbooks: Iterable[Playbook]) -> tuple[JobStep, ...]:
+    return tuple(JobStep(p.path, p.project, p.branch) for p in playbooks)

@@ -13,7 +13,12 @@ stable ``--json`` output. See docs/reporting.md.
 from __future__ import annotations
 
 from scheduler.reporting.database import create_database_engine, dispose_engines, get_engine
-from scheduler.reporting.errors import ReportingError, SchemaError, UnsupportedDatabaseError
+from scheduler.reporting.errors import (
+    DatabaseUnavailableError,
+    ReportingError,
+    SchemaError,
+    UnsupportedDatabaseError,
+)
 from scheduler.reporting.log_reporter import LogReporter
 from scheduler.reporting.queries import (
     BuildDict,
@@ -65,6 +70,7 @@ __all__ = [
     "BuildsetEnd",
     "BuildsetInfo",
     "BuildsetStart",
+    "DatabaseUnavailableError",
     "LogReporter",
     "MigrationLock",
     "RefInfo",

@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
-from scheduler.reporting.errors import UnsupportedDatabaseError
+from scheduler.reporting.errors import DatabaseUnavailableError, UnsupportedDatabaseError
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 # Seconds a SQLite writer waits for another's lock before giving up.
@@ -90,7 +90,11 @@ def _sqlite_engine(database_url: str, **kwargs: Any) -> Engine:
         connect_args.setdefault("check_same_thread", False)
         kwargs.setdefault("poolclass", StaticPool)
     else:
-        Path(str(url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(str(url.database)).expanduser().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseUnavailableError(f"database {database_url}: {exc}") from None
     engine = create_engine(url, **kwargs)
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)

@@ -18,3 +18,7 @@ class UnsupportedDatabaseError(ReportingError):
 
 class SchemaError(ReportingError):
     """The database schema could not be brought to the expected revision."""
+
+
+class DatabaseUnavailableError(ReportingError):
+    """The database cannot be reached or opened (the message names it, password hidden)."""

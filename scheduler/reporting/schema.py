@@ -29,10 +29,10 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from scheduler.reporting.database import get_engine, read_only_options
-from scheduler.reporting.errors import SchemaError
+from scheduler.reporting.errors import DatabaseUnavailableError, SchemaError
 from scheduler.reporting.models import VERSION_TABLE
 
 log = logging.getLogger("sluice.reporting.schema")
@@ -85,7 +85,12 @@ def ensure_schema(
     """Upgrade the database to the newest revision; return the revision."""
     engine = engine if engine is not None else get_engine(database_url)
     head = head_revision()
-    if _is_current(current_revision(engine), head):
+    try:
+        current = current_revision(engine)
+    except OperationalError as exc:
+        where = engine.url.render_as_string(hide_password=True)
+        raise DatabaseUnavailableError(f"database {where}: {exc.orig}") from exc
+    if _is_current(current, head):
         return head
     with (lock or nullcontext)():
         try:

@@ -6,6 +6,7 @@ import multiprocessing
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from alembic import command
@@ -14,6 +15,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, text
 
 from scheduler.reporting import (
+    DatabaseUnavailableError,
     UnsupportedDatabaseError,
     create_database_engine,
     dispose_engines,
@@ -137,6 +139,20 @@ def test_a_migrator_waits_for_one_in_progress_then_finds_the_schema_current(
         thread.join(30)
         holder.dispose()
         waiter.dispose()
+
+
+def test_an_unreachable_database_is_a_clear_error(tmp_path: Path) -> None:
+    url = "postgresql+psycopg://sluice:secret@127.0.0.1:1/sluice"
+    engine = create_database_engine(url, connect_args={"connect_timeout": 2})
+    try:
+        with pytest.raises(DatabaseUnavailableError, match=r"sluice:\*\*\*@127.0.0.1:1/sluice"):
+            ensure_schema(url, engine=engine)
+    finally:
+        engine.dispose()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(DatabaseUnavailableError, match="file"):
+        create_database_engine(f"sqlite:///{blocker}/sub/sluice.db")
 
 
 def test_concurrent_ensure_schema_from_several_processes(database_url: str) -> None:

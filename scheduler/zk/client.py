@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
@@ -140,6 +140,9 @@ class ZooKeeperClient:
             ) from None
         except (ConnectionLoss, SessionExpiredError) as exc:
             raise ZooKeeperUnavailableError(f"ZooKeeper unavailable: {exc!r}") from exc
+        except KazooException:
+            self._last_reply = time.monotonic()  # an error reply is still a reply
+            raise
         self._last_reply = time.monotonic()
         return value
 

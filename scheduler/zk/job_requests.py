@@ -55,7 +55,7 @@ import contextlib
 import enum
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -370,34 +370,62 @@ class JobRequestQueue:
             seen.set()
         return seen
 
-    def _completion_ops(
-        self, request: JobRequest, result: Mapping[str, Any], txn: Transaction, *, lost: bool
-    ) -> tuple[sharding.PreparedBlob, list[EventQueue]]:
-        uuid = request.uuid
+    def _commit_completion(
+        self,
+        request: JobRequest,
+        result: Mapping[str, Any],
+        make_txn: Callable[[], Transaction],
+        *,
+        lock_path: str,
+        lost: bool,
+    ) -> None:
+        """COMPLETED, result data, marker, event and unlock, in one transaction.
+
+        A lost request (``lost``) gets its lock created at the start of the
+        same transaction, proving that nobody holds it.
+        """
+        data_path = self._path("result-data", request.uuid)
+        data_exists = False  # leftovers of an interrupted attempt are found by the first try
         completed = replace(request, state=RequestState.COMPLETED)
-        txn.set(self._path("requests", uuid), self._encode(completed), request.version)
-        prepared = stored.prepare(
-            LockContext(self.client),
-            self._path("result-data", uuid),
-            {"result": dict(result)},
-            exists=False,
-        )
-        prepared.add_to(txn)
-        marker = stored.encode({"completed": time.time(), "lost": lost})
-        txn.create(self._path("results", uuid), marker)
-        return prepared, self._event(completed, RequestEvent.COMPLETED, txn)
+        for attempt in range(2):
+            txn = make_txn()
+            if lost:
+                txn.create(lock_path, b"recover", ephemeral=True)
+            txn.set(self._path("requests", request.uuid), self._encode(completed), request.version)
+            prepared = stored.prepare(
+                LockContext(self.client), data_path, {"result": dict(result)}, exists=data_exists
+            )
+            prepared.add_to(txn)
+            marker = stored.encode({"completed": time.time(), "lost": lost})
+            txn.create(self._path("results", request.uuid), marker)
+            queues = self._event(completed, RequestEvent.COMPLETED, txn)
+            txn.delete(lock_path)
+            try:
+                results = commit_creating_parents(self.client, txn, queues)
+            except OpFailedError as exc:
+                if attempt == 0 and exc.reason == EXISTS and exc.path == data_path:
+                    data_exists = True
+                    continue
+                raise
+            prepared.cleanup(self.client, results)
+            return
 
     def complete(self, claimed: ClaimedRequest, result: Mapping[str, Any]) -> bool:
         """COMPLETED + result + event + unlock in one fenced transaction.
 
         False if the request was removed meanwhile (cancelled and deleted
-        by the scheduler): the lock is released and nothing is written.
+        by the scheduler): the lock is released and nothing is written. If
+        it raises :class:`~scheduler.zk.errors.ZooKeeperUnavailableError`,
+        whether it committed is unknown: :meth:`get_result` tells.
         """
-        txn = claimed.context.transaction()
         try:
-            _, queues = self._completion_ops(claimed.request, result, txn, lost=False)
-            txn.delete(claimed.lock.node)
-            commit_creating_parents(self.client, txn, queues)
+            self._commit_completion(
+                claimed.request,
+                result,
+                claimed.context.transaction,
+                lock_path=claimed.lock.node,
+                lost=False,
+            )
         except OpFailedError as exc:
             requests_dir = paths.request_child(self.root, "requests") + "/"
             if exc.reason != NO_NODE or not exc.path.startswith(requests_dir):
@@ -449,13 +477,14 @@ class JobRequestQueue:
         holds it) and completes the request; False if it was claimed,
         updated or removed meanwhile.
         """
-        txn = Transaction(self.client)
-        lock_path = self._path("locks", request.uuid)
-        txn.create(lock_path, b"recover", ephemeral=True)
         try:
-            _, queues = self._completion_ops(request, {"result": "LOST"}, txn, lost=True)
-            txn.delete(lock_path)
-            commit_creating_parents(self.client, txn, queues)
+            self._commit_completion(
+                request,
+                {"result": "LOST"},
+                lambda: Transaction(self.client),
+                lock_path=self._path("locks", request.uuid),
+                lost=True,
+            )
         except OpFailedError as exc:
             if exc.reason in (EXISTS, BAD_VERSION, NO_NODE):
                 return False

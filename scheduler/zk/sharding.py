@@ -35,6 +35,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
@@ -69,17 +70,35 @@ class PreparedBlob:
     node_data: bytes
     create: bool
     version: int
-    old_shards: list[str]
+    generation: str | None  # of the shards just written; None when inline
+    index: int = -1  # of the node's operation in the transaction
 
-    def add_to(self, txn: Transaction) -> None:
+    def add_to(self, txn: Transaction) -> int:
+        """Add the node's create or set to ``txn``; returns the operation's index."""
         if self.create:
-            txn.create(self.path, self.node_data)
+            self.index = txn.create(self.path, self.node_data)
         else:
-            txn.set(self.path, self.node_data, self.version)
+            self.index = txn.set(self.path, self.node_data, self.version)
+        return self.index
 
-    def cleanup(self, client: ZooKeeperClient) -> None:
-        """Delete the shards of the previous generation (after the commit)."""
-        _delete_all(client, self.old_shards)
+    def cleanup(self, client: ZooKeeperClient, results: list[Any]) -> None:
+        """After the commit: delete shards of earlier generations, if the node has any.
+
+        The set's result (the node's stat) says whether there are children,
+        so a write that replaced inline data costs no extra round trip.
+        """
+        if self.create or self.index < 0:
+            return
+        stat = results[self.index]
+        if not getattr(stat, "numChildren", 0):
+            return
+        keep = None if self.generation is None else f"{SHARD_PREFIX}{self.generation}-"
+        old = [
+            paths.join(self.path, c)
+            for c in client.get_children(self.path)
+            if c.startswith(SHARD_PREFIX) and (keep is None or not c.startswith(keep))
+        ]
+        _delete_all(client, old)
 
 
 def _shard_name(generation: str, index: int) -> str:
@@ -112,19 +131,11 @@ def prepare(
     check_size(data, path)
     if not data:
         raise DecodeError(f"{path}: refusing to store empty data (it marks a placeholder)")
-    old_shards: list[str] = []
-    if exists:
-        stat = client.exists(path)
-        if stat is not None and stat.numChildren:
-            old_shards = [
-                paths.join(path, c) for c in client.get_children(path) if c.startswith(SHARD_PREFIX)
-            ]
     if len(data) <= INLINE_LIMIT:
-        return PreparedBlob(path, data, not exists, version, old_shards)
+        return PreparedBlob(path, data, not exists, version, None)
     if not exists:
         with contextlib.suppress(NodeExistsError):  # a placeholder from an earlier attempt
             client.create(path, b"", makepath=True)
-        exists = True
     generation = uuid.uuid4().hex[:16]
     chunks = [data[i : i + SHARD_SIZE] for i in range(0, len(data), SHARD_SIZE)]
     pending = [
@@ -140,7 +151,7 @@ def prepare(
         "sha256": hashlib.sha256(data).hexdigest(),
     }
     node_data = POINTER_MAGIC + json.dumps(pointer).encode()
-    return PreparedBlob(path, node_data, False, version, old_shards)
+    return PreparedBlob(path, node_data, False, version, generation)
 
 
 def write(client: ZooKeeperClient, path: str, data: bytes, txn: Transaction) -> None:
@@ -148,8 +159,7 @@ def write(client: ZooKeeperClient, path: str, data: bytes, txn: Transaction) -> 
     exists = client.exists(path) is not None
     prepared = prepare(client, path, data, exists=exists)
     prepared.add_to(txn)
-    txn.commit()
-    prepared.cleanup(client)
+    prepared.cleanup(client, txn.commit())
 
 
 def read(client: ZooKeeperClient, path: str) -> BlobRead:

@@ -111,7 +111,8 @@ def save(
     adds other operations to the same transaction.
     """
     context.ensure_valid()
-    exists = context.client.exists(path) is not None
+    # A version means the caller read the node: it exists, no need to ask.
+    exists = version >= 0 or context.client.exists(path) is not None
     prepared = prepare(context, path, obj, exists=exists, version=version)
     for attempt in range(2):
         txn = context.transaction()
@@ -119,14 +120,14 @@ def save(
         if extra is not None:
             txn.extend(extra)
         try:
-            txn.commit()
+            results = txn.commit()
             break
         except OpFailedError as exc:
             # A new object whose parent does not exist yet: create the parent once.
             if attempt or not prepared.create or exc.reason != NO_NODE or exc.path != path:
                 raise
             context.client.ensure_path(path.rsplit("/", 1)[0] or "/")
-    prepared.cleanup(context.client)
+    prepared.cleanup(context.client, results)
 
 
 def delete(context: LockContext, path: str, version: int = -1) -> bool:

@@ -199,3 +199,20 @@ def test_pending_and_cleanup(zk: ZooKeeperClient) -> None:
         assert zk.exists(paths.request_child(queue.root, child, done.uuid)) is None
     assert queue.get_result(waited.uuid) is not None
     assert {r.uuid for r in queue.pending()} == {high.uuid, low.uuid}
+
+
+def test_lost_request_with_a_half_written_result_is_recovered(zk: ZooKeeperClient) -> None:
+    """The worker died after writing result shards, before its completion commit."""
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    request = queue.submit(new_request(), {})
+    claimed = queue.claim(request.uuid, "e1")
+    assert claimed is not None
+    data_path = paths.request_child(queue.root, "result-data", request.uuid)
+    zk.create(data_path, b"")  # placeholder of a sharded result ...
+    zk.create(paths.join(data_path, "%shard-dead-0000"), b"partial")  # ... and a shard
+    queue.release(claimed)  # the lock goes, as when the worker dies
+    (lost,) = queue.lost_requests()
+    assert queue.recover_lost(lost)
+    result = queue.get_result(request.uuid)
+    assert result is not None and result.lost
+    assert zk.get_children(data_path) == []  # the dead attempt's shard is cleaned up

@@ -59,8 +59,7 @@ def test_rewrite_of_sharded_object_keeps_old_data_readable_until_commit(
     assert stored.load(ctx, "/big").data == {"schema": 1, **first}
     txn = Transaction(zk)
     prepared.add_to(txn)
-    txn.commit()
-    prepared.cleanup(zk)
+    prepared.cleanup(zk, txn.commit())
     assert stored.load(ctx, "/big").data["blob"] == second["blob"]
     generations = {name.rsplit("-", 1)[0] for name in zk.get_children("/big")}
     assert len(generations) == 1  # the old generation's shards are gone

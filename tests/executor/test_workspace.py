@@ -234,3 +234,17 @@ def test_step_outside_the_repo_state_is_refused(
 
     assert result.result is ResultCode.ERROR
     assert result.message == f"run: run.sh: {message}"
+
+
+@pytest.mark.parametrize("share", [True, False], ids=["shared-objects", "fetched-objects"])
+def test_local_source_shared_or_fetched(repo: Repo, options: RunnerOptions, share: bool) -> None:
+    repo.script("run.sh", 'ls "$SLUICE_PROJECT_DIR/.git/objects/info" > "$SLUICE_LOG_DIR/info"')
+    repo.commit()
+    speculative = repo.dangling_commit()
+    chosen = RunnerOptions(state_dir=options.state_dir, share_objects=share)
+
+    result = run_build(make_spec(repo, speculative), BaseControl(), chosen)
+
+    assert result.result is ResultCode.SUCCESS, result.message
+    listing = (Path(result.log_path).parent / "info").read_text().split()
+    assert ("alternates" in listing) is share

@@ -70,6 +70,8 @@ class RunnerOptions:
     result_data_limit: int = DEFAULT_RESULT_DATA_LIMIT
     # Names of the worker's environment passed on to jobs.
     pass_env: tuple[str, ...] = DEFAULT_PASS_ENV
+    # Borrow a local source's objects (fast) rather than fetch them (independent).
+    share_objects: bool = True
     # Characters of job output kept in job-output.txt (None: no limit).
     log_limit: int | None = 256 * 1024 * 1024
 
@@ -144,9 +146,10 @@ class BuildRun:
             f"Sluice build {spec.build_uuid}: job {spec.job} of {spec.project} "
             f"({spec.branch}, {spec.ref or 'no ref'}) in {spec.tenant}/{spec.pipeline}"
         )
-        chosen = checkout_projects(spec, self.layout)
+        share = self.options.share_objects
+        chosen = checkout_projects(spec, self.layout, share=share)
         write_job_files(spec, self.layout)
-        self._resolve_executables(StepLocator(spec, self.layout, chosen))
+        self._resolve_executables(StepLocator(spec, self.layout, chosen, share=share))
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
         info = StartedInfo(
             build_uuid=spec.build_uuid,

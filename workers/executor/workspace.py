@@ -23,7 +23,9 @@ where the server refuses a fetch by commit id, its branches).
 
 Every branch of the repo state becomes a local branch at its commit; the
 change's branch (or the project's ``checkouts`` override, or its only
-branch) is checked out. No remote is configured: the job sees the state
+branch) is checked out. ``RunnerOptions.share_objects = False`` trades speed
+for independence from the cache: local sources are then fetched from too.
+No remote is configured: the job sees the state
 Sluice tested, not whatever the remote has now.
 """
 
@@ -125,7 +127,9 @@ def remove_stale_workspaces(state_dir: Path, keep: Collection[str]) -> list[str]
     return removed
 
 
-def checkout_projects(spec: BuildSpec, layout: BuildLayout) -> dict[str, str]:
+def checkout_projects(
+    spec: BuildSpec, layout: BuildLayout, *, share: bool = True
+) -> dict[str, str]:
     """Check out every project of the repo state at its commits; the branch of each."""
     chosen = {project: choose_branch(spec, project) for project in spec.repo_state}
     for project, branches in spec.repo_state.items():
@@ -134,6 +138,7 @@ def checkout_projects(spec: BuildSpec, layout: BuildLayout) -> dict[str, str]:
             dest=layout.project_dir(project),
             branches=branches,
             branch=chosen[project],
+            share=share,
         )
     return chosen
 
@@ -148,7 +153,15 @@ class StepLocator:
     way).
     """
 
-    def __init__(self, spec: BuildSpec, layout: BuildLayout, chosen: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        spec: BuildSpec,
+        layout: BuildLayout,
+        chosen: Mapping[str, str],
+        *,
+        share: bool = True,
+    ) -> None:
+        self.share = share
         self.spec = spec
         self.layout = layout
         self.chosen = chosen
@@ -171,7 +184,7 @@ class StepLocator:
         key = (project, branch)
         if key not in self.content:
             dest = self.layout.root / "content" / str(len(self.content)) / project
-            checkout(self.spec.sources[project], dest, {branch: commit}, branch)
+            checkout(self.spec.sources[project], dest, {branch: commit}, branch, self.share)
             self.content[key] = dest
         return self.content[key]
 
@@ -197,13 +210,19 @@ def choose_branch(spec: BuildSpec, project: str) -> str:
     )
 
 
-def checkout(source: str, dest: Path, branches: Mapping[str, str], branch: str) -> None:
-    """Make ``dest`` a repository with ``branches`` at their commits, ``branch`` checked out."""
+def checkout(
+    source: str, dest: Path, branches: Mapping[str, str], branch: str, share: bool = True
+) -> None:
+    """Make ``dest`` a repository with ``branches`` at their commits, ``branch`` checked out.
+
+    With ``share`` a local source lends its objects (alternates); without,
+    the commits are fetched from it like from a URL.
+    """
     if not branches:
         raise WorkspaceError(f"{dest.name}: repo state lists no branch")
     dest.parent.mkdir(parents=True, exist_ok=True)
     _git(["init", "-q", f"--initial-branch={branch}", str(dest)])
-    local = local_git_dir(source)
+    local = local_git_dir(source) if share else None
     if local is not None:
         alternates = dest / ".git" / "objects" / "info" / "alternates"
         alternates.write_text(f"{(local / 'objects').resolve()}\n")

@@ -304,3 +304,27 @@ def test_tree_merges_are_the_commits_git_merge_makes(
     for n in (1, 2):
         git("merge", "-q", "--no-edit", "-m", f"Merge '{n},1'", f"refs/changes/{n}")
     assert git("rev-parse", "HEAD") == result.commit_of("git", "org/a", "main")
+
+
+def test_a_conflict_reports_only_the_changes_ahead_of_it(
+    remotes: Remotes, cache: RepoCache
+) -> None:
+    a = remotes.create("org/a")
+    b = remotes.create("org/b", {"f": "base\n"})
+    a.change(1, {"a1": "1\n"})
+    a.change(2, {"a2": "2\n"})
+    b.change(5, {"f": "change\n"})
+    b.advance("main", {"f": "upstream\n"})
+    job = MergeJob("order", (change(1), change(5, "org/b"), change(2)))
+    result = run_merge_job(job, cache)
+    assert result.status is Status.CONFLICT
+    assert result.failure is not None and result.failure.change_index == 1
+    assert result.failure.project == "org/b" and result.failure.files == ("f",)
+    assert [c.index for c in result.changes] == [0]
+
+
+def test_bad_pinned_state_is_invalid(remotes: Remotes, cache: RepoCache) -> None:
+    remotes.create("org/a")
+    pinned = (ProjectState("git", "org/a", {"main": "--output=/tmp/x"}),)
+    result = run_merge_job(MergeJob("bad", (change(1),), base_state=pinned), cache)
+    assert result.failure is not None and result.failure.kind == "invalid"

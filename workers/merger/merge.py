@@ -45,7 +45,15 @@ from workers.merger.model import (
     Status,
 )
 from workers.merger.modes import Applier
-from workers.merger.names import check_change, check_job_id, head_ref, merged_ref, source_ref
+from workers.merger.names import (
+    check_change,
+    check_commit,
+    check_job_id,
+    check_ref_name,
+    head_ref,
+    merged_ref,
+    source_ref,
+)
 from workers.merger.repo import Repo
 
 Indexed = list[tuple[int, Change]]
@@ -65,6 +73,10 @@ def run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
         check_job_id(job.job_id)
         for change in job.changes:
             check_change(change)
+        for state in job.base_state:
+            for branch, commit in state.branches.items():
+                check_ref_name(branch, "branch")
+                check_commit(commit)
     except InvalidJobError as exc:
         return MergeResult(job.job_id, Status.FAILED, failure=failure_of(exc))
     outcomes: list[_ProjectOutcome] = []
@@ -292,17 +304,19 @@ def _conflict(exc: MergeConflictError, change: Change, index: int) -> Failure:
     )
 
 
-def _sorted_changes(outcomes: list[_ProjectOutcome]) -> tuple[ChangeResult, ...]:
-    return tuple(sorted((c for o in outcomes for c in o.changes), key=lambda c: c.index))
+def _sorted_changes(
+    outcomes: list[_ProjectOutcome], before: int | None = None
+) -> tuple[ChangeResult, ...]:
+    """Applied changes in job order; only those ahead of index ``before`` if given."""
+    applied = (c for o in outcomes for c in o.changes if before is None or c.index < before)
+    return tuple(sorted(applied, key=lambda c: c.index))
 
 
 def _conflicted(job: MergeJob, outcomes: list[_ProjectOutcome], conflict: Failure) -> MergeResult:
-    return MergeResult(
-        job.job_id, Status.CONFLICT, changes=_sorted_changes(outcomes), failure=conflict
-    )
+    changes = _sorted_changes(outcomes, conflict.change_index)
+    return MergeResult(job.job_id, Status.CONFLICT, changes=changes, failure=conflict)
 
 
 def _failed(job: MergeJob, outcomes: list[_ProjectOutcome], failure: Failure) -> MergeResult:
-    return MergeResult(
-        job.job_id, Status.FAILED, changes=_sorted_changes(outcomes), failure=failure
-    )
+    changes = _sorted_changes(outcomes, failure.change_index)
+    return MergeResult(job.job_id, Status.FAILED, changes=changes, failure=failure)

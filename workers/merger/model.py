@@ -21,6 +21,8 @@ import types
 import typing
 from typing import Any, ClassVar, Self, Union
 
+from workers.merger.errors import InvalidJobError
+
 SCHEMA = 1
 
 
@@ -52,13 +54,19 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
-        hints = typing.get_type_hints(cls)
-        kwargs = {
-            f.name: _load(hints[f.name], data[f.name])
-            for f in dataclasses.fields(cls)
-            if f.name in data
-        }
-        return cls(**kwargs)
+        """Build from ``to_dict()`` output; malformed data raises :class:`InvalidJobError`."""
+        try:
+            hints = typing.get_type_hints(cls)
+            kwargs = {
+                f.name: _load(hints[f.name], data[f.name])
+                for f in dataclasses.fields(cls)
+                if f.name in data
+            }
+            return cls(**kwargs)
+        except InvalidJobError:
+            raise
+        except (AttributeError, KeyError, TypeError, ValueError, StopIteration) as exc:
+            raise InvalidJobError(f"malformed {cls.__name__}: {exc!r}") from None
 
 
 def _dump(value: Any) -> Any:
@@ -90,6 +98,8 @@ def _load(hint: Any, value: Any) -> Any:  # noqa: PLR0911 (one return per shape)
         return hint.from_dict(value)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return hint(value)
+    if hint in (str, int, bool) and not isinstance(value, hint):
+        raise TypeError(f"expected {hint.__name__}, got {type(value).__name__}")
     return value
 
 

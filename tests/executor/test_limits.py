@@ -163,3 +163,19 @@ def test_cancel_while_paused_is_aborted(repo: Repo, options: RunnerOptions) -> N
 
     assert result.result is ResultCode.ABORTED
     assert result.message == "cancelled while paused"
+
+
+def test_two_builds_run_side_by_side_in_one_process(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", 'sleep 0.3; echo "done $SLUICE_BUILD"')
+    commit = repo.commit()
+    builds = [BuildThread(make_spec(repo, commit), LocalControl(), options) for _ in range(2)]
+    started = time.monotonic()
+
+    results = [build.join() for build in builds]
+
+    assert time.monotonic() - started < 3
+    for build, result in zip(builds, results, strict=True):
+        assert result.result is ResultCode.SUCCESS, result.message
+        assert any(
+            line.endswith(f"| run | done {build.spec.build_uuid}") for line in result.log_tail
+        )

@@ -1,7 +1,8 @@
-"""A worker killed with kill -9 mid-build leaves no job process behind."""
+"""Builds in other processes: a worker killed mid-build, the command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -59,3 +60,34 @@ def test_killed_worker_leaves_no_job_processes(
     assert remove_stale_workspaces(options.state_dir, keep=set()) == [spec.build_uuid]
     assert not (options.state_dir / "builds" / spec.build_uuid).exists()
     assert (options.state_dir / "logs" / spec.build_uuid / "job-output.txt").exists()
+
+
+def test_command_line_runs_a_spec_and_sigint_cancels(
+    repo: Repo, tmp_path: Path, options: RunnerOptions
+) -> None:
+    repo.script("run.sh", "echo ready\nsleep 30")
+    spec = make_spec(repo, repo.commit())
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.to_json())
+    command = [sys.executable, "-m", "workers.executor", str(spec_file)]
+    cli = subprocess.Popen(
+        [*command, "--state-dir", str(options.state_dir)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log_file = options.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+        wait_until(lambda: "| run | ready" in log_file.read_text(), 10, "the job to start")
+        cli.send_signal(signal.SIGINT)
+        out, err = cli.communicate(timeout=10)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+
+    assert cli.returncode == 1
+    assert json.loads(out)["result"] == "ABORTED"
+    assert f"log: {log_file}" in err
+    assert processes_of_build(spec.build_uuid) == []

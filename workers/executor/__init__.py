@@ -22,7 +22,8 @@ Modules, one job each:
 * :mod:`~workers.executor.process`: one executable with its process tree,
   deadline and cancel; :mod:`~workers.executor.reaper` the subreaper that
   supervises it.
-* :mod:`~workers.executor.runner`: the steps of a build, and ``run_build``.
+* :mod:`~workers.executor.runner`: the steps of a build, and ``run_build``;
+  ``python -m workers.executor SPEC.json`` runs one by hand.
 
 See ``docs/executor.md``.
 """

@@ -328,3 +328,36 @@ def test_bad_pinned_state_is_invalid(remotes: Remotes, cache: RepoCache) -> None
     pinned = (ProjectState("git", "org/a", {"main": "--output=/tmp/x"}),)
     result = run_merge_job(MergeJob("bad", (change(1),), base_state=pinned), cache)
     assert result.failure is not None and result.failure.kind == "invalid"
+
+
+def test_ssh_remotes_in_url_and_scp_form(remotes: Remotes, tmp_path: Path) -> None:
+    """An ssh baseurl becomes ``<baseurl>/<project>``; a stand-in ssh runs git locally."""
+    a = remotes.create("org/a")
+    a.change(1, {"one": "1\n"})
+    fake_ssh = tmp_path / "fake-ssh"
+    fake_ssh.write_text('#!/bin/sh\n# fake-ssh <host> <command>: run it here\nexec sh -c "$2"\n')
+    fake_ssh.chmod(0o755)
+    connections = {
+        "url": ConnectionSettings("url", "git", f"ssh://git@review.invalid{remotes.base}"),
+        "scp": ConnectionSettings("scp", "git", f"git@review.invalid:{remotes.base}"),
+    }
+    cache = RepoCache(
+        tmp_path / "state",
+        connections,
+        extra_env={"GIT_SSH_COMMAND": str(fake_ssh), "GIT_SSH_VARIANT": "simple"},
+    )
+    for name in connections:
+        job = MergeJob("ssh", (Change(name, "org/a", "main", ref="refs/changes/1"),))
+        result = run_merge_job(job, cache)
+        assert result.status is Status.OK, result.failure
+        assert result.changes[0].commit == a.rev("refs/changes/1")
+
+
+def test_a_job_run_again_gives_the_same_result(remotes: Remotes, cache: RepoCache) -> None:
+    """A redelivered request is redone without effect beyond the first run's."""
+    diverged(remotes)
+    for mode in MergeMode:
+        job = MergeJob(
+            f"again-{mode.value}", (change(1, merge_mode=mode), change(2, merge_mode=mode))
+        )
+        assert run_merge_job(job, cache) == run_merge_job(job, cache)

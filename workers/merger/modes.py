@@ -63,11 +63,11 @@ class Applier:
     ``git merge-tree --write-tree`` (the same ``ort`` merge as ``git merge``,
     in memory: no index, no checkout) and ``git commit-tree``; the commits
     are byte-for-byte those ``git merge`` would make. The other modes need
-    a worktree, which is only prepared (``worktree()``) when one of them
+    a worktree, which is only prepared (``worktree(tip)``) when one of them
     comes up, and only checked out again when it is not already at the tip.
     """
 
-    def __init__(self, git: Git, repo: Path, worktree: Callable[[], Path]) -> None:
+    def __init__(self, git: Git, repo: Path, worktree: Callable[[str], Path]) -> None:
         self.git = git
         self.repo = repo
         self._make_worktree = worktree
@@ -89,7 +89,7 @@ class Applier:
 
     def _worktree_at(self, tip: str) -> Path:
         if self._worktree is None:
-            self._worktree = self._make_worktree()
+            self._worktree = self._make_worktree(tip)
         if self._worktree_head != tip:
             self.git.run(["checkout", "--quiet", "--force", "--detach", tip], self._worktree)
             self._worktree_head = tip

@@ -160,15 +160,19 @@ class Repo:
     # ------------------------------------------------------------------
     # Worktree
 
-    def worktree(self) -> Path:
-        """The repo's merge worktree, with no operation in progress and no stray files."""
+    def worktree(self, commit: str) -> Path:
+        """The repo's merge worktree, with no operation in progress.
+
+        A new worktree starts (unchecked-out) at ``commit``: the bare repo's
+        ``HEAD`` may name a branch the remote does not have.
+        """
         path = self.worktree_path(self.path)
         gitdir = self._worktree_gitdir(path)
         if gitdir is None:
             shutil.rmtree(path, ignore_errors=True)
             self._run(["worktree", "prune"], "prune worktrees")
             self._run(
-                ["worktree", "add", "--quiet", "--detach", "--no-checkout", str(path)],
+                ["worktree", "add", "--quiet", "--detach", "--no-checkout", str(path), commit],
                 "add worktree",
             )
             gitdir = self._worktree_gitdir(path)
@@ -188,9 +192,9 @@ class Repo:
             return None
         return Path(proc.stdout.decode().strip())
 
-    def clean_worktree(self) -> Path:
+    def clean_worktree(self, commit: str) -> Path:
         """:meth:`worktree` without untracked files (a failed merge leaves ``file~HEAD``)."""
-        path = self.worktree()
+        path = self.worktree(commit)
         self._run(["-C", str(path), "clean", "-q", "-f", "-d", "-x"], "clean worktree")
         return path
 

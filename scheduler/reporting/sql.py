@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, String, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,6 +25,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from scheduler.reporting.models import (
     ArtifactRow,
+    Base,
     BuildEventRow,
     BuildRow,
     BuildsetRefRow,
@@ -44,14 +45,19 @@ from scheduler.reporting.records import (
     utcnow,
 )
 
-BUILDSETS: Table = BuildsetRow.__table__  # type: ignore[assignment]
-BUILDS: Table = BuildRow.__table__  # type: ignore[assignment]
-REFS: Table = RefRow.__table__  # type: ignore[assignment]
-BUILDSET_REFS: Table = BuildsetRefRow.__table__  # type: ignore[assignment]
-ARTIFACTS: Table = ArtifactRow.__table__  # type: ignore[assignment]
-BUILD_EVENTS: Table = BuildEventRow.__table__  # type: ignore[assignment]
+_TABLES = Base.metadata.tables
+BUILDSETS: Table = _TABLES[BuildsetRow.__tablename__]
+BUILDS: Table = _TABLES[BuildRow.__tablename__]
+REFS: Table = _TABLES[RefRow.__tablename__]
+BUILDSET_REFS: Table = _TABLES[BuildsetRefRow.__tablename__]
+ARTIFACTS: Table = _TABLES[ArtifactRow.__tablename__]
+BUILD_EVENTS: Table = _TABLES[BuildEventRow.__tablename__]
 
 Insert = postgresql.Insert | sqlite.Insert
+# How a column changes when its row exists already: "new" takes the new
+# value; "keep" keeps a stored value (not NULL, not empty), else takes the
+# new one; "new-if-set" takes the new value unless it is NULL or empty.
+Update = Literal["new", "keep", "new-if-set"]
 
 
 def _insert(connection: Connection, table: Table) -> Insert:
@@ -102,12 +108,11 @@ def _upsert_buildset(
     connection: Connection,
     info: BuildsetInfo,
     values: Mapping[str, Any],
-    update: Mapping[str, str],
+    update: Mapping[str, Update],
 ) -> int:
     """Insert or update a buildset row; return its id.
 
-    ``update`` names, for each column to change on conflict, how: "new"
-    (take the new value), "keep" (keep a stored value, else the new one).
+    ``update`` names the columns to change when the row exists, and how.
     """
     now = utcnow()
     row = {
@@ -129,7 +134,7 @@ def _upsert_buildset(
     return int(connection.execute(stmt.returning(BUILDSETS.c.id)).scalar_one())
 
 
-def _changes(table: Table, stmt: Insert, update: Mapping[str, str]) -> dict[str, Any]:
+def _changes(table: Table, stmt: Insert, update: Mapping[str, Update]) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     for name, how in update.items():
         column, new = table.c[name], stmt.excluded[name]
@@ -137,7 +142,7 @@ def _changes(table: Table, stmt: Insert, update: Mapping[str, str]) -> dict[str,
             changes[name] = new
         elif how == "keep":
             changes[name] = _existing_or_new(column, new)
-        else:  # "new-if-set"
+        else:
             changes[name] = _new_or_existing(column, new)
     return changes
 
@@ -213,7 +218,7 @@ def _upsert_build(
     buildset: BuildsetInfo,
     build: BuildInfo,
     values: Mapping[str, Any],
-    update: Mapping[str, str],
+    update: Mapping[str, Update],
 ) -> int:
     buildset_id = _upsert_buildset(connection, buildset, {}, {})
     row = {**_build_values(buildset_id, buildset, build), **values}
@@ -231,7 +236,7 @@ def record_build_start(engine: Engine, record: BuildStart) -> None:
         "executor": record.executor,
         "log_url": record.log_url,
     }
-    update = {
+    update: dict[str, Update] = {
         "start_time": "keep",
         "executor": "keep",
         "log_url": "keep",
@@ -252,7 +257,7 @@ def record_build_end(engine: Engine, record: BuildEnd) -> None:
         "error_detail": record.error_detail,
         "result_data": dict(record.result_data),
     }
-    update = {
+    update: dict[str, Update] = {
         "result": "new",
         "end_time": "new",
         "error_detail": "new",

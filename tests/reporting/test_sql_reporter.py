@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 
@@ -216,3 +218,21 @@ def test_prune_history_deletes_old_buildsets_with_their_builds(engine: Engine) -
     assert (count(engine, ArtifactRow), count(engine, BuildEventRow)) == (1, 1)
     assert count(engine, RefRow) == 1
     assert prune_history(engine, older_than=at(0)) == 0
+
+
+def test_concurrent_reports_of_one_build_make_one_row(engine: Engine) -> None:
+    """A task and its redelivered copy racing: still one buildset row, one row per attempt."""
+    reporter, bs = SqlReporter(engine), buildset()
+    barrier = threading.Barrier(6)
+
+    def report(attempt: int) -> None:
+        b = build(attempt=attempt)
+        barrier.wait(10)
+        reporter.record_build_start(BuildStart(bs, b, start_time=at(attempt)))
+        reporter.record_build_end(BuildEnd(bs, b, BuildResult.SUCCESS, end_time=at(9)))
+
+    with ThreadPoolExecutor(6) as pool:
+        for future in [pool.submit(report, 1 + n % 2) for n in range(6)]:
+            future.result()
+    assert count(engine, BuildsetRow) == 1
+    assert sorted(r["attempt"] for r in list_builds(engine)) == [1, 2]

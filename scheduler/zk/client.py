@@ -37,13 +37,20 @@ import time
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, SessionExpiredError
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
 from scheduler.settings import ZooKeeperSettings
-from scheduler.zk.errors import CallTimeoutError, ZooKeeperUnavailableError
+from scheduler.zk.errors import AccessDeniedError, CallTimeoutError, ZooKeeperUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +147,9 @@ class ZooKeeperClient:
             ) from None
         except (ConnectionLoss, SessionExpiredError) as exc:
             raise ZooKeeperUnavailableError(f"ZooKeeper unavailable: {exc!r}") from exc
+        except (NoAuthError, AuthFailedError) as exc:
+            self._last_reply = time.monotonic()
+            raise AccessDeniedError(f"ZooKeeper refused access: {exc!r}") from exc
         except KazooException:
             self._last_reply = time.monotonic()  # an error reply is still a reply
             raise

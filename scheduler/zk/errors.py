@@ -23,6 +23,10 @@ class CallTimeoutError(ZooKeeperUnavailableError):
     """A ZooKeeper call did not answer within its deadline."""
 
 
+class AccessDeniedError(ZooKeeperError):
+    """ZooKeeper refused access (ACL or authentication); not retryable."""
+
+
 class InvalidNameError(ZooKeeperError, ValueError):
     """A name cannot become a path segment (it is empty)."""
 

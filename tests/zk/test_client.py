@@ -8,10 +8,16 @@ from collections.abc import Callable
 
 import pytest
 
+from scheduler.settings import ZooKeeperAuth
 from scheduler.zk import locks, paths, stored
 from scheduler.zk.client import ConnectionState, ZooKeeperClient, attach
 from scheduler.zk.context import LockContext
-from scheduler.zk.errors import CallTimeoutError, LockLostError, ZooKeeperUnavailableError
+from scheduler.zk.errors import (
+    AccessDeniedError,
+    CallTimeoutError,
+    LockLostError,
+    ZooKeeperUnavailableError,
+)
 from tests.fixtures.waiting import wait_until
 from tests.zk.proxy import TcpProxy
 
@@ -181,3 +187,17 @@ def test_watchdog_stops_a_busy_holder_when_zookeeper_goes_silent(
     wait_until(lambda: held.valid, timeout=10, what="holder valid again")
     stored.save(held.context, "/state", {"x": 2})
     held.release()
+
+
+def test_digest_auth_protects_every_node_created(
+    make_client: Callable[..., ZooKeeperClient],
+) -> None:
+    auth = ZooKeeperAuth("sluice", "s3cret")
+    owner = make_client(auth=auth)
+    stored.save(LockContext(owner), "/tenant/t/pipeline/p", {"secret": "x"})
+    assert stored.load(LockContext(owner), "/tenant/t/pipeline/p").data["secret"] == "x"
+    stranger = make_client()
+    with pytest.raises(AccessDeniedError):
+        stranger.get("/tenant/t/pipeline/p")
+    with pytest.raises(AccessDeniedError):
+        stranger.create("/tenant/t/intruder", b"")

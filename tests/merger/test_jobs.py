@@ -23,6 +23,7 @@ from workers.merger import (
     Status,
     checkout_workspace,
     delete_job_refs,
+    prune_job_refs,
     run_branch_heads_job,
     run_config_job,
     run_files_changes_job,
@@ -129,3 +130,15 @@ def test_executor_workspace_at_a_speculative_commit(
         checkout_workspace(cache, "git", "org/a", tip, tmp_path / "ws2")
     with pytest.raises(InvalidJobError):
         checkout_workspace(cache, "git", "org/a", tip, dest)
+
+
+def test_prune_refs_of_jobs_no_longer_needed(remotes: Remotes, cache: RepoCache) -> None:
+    a = remotes.create("org/a")
+    a.change(1, {"one": "1\n"})
+    for job_id in ("old-1", "old-2", "live"):
+        job = MergeJob(job_id, (Change("git", "org/a", "main", ref="refs/changes/1"),))
+        assert run_merge_job(job, cache).status is Status.OK
+    assert prune_job_refs(cache, "git", "org/a", {"live"}) == 2 * 3
+    repo = cache.repo_path("git", "org/a")
+    left = cache.git.text(["for-each-ref", "--format=%(refname)", "refs/sluice/"], repo).split()
+    assert {ref.split("/")[3] for ref in left} == {"live"}

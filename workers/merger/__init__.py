@@ -23,6 +23,7 @@ from __future__ import annotations
 from workers.merger.cache import RepoCache
 from workers.merger.jobs import (
     delete_job_refs,
+    prune_job_refs,
     run_branch_heads_job,
     run_config_job,
     run_files_changes_job,
@@ -68,6 +69,7 @@ __all__ = [
     "Status",
     "checkout_workspace",
     "delete_job_refs",
+    "prune_job_refs",
     "run_branch_heads_job",
     "run_config_job",
     "run_files_changes_job",

@@ -23,6 +23,7 @@ from workers.merger.model import (
     Status,
 )
 from workers.merger.names import (
+    JOBS_NAMESPACE,
     check_change,
     check_job_id,
     check_ref_name,
@@ -111,3 +112,10 @@ def delete_job_refs(cache: RepoCache, connection: str, project: str, job_id: str
     check_job_id(job_id)
     with cache.open(connection, project) as repo:
         return repo.delete_refs(job_prefix(job_id))
+
+
+def prune_job_refs(cache: RepoCache, connection: str, project: str, live: set[str]) -> int:
+    """Drop the refs of every job not in ``live`` (ids the scheduler still needs)."""
+    with cache.open(connection, project) as repo:
+        jobs = {ref[len(JOBS_NAMESPACE) :].split("/", 1)[0] for ref in repo.refs(JOBS_NAMESPACE)}
+        return sum(repo.delete_refs(job_prefix(job)) for job in sorted(jobs - live))

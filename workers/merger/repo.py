@@ -120,10 +120,15 @@ class Repo:
             lines = "".join(f"update {ref} {sha}\n" for ref, sha in refs.items())
             self._run(["update-ref", "--stdin"], "update refs", stdin=lines.encode())
 
+    def refs(self, prefix: str) -> list[str]:
+        """Names of the refs under ``prefix``."""
+        return (
+            self._run(["for-each-ref", "--format=%(refname)", prefix], "list refs").decode().split()
+        )
+
     def delete_refs(self, prefix: str) -> int:
         """Delete every ref under ``prefix`` (e.g. one job's refs); returns how many."""
-        out = self._run(["for-each-ref", "--format=%(refname)", prefix], "list refs")
-        refs = out.decode().split()
+        refs = self.refs(prefix)
         if refs:
             lines = "".join(f"delete {ref}\n" for ref in refs)
             self._run(["update-ref", "--stdin"], "delete refs", stdin=lines.encode())

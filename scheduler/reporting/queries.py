@@ -21,6 +21,7 @@ from sqlalchemy import Engine, Select, select
 from sqlalchemy.orm import Session
 
 from scheduler.reporting.database import read_only_options
+from scheduler.reporting.errors import ReportingError
 from scheduler.reporting.models import BuildRow, BuildsetRow
 from scheduler.reporting.results import BuildResult
 
@@ -83,6 +84,17 @@ def _duration(start: datetime | None, end: datetime | None) -> float | None:
 
 def _result(value: BuildResult | None) -> str | None:
     return None if value is None else BuildResult(value).value
+
+
+def parse_result(value: BuildResult | str | None) -> BuildResult | None:
+    """A result filter as given on a command line; an unknown value is an error."""
+    if value is None:
+        return None
+    try:
+        return BuildResult(value)
+    except ValueError:
+        known = ", ".join(result.value for result in BuildResult)
+        raise ReportingError(f"unknown result {value!r}; one of {known}") from None
 
 
 def build_dict(build: BuildRow, buildset_uuid: str) -> BuildDict:
@@ -177,7 +189,7 @@ def list_builds(
         BuildRow.branch: branch,
         BuildRow.ref: ref,
         BuildRow.change: change,
-        BuildRow.result: None if result is None else BuildResult(result),
+        BuildRow.result: parse_result(result),
         BuildsetRow.uuid: buildset,
         BuildRow.uuid: uuid,
         BuildRow.voting: voting,
@@ -210,7 +222,7 @@ def list_buildsets(
         BuildsetRow.branch: branch,
         BuildsetRow.ref: ref,
         BuildsetRow.change: change,
-        BuildsetRow.result: None if result is None else BuildResult(result),
+        BuildsetRow.result: parse_result(result),
         BuildsetRow.uuid: uuid,
     }
     stmt = _page(

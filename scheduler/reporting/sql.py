@@ -220,7 +220,8 @@ def _upsert_build(
     values: Mapping[str, Any],
     update: Mapping[str, Update],
 ) -> int:
-    buildset_id = _upsert_buildset(connection, buildset, {}, {})
+    # Touch the buildset: its ``updated`` tells how recent its history is.
+    buildset_id = _upsert_buildset(connection, buildset, {}, {"updated": "new"})
     row = {**_build_values(buildset_id, buildset, build), **values}
     stmt = _insert(connection, BUILDS).values(row)
     stmt = stmt.on_conflict_do_update(

@@ -14,6 +14,7 @@ from scheduler.reporting import (
     BuildsetEnd,
     BuildsetStart,
     BuildStart,
+    ReportingError,
     SqlReporter,
     estimate_duration,
     job_durations,
@@ -152,8 +153,10 @@ def test_filters(history: Engine) -> None:
 
 
 def test_an_unknown_result_filter_is_refused(history: Engine) -> None:
-    with pytest.raises(ValueError, match="BOGUS"):
+    with pytest.raises(ReportingError, match="unknown result 'BOGUS'; one of SUCCESS, FAILURE"):
         list_builds(history, result="BOGUS")
+    with pytest.raises(ReportingError, match="BOGUS"):
+        list_buildsets(history, result="BOGUS")
 
 
 def test_durations_of_the_last_successes_newest_first(engine: Engine) -> None:

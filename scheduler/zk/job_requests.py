@@ -198,27 +198,36 @@ class JobRequestQueue:
     def submit(
         self, request: JobRequest, params: Mapping[str, Any], *, wait: bool = False
     ) -> JobRequest:
-        """Create the request and its parameters; ``wait`` registers this session as a waiter."""
-        self.ensure()
+        """Create the request and its parameters; ``wait`` registers this session as a waiter.
+
+        One transaction. The queue's directories are created on first need
+        (a failed commit), not checked on every submit.
+        """
         if not request.created:
             request = replace(request, created=time.time())
         prepared = stored.prepare(
             LockContext(self.client), self._path("params", request.uuid), params, exists=False
         )
-        txn = Transaction(self.client)
-        prepared.add_to(txn)
-        txn.create(self._path("requests", request.uuid), self._encode(request))
-        if wait:
-            txn.create(self._path("waiters", request.uuid), b"", ephemeral=True)
-        try:
-            txn.commit()
-        except OpFailedError as exc:
-            # A retried submit whose first attempt did commit: same request, no effect.
-            existing = self.get(request.uuid) if exc.reason == EXISTS else None
-            if existing is None:
-                raise
-            return existing
-        return replace(request, version=0)
+        for attempt in range(2):
+            txn = Transaction(self.client)
+            prepared.add_to(txn)
+            txn.create(self._path("requests", request.uuid), self._encode(request))
+            if wait:
+                txn.create(self._path("waiters", request.uuid), b"", ephemeral=True)
+            try:
+                txn.commit()
+                return replace(request, version=0)
+            except OpFailedError as exc:
+                if exc.reason == NO_NODE and attempt == 0:
+                    self._ensured = False
+                    self.ensure()
+                    continue
+                # A retried submit whose first attempt did commit: same request, no effect.
+                existing = self.get(request.uuid) if exc.reason == EXISTS else None
+                if existing is None:
+                    raise
+                return existing
+        raise AssertionError("unreachable")
 
     def get(self, uuid: str) -> JobRequest | None:
         try:

@@ -133,3 +133,18 @@ def test_project_names_map_to_one_safe_segment() -> None:
     for bad in ("", "/abs", "a/../b", "a//b", "..", "a/."):
         with pytest.raises(InvalidJobError):
             encode_project(bad)
+
+
+def test_lock_files_of_a_killed_git_are_cleared(remotes: Remotes, cache: RepoCache) -> None:
+    a = remotes.create("org/a")
+    a.change(1, {"one": "1\n"})
+    job = MergeJob("j", (Change("git", "org/a", "main", ref="refs/changes/1"),))
+    assert run_merge_job(job, cache).status is Status.OK
+    a.advance("main", {"moved": "m\n"})
+    repo = cache.repo_path("git", "org/a")
+    # What a fetch killed while updating refs leaves behind.
+    (repo / "packed-refs.lock").write_text("")
+    (repo / "refs" / "heads" / "main.lock").write_text("")
+    result = run_merge_job(MergeJob("j2", job.changes), cache)
+    assert result.status is Status.OK, result.failure
+    assert not list(repo.glob("*.lock")) and not list((repo / "refs").rglob("*.lock"))

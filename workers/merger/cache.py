@@ -26,7 +26,9 @@ Guarantees:
   repo that fails the check on first use in a process (not bare, a ref
   pointing at a missing object), or that a git command finds corrupt, is
   renamed aside and deleted; the next use clones afresh (one automatic
-  retry in :meth:`RepoCache.run`).
+  retry in :meth:`RepoCache.run`). Lock files that a killed git process
+  left (``packed-refs.lock``, ``refs/heads/x.lock``) are removed when a
+  command trips over one, and the work retried.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from workers.merger.errors import (
     GitCommandError,
     InvalidJobError,
     RepoLockTimeoutError,
+    StaleGitLockError,
 )
 from workers.merger.gitcmd import Git, classify, clean_env, redact_url
 from workers.merger.repo import Repo
@@ -140,13 +143,23 @@ class RepoCache:
                 raise
 
     def run(self, connection: str, project: str, work: Callable[[Repo], T]) -> T:
-        """``work(repo)`` under the lock; once more on a fresh clone if it finds corruption."""
+        """``work(repo)`` under the lock, repaired and retried once if need be.
+
+        Corruption: the repo was discarded, the retry clones it afresh. A
+        stale git lock file (a git process killed mid-update): we hold the
+        repo lock, so no git process of ours is running in it; the lock
+        files are removed and the work retried.
+        """
         try:
             with self.open(connection, project) as repo:
                 return work(repo)
         except CorruptRepoError:
+            pass
+        except StaleGitLockError:
             with self.open(connection, project) as repo:
-                return work(repo)
+                repo.remove_stale_git_locks()
+        with self.open(connection, project) as repo:
+            return work(repo)
 
     # ------------------------------------------------------------------
     # Locking

@@ -72,6 +72,12 @@ class MergeConflictError(MergerError):
         self.files = files
 
 
+class StaleGitLockError(MergerError):
+    """A git ``*.lock`` file left by a killed git process blocks an update."""
+
+    kind = "stale-lock"
+
+
 class RepoLockTimeoutError(MergerError):
     """Another process held a repository's lock for longer than allowed."""
 

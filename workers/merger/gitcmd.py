@@ -22,6 +22,7 @@ from workers.merger.errors import (
     CorruptRepoError,
     GitCommandError,
     MergerError,
+    StaleGitLockError,
     UnknownRefError,
     UnreachableRemoteError,
 )
@@ -54,6 +55,7 @@ _UNKNOWN_REF = re.compile(
     r"|no such ref|Needed a single revision|upload-pack: not our ref",
     re.IGNORECASE,
 )
+_STALE_LOCK = re.compile(r"Unable to create '[^']*\.lock': File exists", re.IGNORECASE)
 _UNREACHABLE = re.compile(
     r"does not appear to be a git repository|Could not read from remote|does not exist"
     r"|Could not resolve host|Connection refused|unable to access|Connection timed out"
@@ -145,6 +147,8 @@ class Git:
 def classify(exc: GitCommandError, what: str) -> MergerError:
     """Map a failed git command to the error kind a result reports; ``what`` names it."""
     detail = _last_lines(exc.stderr)
+    if _STALE_LOCK.search(exc.stderr):
+        return StaleGitLockError(f"{what}: a killed git left a lock file: {detail}")
     if _UNKNOWN_REF.search(exc.stderr):
         return UnknownRefError(f"{what}: unknown ref: {detail}")
     if _CORRUPT.search(exc.stderr):

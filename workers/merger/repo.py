@@ -126,6 +126,14 @@ class Repo:
             self._run(["for-each-ref", "--format=%(refname)", prefix], "list refs").decode().split()
         )
 
+    def remove_stale_git_locks(self) -> int:
+        """Delete ``*.lock`` files of the bare repo (only under the repo lock!)."""
+        found = [p for p in self.path.glob("*.lock") if p.is_file()]
+        found += [p for p in (self.path / "refs").rglob("*.lock") if p.is_file()]
+        for lock in found:
+            lock.unlink(missing_ok=True)
+        return len(found)
+
     def delete_refs(self, prefix: str) -> int:
         """Delete every ref under ``prefix`` (e.g. one job's refs); returns how many."""
         refs = self.refs(prefix)

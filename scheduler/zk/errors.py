@@ -60,6 +60,10 @@ class DecodeError(ZooKeeperError):
     """Stored bytes that are not a valid Sluice object (corrupt, foreign or future schema)."""
 
 
+class NewerSchemaError(DecodeError):
+    """Data written with a newer schema than this Sluice reads (a rolling upgrade)."""
+
+
 class NoDataError(ZooKeeperError):
     """The object does not exist (or is still being written)."""
 

@@ -45,8 +45,8 @@ from kazoo.exceptions import NoNodeError
 
 from scheduler.zk import paths, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.context import BAD_VERSION, NO_NODE, LockContext, OpFailedError, Transaction
-from scheduler.zk.errors import DecodeError, NoDataError
+from scheduler.zk.context import NO_NODE, LockContext, OpFailedError, Transaction
+from scheduler.zk.errors import DecodeError, NewerSchemaError, NoDataError
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,8 @@ class EventQueue:
             return []
         names = sorted(n for n in names if n.startswith(EVENT_PREFIX))
         events: list[Event] = []
-        while names and (limit is None or len(events) < limit):
+        blocked = False
+        while names and not blocked and (limit is None or len(events) < limit):
             batch = names[: 100 if limit is None else min(100, limit - len(events))]
             names = names[len(batch) :]
             pending = [
@@ -141,7 +142,14 @@ class EventQueue:
                     raw, stat = self.client.wait(result)
                 except NoNodeError:  # acked meanwhile
                     continue
-                event = self._decode(path, raw, stat.version)
+                try:
+                    event = self._decode(path, raw, stat.version)
+                except NewerSchemaError as exc:
+                    # Written by a newer Sluice (rolling upgrade): leave it for a newer
+                    # reader and stop here, so the events behind it keep their order.
+                    log.warning("event %s left for a newer reader: %s", path, exc)
+                    blocked = True
+                    break
                 if event is not None:
                     events.append(event)
         return events
@@ -156,6 +164,8 @@ class EventQueue:
             payload = document["payload"]
             if not isinstance(payload, dict):
                 raise DecodeError(f"{path}: payload is not a mapping")
+        except NewerSchemaError:
+            raise
         except (DecodeError, NoDataError, KeyError) as exc:
             log.error("undecodable event %s acknowledged and dropped: %s", path, exc)
             self.ack(Event(path, version, {}, data_path))
@@ -185,11 +195,12 @@ class EventQueue:
         try:
             txn.commit()
         except OpFailedError as exc:
-            if exc.reason not in (NO_NODE, BAD_VERSION):
+            if exc.reason != NO_NODE:
                 raise
+            self.discard_data(event)  # acked before; finish its cleanup
             return False
-        finally:
-            self.discard_data(event)
+        # Only once the event node is gone: its data must outlive it, never the reverse.
+        self.discard_data(event)
         return True
 
     # ------------------------------------------------------------ maintenance

@@ -31,7 +31,7 @@ from typing import Any
 
 from scheduler.zk import sharding
 from scheduler.zk.context import NO_NODE, LockContext, OpFailedError, Transaction
-from scheduler.zk.errors import DecodeError, NoDataError
+from scheduler.zk.errors import DecodeError, NewerSchemaError, NoDataError
 
 # 1: initial layout (2026-11).
 SCHEMA_VERSION = 1
@@ -62,7 +62,7 @@ def decode(data: bytes, path: str = "<bytes>") -> dict[str, Any]:
     if not isinstance(document, dict) or not isinstance(document.get(SCHEMA_FIELD), int):
         raise DecodeError(f"{path}: stored object has no schema version")
     if document[SCHEMA_FIELD] > SCHEMA_VERSION:
-        raise DecodeError(
+        raise NewerSchemaError(
             f"{path}: written with schema {document[SCHEMA_FIELD]}, "
             f"this Sluice reads up to {SCHEMA_VERSION}"
         )

@@ -12,6 +12,7 @@ import pytest
 
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.errors import LockLostError
 from scheduler.zk.event_queue import EventQueue
 from tests.zk.conftest import Script
 
@@ -114,3 +115,27 @@ def test_three_consumer_processes_never_repeat_or_skip(
     # More than one consumer took part (they really competed).
     assert sum(1 for out in outputs if out.read_text()) >= 2
     assert locks.contenders(zk, lock_path) == []
+
+
+def test_event_of_a_newer_schema_is_left_in_place_and_keeps_order(zk: ZooKeeperClient) -> None:
+    queue = EventQueue(zk, paths.tenant_trigger_queue("upgrade"))
+    queue.put({"n": 1})
+    newer = zk.create(
+        paths.join(queue.queue_path, "event-"), b'{"schema":99,"payload":{}}', sequence=True
+    )
+    queue.put({"n": 2})
+    assert [e.payload["n"] for e in queue.read()] == [1]
+    assert zk.exists(newer) is not None
+
+
+def test_a_refused_ack_keeps_the_events_data(zk: ZooKeeperClient) -> None:
+    queue = EventQueue(zk, paths.tenant_trigger_queue("fenced"))
+    queue.put({"body": os.urandom(100_000).hex()})
+    (event,) = queue.read()
+    held = locks.acquire(zk, paths.trigger_queue_lock("fenced"))
+    assert held is not None
+    held.release()
+    with pytest.raises(LockLostError):
+        queue.ack(event, held.context)
+    (again,) = queue.read()
+    assert again.payload == event.payload  # neither the event nor its data was lost

@@ -214,9 +214,11 @@ class BuildRun:
         """One executable: markers around it in the log, its record in ``steps``."""
         label, path = phase.value.upper(), job_step.path
         started, began = time.time(), time.monotonic()
+        exit_: int | None = None
         if cancel_requested(self.control.cancel_requested):
-            exit_ = None
             outcome = StepOutcome.ABORTED
+        elif deadline is not None and began >= deadline:
+            outcome = StepOutcome.TIMED_OUT  # earlier steps used up the time
         else:
             self._mark(f"{label} START: {path}")
             limits = StepLimits(

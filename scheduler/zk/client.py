@@ -249,9 +249,11 @@ def _ensure_root(settings: ZooKeeperSettings) -> None:
     if settings.root in ("", "/"):
         return
     bare = _make_kazoo(settings, settings.hosts)
-    bare.start(timeout=settings.call_timeout)
     try:
+        bare.start(timeout=settings.call_timeout)
         bare.ensure_path_async(settings.root).get(timeout=settings.call_timeout)
+    except KazooTimeoutError:
+        raise CallTimeoutError(f"could not reach ZooKeeper at {settings.hosts}") from None
     finally:
         bare.stop()
         bare.close()

@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
-from scheduler.settings import ZooKeeperAuth
+from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings
+from scheduler.stack.process import free_port
 from scheduler.zk import locks, paths, stored
-from scheduler.zk.client import ConnectionState, ZooKeeperClient, attach
+from scheduler.zk.client import ConnectionState, ZooKeeperClient, attach, connect
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import (
     AccessDeniedError,
@@ -201,3 +202,11 @@ def test_digest_auth_protects_every_node_created(
         stranger.get("/tenant/t/pipeline/p")
     with pytest.raises(AccessDeniedError):
         stranger.create("/tenant/t/intruder", b"")
+
+
+def test_connect_without_a_server_fails_within_the_deadline() -> None:
+    settings = ZooKeeperSettings(hosts=f"127.0.0.1:{free_port()}", call_timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(CallTimeoutError, match="could not reach"):
+        connect(settings)
+    assert time.monotonic() - started < 5

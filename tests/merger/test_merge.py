@@ -361,3 +361,18 @@ def test_a_job_run_again_gives_the_same_result(remotes: Remotes, cache: RepoCach
             f"again-{mode.value}", (change(1, merge_mode=mode), change(2, merge_mode=mode))
         )
         assert run_merge_job(job, cache) == run_merge_job(job, cache)
+
+
+def test_unrelated_history_does_not_merge_but_applies_as_a_patch(
+    remotes: Remotes, cache: RepoCache
+) -> None:
+    a = remotes.create("org/a")
+    a.commit({"other": "o\n"}, message="a root of its own", ref="refs/changes/1")
+    for mode in MergeMode:
+        result = run_merge_job(MergeJob(f"u-{mode.value}", (change(1, merge_mode=mode),)), cache)
+        if mode in (MergeMode.CHERRY_PICK, MergeMode.REBASE):  # git applies it as a patch
+            assert result.status is Status.OK, (mode, result.failure)
+            assert result.changes[0].files == ("other",)
+            continue
+        assert result.status is Status.CONFLICT, (mode, result.failure)
+        assert result.failure is not None and result.failure.change_index == 0

@@ -99,6 +99,8 @@ class Applier:
 def _tree_merge(git: Git, repo: Path, tip: str, commit: str, *, message: str, squash: bool) -> str:
     """``git merge`` (or ``--squash`` and commit) of ``commit`` into ``tip``, without a worktree."""
     base = git.run(["merge-base", tip, commit], repo, check=False).stdout.decode().strip()
+    if not base:
+        raise MergeConflictError("unrelated histories: no merge base", [])
     if not squash and base == tip:
         return commit  # a fast-forward, as git merge does
     if not squash and base == commit:
@@ -155,6 +157,10 @@ def _rebase(git: Git, wt: Path, commit: str, message: str) -> None:
     _attempt(git, wt, ["rebase", "--quiet", "--no-autostash", tip])
 
 
+# What git prints when a merge, cherry-pick or rebase cannot be done cleanly.
+_CONFLICT_MARKERS = (b"CONFLICT", b"Automatic merge failed", b"unrelated histories")
+
+
 def _attempt(git: Git, wt: Path, args: list[str]) -> None:
     """Run a merging command; turn a conflict into :class:`MergeConflictError`."""
     proc = git.run(args, wt, check=False)
@@ -163,7 +169,7 @@ def _attempt(git: Git, wt: Path, args: list[str]) -> None:
     unmerged = git.run(["diff", "--name-only", "--diff-filter=U", "-z"], wt, check=False).stdout
     files = sorted({p.decode("utf-8", "replace") for p in unmerged.split(b"\0") if p})
     output = proc.stdout + proc.stderr
-    if files or b"CONFLICT" in output or b"Automatic merge failed" in output:
+    if files or any(marker in output for marker in _CONFLICT_MARKERS):
         raise MergeConflictError(f"{args[0]} conflict", files)
     raise GitCommandError(args, proc.returncode, output.decode("utf-8", "replace"))
 

@@ -143,9 +143,20 @@ class Repo:
         return len(refs)
 
     def changed_files(self, base: str, commit: str) -> list[str]:
-        """Files ``commit`` changes against its merge-base with ``base``."""
-        out = self._run(["diff", "--name-only", "-z", "--no-renames", f"{base}...{commit}"], "diff")
-        return sorted(p.decode("utf-8", "replace") for p in out.split(b"\0") if p)
+        """Files ``commit`` changes against its merge-base with ``base``.
+
+        With no merge-base (a history of its own), every file of its tree.
+        """
+        args = ["diff", "--name-only", "-z", "--no-renames", f"{base}...{commit}"]
+        proc = self.git.run(args, self.path, check=False)
+        if proc.returncode != 0 and b"no merge base" in proc.stderr:
+            proc = self.git.run(
+                ["ls-tree", "-r", "-z", "--name-only", commit], self.path, check=False
+            )
+        if proc.returncode != 0:
+            stderr = proc.stderr.decode("utf-8", "replace")
+            raise classify(GitCommandError(args, proc.returncode, stderr), f"{self.label}: diff")
+        return sorted(p.decode("utf-8", "replace") for p in proc.stdout.split(b"\0") if p)
 
     # ------------------------------------------------------------------
     # Config files

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 
 from scheduler.zk import components
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.ltime import ltime
 from tests.fixtures.waiting import wait_until
+from tests.zk.conftest import Script
 
 
 def test_register_update_list_and_vanish(make_client: Callable[..., ZooKeeperClient]) -> None:
@@ -45,3 +47,16 @@ def test_ltime_increases_with_every_write(zk: ZooKeeperClient) -> None:
     stat = zk.exists("/something")
     second = ltime(zk)
     assert first < stat.mzxid < second
+
+
+def test_killed_process_leaves_the_registry_within_the_session_timeout(
+    zk: ZooKeeperClient, script: Callable[..., Script]
+) -> None:
+    worker = script("component", session_timeout=1.0)
+    path = worker.expect("registered").split()[1]
+    (listed,) = components.list_components(zk, "executor")
+    assert listed.path == path and listed.pid == worker.pid
+    worker.kill9()
+    started = time.monotonic()
+    wait_until(lambda: components.list_components(zk, "executor") == [], timeout=5, what="gone")
+    assert time.monotonic() - started <= 1.0 + 1.0

@@ -34,6 +34,7 @@ Guarantees:
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -57,6 +58,8 @@ from workers.merger.gitcmd import Git, classify, clean_env, redact_url
 from workers.merger.repo import Repo
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
@@ -153,11 +156,16 @@ class RepoCache:
         try:
             with self.open(connection, project) as repo:
                 return work(repo)
-        except CorruptRepoError:
-            pass
-        except StaleGitLockError:
+        except CorruptRepoError as exc:
+            log.warning(
+                "%s/%s: corrupt repo discarded, cloning again: %s", connection, project, exc
+            )
+        except StaleGitLockError as exc:
             with self.open(connection, project) as repo:
-                repo.remove_stale_git_locks()
+                removed = repo.remove_stale_git_locks()
+            log.warning(
+                "%s/%s: removed %d stale git lock files: %s", connection, project, removed, exc
+            )
         with self.open(connection, project) as repo:
             return work(repo)
 
@@ -225,6 +233,8 @@ class RepoCache:
 
     def _clone(self, path: Path, url: str, label: str) -> None:
         tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        log.info("%s: cloning %s", label, redact_url(url))
+        started = time.monotonic()
         try:
             # --no-local: a local remote is cloned through the pack protocol
             # like any other, so its objects are checked on the way in and
@@ -238,6 +248,7 @@ class RepoCache:
             if not self._is_sound(tmp):
                 raise CorruptRepoError(f"{label}: clone of {redact_url(url)} is incomplete")
             os.rename(tmp, path)
+            log.info("%s: cloned in %.2fs", label, time.monotonic() - started)
         except GitCommandError as exc:
             raise classify(exc, f"{label}: clone of {redact_url(url)}") from None
         finally:
@@ -246,6 +257,7 @@ class RepoCache:
     def _discard(self, path: Path) -> None:
         """Move a broken repo (and its worktree) aside, then delete it."""
         self._checked.discard(path)
+        log.warning("%s: discarding a broken repo", path)
         aside = path.with_name(f".broken-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         if path.exists():
             os.rename(path, aside)

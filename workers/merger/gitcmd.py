@@ -52,7 +52,7 @@ _CORRUPT = re.compile(
 )
 _UNKNOWN_REF = re.compile(
     r"couldn't find remote ref|not our ref|unknown revision|invalid refspec"
-    r"|no such ref|Needed a single revision|upload-pack: not our ref",
+    r"|no such ref|Needed a single revision|upload-pack: not our ref|unadvertised object",
     re.IGNORECASE,
 )
 _STALE_LOCK = re.compile(r"Unable to create '[^']*\.lock': File exists", re.IGNORECASE)

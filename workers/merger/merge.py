@@ -20,7 +20,9 @@ names the project, the ref and the change.
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -58,6 +60,8 @@ from workers.merger.repo import Repo
 
 Indexed = list[tuple[int, Change]]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class _ProjectOutcome:
@@ -69,6 +73,22 @@ class _ProjectOutcome:
 
 def run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
     """Produce the speculative state of ``job``; never raises for git or input problems."""
+    started = time.monotonic()
+    result = _run_merge_job(job, cache)
+    failure = result.failure
+    log.info(
+        "merge job %s: %s, %d of %d changes in %.3fs%s",
+        job.job_id,
+        result.status,
+        len(result.changes),
+        len(job.changes),
+        time.monotonic() - started,
+        f" ({failure.kind}: {failure.message})" if failure else "",
+    )
+    return result
+
+
+def _run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
     try:
         check_job_id(job.job_id)
         for change in job.changes:

@@ -42,16 +42,42 @@ def postgres_admin() -> Iterator[Engine]:
     engine.dispose()
 
 
+def _create_database(admin: Engine, template: str | None = None) -> str:
+    name = f"sluice_test_{uuid.uuid4().hex[:12]}"
+    clause = f' TEMPLATE "{template}"' if template else ""
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"{clause}'))
+    return name
+
+
+def _drop_database(admin: Engine, name: str) -> None:
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _url(admin: Engine, name: str) -> str:
+    return admin.url.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_template(postgres_admin: Engine) -> Iterator[str]:
+    """A database migrated to head once per session, cloned for each test that needs one."""
+    name = _create_database(postgres_admin)
+    engine = create_database_engine(_url(postgres_admin, name))
+    try:
+        ensure_schema(_url(postgres_admin, name), engine=engine)
+    finally:
+        engine.dispose()  # CREATE DATABASE ... TEMPLATE needs it unused
+    yield name
+    _drop_database(postgres_admin, name)
+
+
 @pytest.fixture
 def postgres_url(postgres_admin: Engine) -> Iterator[str]:
     """A new, empty PostgreSQL database for this test."""
-    name = f"sluice_test_{uuid.uuid4().hex[:12]}"
-    with postgres_admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    url = postgres_admin.url.set(database=name).render_as_string(hide_password=False)
-    yield url
-    with postgres_admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    name = _create_database(postgres_admin)
+    yield _url(postgres_admin, name)
+    _drop_database(postgres_admin, name)
 
 
 @pytest.fixture
@@ -74,8 +100,18 @@ def bare_engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def engine(bare_engine: Engine, database_url: str) -> Engine:
-    """An engine on a database migrated to head."""
-    ensure_schema(database_url, engine=bare_engine)
-    return bare_engine
+@pytest.fixture(params=BACKENDS)
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    """An engine on a new database at head, once per backend."""
+    if request.param == "postgresql":
+        admin: Engine = request.getfixturevalue("postgres_admin")
+        name = _create_database(admin, template=request.getfixturevalue("postgres_template"))
+        engine = create_database_engine(_url(admin, name))
+    else:
+        url = f"sqlite:///{tmp_path / 'migrated' / 'sluice.db'}"
+        engine = create_database_engine(url)
+        ensure_schema(url, engine=engine)
+    yield engine
+    engine.dispose()
+    if request.param == "postgresql":
+        _drop_database(admin, name)

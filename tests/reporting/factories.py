@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import Engine
+
 from scheduler.reporting import BuildInfo, BuildsetInfo, RefInfo
 
 T0 = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
@@ -36,3 +38,8 @@ def build(
     uuid: str = "b-1", job: str = "unit", *, attempt: int = 1, voting: bool = True
 ) -> BuildInfo:
     return BuildInfo(uuid=uuid, job=job, attempt=attempt, voting=voting, nodeset="ubuntu")
+
+
+def url_of(engine: Engine) -> str:
+    """The URL an engine was made from, password included."""
+    return engine.url.render_as_string(hide_password=False)

@@ -32,6 +32,7 @@ from scheduler.reporting.schema import (
     head_revision,
     known_revisions,
 )
+from tests.reporting.factories import url_of
 from tests.reporting.migrate_worker import migrate
 
 TABLES = {
@@ -54,7 +55,7 @@ def test_ensure_schema_migrates_an_empty_database_to_head(
     assert set(inspect(bare_engine).get_table_names()) >= TABLES
 
 
-def test_ensure_schema_twice_is_a_no_op(engine: Engine, database_url: str) -> None:
+def test_ensure_schema_twice_is_a_no_op(engine: Engine) -> None:
     calls: list[str] = []
 
     @contextmanager
@@ -62,7 +63,7 @@ def test_ensure_schema_twice_is_a_no_op(engine: Engine, database_url: str) -> No
         calls.append("locked")
         yield
 
-    assert ensure_schema(database_url, engine=engine, lock=lock) == head_revision()
+    assert ensure_schema(url_of(engine), engine=engine, lock=lock) == head_revision()
     assert calls == []  # already current: the migration lock is not even taken
 
 
@@ -99,11 +100,11 @@ def test_models_match_the_migrations(engine: Engine) -> None:
         assert compare_metadata(context, Base.metadata) == []
 
 
-def test_a_newer_unknown_revision_is_left_alone(engine: Engine, database_url: str) -> None:
+def test_a_newer_unknown_revision_is_left_alone(engine: Engine) -> None:
     with engine.begin() as connection:
         connection.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = 'from-the-future'"))
     assert "from-the-future" not in known_revisions()
-    ensure_schema(database_url, engine=engine)
+    ensure_schema(url_of(engine), engine=engine)
     assert current_revision(engine) == "from-the-future"
 
 

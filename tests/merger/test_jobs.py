@@ -27,6 +27,7 @@ from workers.merger import (
     run_branch_heads_job,
     run_config_job,
     run_files_changes_job,
+    run_job,
     run_merge_job,
 )
 from workers.merger.errors import InvalidJobError, UnknownRefError
@@ -142,3 +143,18 @@ def test_prune_refs_of_jobs_no_longer_needed(remotes: Remotes, cache: RepoCache)
     repo = cache.repo_path("git", "org/a")
     left = cache.git.text(["for-each-ref", "--format=%(refname)", "refs/sluice/"], repo).split()
     assert {ref.split("/")[3] for ref in left} == {"live"}
+
+
+def test_run_job_by_kind_with_json(remotes: Remotes, cache: RepoCache) -> None:
+    a = remotes.create("org/a")
+    a.change(1, {"one": "1\n"})
+    params = MergeJob("k", (Change("git", "org/a", "main", ref="refs/changes/1"),)).to_dict()
+    result = run_job("merge", json.loads(json.dumps(params)), cache)
+    assert result["status"] == "ok" and result["changes"][0]["files"] == ["one"]
+    heads = run_job("branch-heads", BranchHeadsJob("h", "git", "org/a").to_dict(), cache)
+    assert heads["state"]["branches"] == {"main": a.rev("refs/heads/main")}
+    bad = run_job("config", {"job_id": "c", "connection": "git"}, cache)
+    assert bad["status"] == "failed" and bad["failure"]["kind"] == "invalid"
+    assert bad["job_id"] == "c" and "config" in bad
+    unknown = run_job("nonsense", {"job_id": "x"}, cache)
+    assert unknown["failure"]["kind"] == "invalid"

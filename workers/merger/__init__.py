@@ -11,6 +11,8 @@ dataclass, calls one function and stores the result's ``to_dict()``.
   :func:`run_branch_heads_job` — the scheduler's other git questions.
 * :func:`checkout_workspace` — for executors: a working copy at a commit a
   merge produced on this host.
+* :func:`run_job` — the same, by job kind, JSON params in and out: what
+  the task adapter calls.
 * :class:`RepoCache` — one bare clone per project under
   ``<state_dir>/git``, locked per repo across processes, re-cloned when
   found broken.
@@ -21,6 +23,7 @@ See ``docs/merger.md`` for the design and its limits.
 from __future__ import annotations
 
 from workers.merger.cache import RepoCache
+from workers.merger.dispatch import JOB_KINDS, run_job
 from workers.merger.jobs import (
     delete_job_refs,
     prune_job_refs,
@@ -50,6 +53,7 @@ from workers.merger.model import (
 from workers.merger.workspace import checkout_workspace
 
 __all__ = [
+    "JOB_KINDS",
     "BranchHeadsJob",
     "BranchHeadsResult",
     "Change",
@@ -73,5 +77,6 @@ __all__ = [
     "run_branch_heads_job",
     "run_config_job",
     "run_files_changes_job",
+    "run_job",
     "run_merge_job",
 ]

@@ -43,10 +43,10 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings import ConnectionSettings, Settings
 from workers.merger.errors import (
     CorruptRepoError,
     GitCommandError,
@@ -104,6 +104,11 @@ class RepoCache:
         self.lock_timeout = lock_timeout
         # Repos this process has checked since it (or anyone) cloned them.
         self._checked: set[Path] = set()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options: Any) -> RepoCache:
+        """The cache of this host: ``<state_dir>/git`` with the configured connections."""
+        return cls(settings.state_dir, settings.connections, **options)
 
     # ------------------------------------------------------------------
     # Names

@@ -148,3 +148,34 @@ def test_lock_files_of_a_killed_git_are_cleared(remotes: Remotes, cache: RepoCac
     result = run_merge_job(MergeJob("j2", job.changes), cache)
     assert result.status is Status.OK, result.failure
     assert not list(repo.glob("*.lock")) and not list((repo / "refs").rglob("*.lock"))
+
+
+def test_worktree_left_mid_operation_is_reset(remotes: Remotes, cache: RepoCache) -> None:
+    """A worker killed mid-rebase leaves the worktree mid-operation; the next job resets it."""
+    a = remotes.create("org/a", {"shared": "base\n"})
+    a.change(1, {"shared": "one\n"})
+    a.change(2, {"shared": "two\n"})
+    a.change(3, {"three": "3\n"})
+    for mode in (MergeMode.REBASE, MergeMode.CHERRY_PICK, MergeMode.MERGE_RESOLVE):
+        conflicting = MergeJob(
+            f"conflict-{mode.value}",
+            tuple(
+                Change("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=mode)
+                for n in (1, 2)
+            ),
+        )
+        assert run_merge_job(conflicting, cache).status is Status.CONFLICT
+        worktree = cache.repo_path("git", "org/a").with_name("org%2Fa.work")
+        (worktree / "stray-untracked-file").write_text("x")
+        gitdir = Path(cache.git.text(["rev-parse", "--absolute-git-dir"], worktree))
+        (gitdir / "index.lock").write_text("")  # as if git was killed mid-write
+        clean = MergeJob(
+            f"clean-{mode.value}",
+            tuple(
+                Change("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=mode)
+                for n in (1, 3)
+            ),
+        )
+        result = run_merge_job(clean, cache)
+        assert result.status is Status.OK, (mode, result.failure)
+        assert not (worktree / "stray-untracked-file").exists()

@@ -179,3 +179,30 @@ def test_two_builds_run_side_by_side_in_one_process(repo: Repo, options: RunnerO
         assert any(
             line.endswith(f"| run | done {build.spec.build_uuid}") for line in result.log_tail
         )
+
+
+class CancelOnSecondAsk(BaseControl):
+    """Says "cancel" from its second call on: after the build started preparing."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def cancel_requested(self) -> bool:
+        self.asked += 1
+        return self.asked > 1
+
+
+def test_cancel_while_preparing_the_workspace(
+    repo: Repo, tmp_path: Path, options: RunnerOptions
+) -> None:
+    repo.script("run.sh", "true")
+    lib = Repo.create(tmp_path / "repos" / "lib")
+    state = {"main": lib.commit()}
+    spec = make_spec(repo, repo.commit(), others={"org/lib": (str(lib.path), state)})
+
+    result = run_build(spec, CancelOnSecondAsk(), options)
+
+    assert result.result is ResultCode.ABORTED
+    assert result.message == "cancelled while preparing the workspace"
+    assert result.steps == ()
+    assert not (options.state_dir / "builds" / spec.build_uuid).exists()

@@ -34,6 +34,10 @@ class WorkspaceError(ExecutorError):
     """
 
 
+class BuildCancelledError(ExecutorError):
+    """The build was cancelled before its first step (the result is ``ABORTED``)."""
+
+
 class ResultDataError(ExecutorError):
     """The job's result data file is not a JSON object of acceptable size."""
 

@@ -40,7 +40,12 @@ from workers.executor.environment import (
     write_job_files,
     zuul_flag,
 )
-from workers.executor.errors import RefusedError, ResultDataError, WorkspaceError
+from workers.executor.errors import (
+    BuildCancelledError,
+    RefusedError,
+    ResultDataError,
+    WorkspaceError,
+)
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.process import StepLimits, cancel_requested, run_step
 from workers.executor.result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
@@ -147,7 +152,7 @@ class BuildRun:
             f"({spec.branch}, {spec.ref or 'no ref'}) in {spec.tenant}/{spec.pipeline}"
         )
         share = self.options.share_objects
-        chosen = checkout_projects(spec, self.layout, share=share)
+        chosen = checkout_projects(spec, self.layout, share=share, cancelled=self._cancel_requested)
         write_job_files(spec, self.layout)
         self._resolve_executables(StepLocator(spec, self.layout, chosen, share=share))
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
@@ -273,8 +278,11 @@ class BuildRun:
     def project_dir(self) -> Path:
         return self.layout.project_dir(self.spec.project)
 
+    def _cancel_requested(self) -> bool:
+        return cancel_requested(self.control.cancel_requested)
+
     def _prepare_and_run(self) -> Outcome:
-        if cancel_requested(self.control.cancel_requested):
+        if self._cancel_requested():
             return Outcome(ResultCode.ABORTED, "cancelled before the build started")
         self.prepare_workspace()
         return self.run_phases()
@@ -285,6 +293,8 @@ class BuildRun:
             return work()
         except RefusedError as exc:
             return Outcome(ResultCode.ERROR, str(exc))
+        except BuildCancelledError as exc:
+            return Outcome(ResultCode.ABORTED, str(exc))
         except WorkspaceError as exc:
             return Outcome(ResultCode.RETRY, f"workspace: {exc}")
         except Exception as exc:  # the process boundary of a build

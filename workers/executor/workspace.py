@@ -38,7 +38,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from workers.executor.errors import RefusedError, WorkspaceError
+from workers.executor.errors import BuildCancelledError, RefusedError, WorkspaceError
 from workers.executor.spec import BuildSpec, JobStep
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
@@ -128,11 +128,21 @@ def remove_stale_workspaces(state_dir: Path, keep: Collection[str]) -> list[str]
 
 
 def checkout_projects(
-    spec: BuildSpec, layout: BuildLayout, *, share: bool = True
+    spec: BuildSpec,
+    layout: BuildLayout,
+    *,
+    share: bool = True,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> dict[str, str]:
-    """Check out every project of the repo state at its commits; the branch of each."""
+    """Check out every project of the repo state at its commits; the branch of each.
+
+    ``cancelled`` is asked before each project (fetches can be long):
+    :class:`BuildCancelledError` when it says yes.
+    """
     chosen = {project: choose_branch(spec, project) for project in spec.repo_state}
     for project, branches in spec.repo_state.items():
+        if cancelled():
+            raise BuildCancelledError("cancelled while preparing the workspace")
         checkout(
             source=spec.sources[project],
             dest=layout.project_dir(project),

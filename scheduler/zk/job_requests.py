@@ -56,7 +56,7 @@ import enum
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -114,10 +114,10 @@ class JobRequest:
     version: int = -1
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Shallow on purpose (dataclasses.asdict deep-copies and is slow on a hot path).
+        data = {name: getattr(self, name) for name in _STORED_FIELDS}
         data["state"] = self.state.value
         data["info"] = dict(self.info)
-        del data["version"]
         return data
 
     @classmethod
@@ -126,6 +126,9 @@ class JobRequest:
         known["state"] = RequestState(known.get("state", RequestState.REQUESTED))
         known["version"] = version
         return cls(**known)
+
+
+_STORED_FIELDS = tuple(f.name for f in fields(JobRequest) if f.name != "version")
 
 
 @dataclass(frozen=True)

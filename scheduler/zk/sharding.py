@@ -9,8 +9,9 @@ Layout of a blob at ``path``:
   the shard count, the size and the sha256 of the whole.
 
 ``%shard-`` can never be produced by :func:`scheduler.zk.paths.segment`
-(``%`` is always followed by two upper-case hex digits there), so shard
-children never collide with children named after outside names.
+(there a ``%`` is followed by upper-case hex digits or by the ``%`` of a
+hash mark, never by ``s``), so shard children never collide with children
+named after outside names.
 
 Guarantees: shards are written first, each in its own request, and only
 then the pointer (in the caller's transaction, so it can be fenced and

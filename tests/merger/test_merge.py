@@ -10,6 +10,7 @@ import pytest
 
 from scheduler.settings import ConnectionSettings
 from tests.merger.gitrepos import Remote, Remotes
+from tests.merger.httpgit import http_git_server
 from workers.merger import (
     Change,
     MergeJob,
@@ -376,3 +377,24 @@ def test_unrelated_history_does_not_merge_but_applies_as_a_patch(
             continue
         assert result.status is Status.CONFLICT, (mode, result.failure)
         assert result.failure is not None and result.failure.change_index == 0
+
+
+def test_http_remote_with_credentials_in_the_url(remotes: Remotes, tmp_path: Path) -> None:
+    """Smart HTTP (https without the TLS): fetch by ref and by sha, password never shown."""
+    a = remotes.create("org/a")
+    a.change(1, {"one": "1\n"})
+    sha = a.change(2, {"two": "2\n"})
+    with http_git_server(remotes.base, credentials="bot:s3cret") as url:
+        good = {"web": ConnectionSettings("web", "git", url.replace("//", "//bot:s3cret@"))}
+        cache = RepoCache(tmp_path / "state", good)
+        changes = (
+            Change("web", "org/a", "main", ref="refs/changes/1"),
+            Change("web", "org/a", "main", commit=sha),
+        )
+        result = run_merge_job(MergeJob("http", changes), cache)
+        assert result.status is Status.OK, result.failure
+        assert [c.commit for c in result.changes] == [a.rev("refs/changes/1"), sha]
+        bad = {"web": ConnectionSettings("web", "git", url.replace("//", "//bot:wrong@"))}
+        failure = run_merge_job(MergeJob("h2", changes), RepoCache(tmp_path / "s2", bad)).failure
+        assert failure is not None and failure.kind == "unreachable", failure
+        assert "wrong" not in failure.message

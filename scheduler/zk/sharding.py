@@ -121,18 +121,26 @@ def check_size(data: bytes, path: str) -> None:
 
 
 def prepare(
-    client: ZooKeeperClient, path: str, data: bytes, *, exists: bool, version: int = -1
+    client: ZooKeeperClient,
+    path: str,
+    data: bytes,
+    *,
+    exists: bool,
+    version: int = -1,
+    inline_limit: int = INLINE_LIMIT,
 ) -> PreparedBlob:
     """Write the shards of ``data`` (if it needs any); return what commits it.
 
     ``exists`` says whether the node at ``path`` exists already (``set``)
     or must be created. A sharded blob needs its node as the shards'
     parent, so a new one is first created as an empty placeholder.
+    ``inline_limit`` lets a caller that writes several blobs in one
+    transaction shard earlier, so the transaction stays under its limit.
     """
     check_size(data, path)
     if not data:
         raise DecodeError(f"{path}: refusing to store empty data (it marks a placeholder)")
-    if len(data) <= INLINE_LIMIT:
+    if len(data) <= min(inline_limit, INLINE_LIMIT):
         return PreparedBlob(path, data, not exists, version, None)
     if not exists:
         with contextlib.suppress(NodeExistsError):  # a placeholder from an earlier attempt

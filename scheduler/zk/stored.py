@@ -23,14 +23,23 @@ Schema changelog: see docs/zookeeper.md ("Schema versions").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kazoo.exceptions import NoNodeError
+
 from scheduler.zk import sharding
-from scheduler.zk.context import NO_NODE, LockContext, OpFailedError, Transaction
+from scheduler.zk.context import (
+    MAX_TRANSACTION_BYTES,
+    NO_NODE,
+    LockContext,
+    OpFailedError,
+    Transaction,
+)
 from scheduler.zk.errors import DecodeError, NewerSchemaError, NoDataError
 
 # 1: initial layout (2026-11).
@@ -91,9 +100,17 @@ def prepare(
     *,
     exists: bool,
     version: int = -1,
+    inline_limit: int = sharding.INLINE_LIMIT,
 ) -> sharding.PreparedBlob:
     """Encode ``obj`` and write any shards; the caller adds the node to its transaction."""
-    return sharding.prepare(context.client, path, encode(obj), exists=exists, version=version)
+    return sharding.prepare(
+        context.client,
+        path,
+        encode(obj),
+        exists=exists,
+        version=version,
+        inline_limit=inline_limit,
+    )
 
 
 def save(
@@ -130,6 +147,80 @@ def save(
     prepared.cleanup(context.client, results)
 
 
+@dataclass(frozen=True)
+class Write:
+    """One object of :func:`save_all`; ``version`` >= 0 makes it a compare-and-set."""
+
+    path: str
+    obj: Mapping[str, Any]
+    version: int = -1
+
+
+def save_all(
+    context: LockContext, writes: Sequence[Write], extra: Transaction | None = None
+) -> None:
+    """Write several objects (and ``extra``) in ONE fenced transaction: all or none.
+
+    For a processing pass that writes back what it changed: one round trip
+    for the existence checks of new objects (in parallel), shards if any,
+    and one transaction. Objects are sharded early enough that the whole
+    transaction stays under ZooKeeper's request limit; a failed
+    compare-and-set of any object aborts every write.
+    """
+    context.ensure_valid()
+    client = context.client
+    unknown = [(w, client.kazoo.exists_async(w.path)) for w in writes if w.version < 0]
+    exists = {w.path: client.wait(r) is not None for w, r in unknown}
+    budget = max(1024, (MAX_TRANSACTION_BYTES // 2) // max(1, len(writes)))
+    prepared = [
+        prepare(
+            context,
+            w.path,
+            w.obj,
+            exists=w.version >= 0 or exists[w.path],
+            version=w.version,
+            inline_limit=budget,
+        )
+        for w in writes
+    ]
+    for attempt in range(len(writes) + 1):
+        txn = context.transaction()
+        for blob in prepared:
+            blob.add_to(txn)
+        if extra is not None:
+            txn.extend(extra)
+        try:
+            results = txn.commit()
+            break
+        except OpFailedError as exc:
+            creates = {b.path for b in prepared if b.create}
+            if attempt == len(writes) or exc.reason != NO_NODE or exc.path not in creates:
+                raise
+            client.ensure_path(exc.path.rsplit("/", 1)[0] or "/")
+    for blob in prepared:
+        blob.cleanup(client, results)
+
+
+def load_many(context: LockContext, paths: Sequence[str]) -> dict[str, Stored]:
+    """Read several objects in parallel; absent ones are left out of the result."""
+    client = context.client
+    pending = [(p, client.kazoo.get_async(p)) for p in paths]
+    found: dict[str, Stored] = {}
+    for path, result in pending:
+        try:
+            raw, stat = client.wait(result)
+        except NoNodeError:
+            continue
+        if not raw:
+            continue  # a placeholder still being written
+        if sharding.decode_pointer(path, raw) is not None:
+            with contextlib.suppress(NoDataError):
+                found[path] = load(context, path)
+            continue
+        found[path] = Stored(decode(raw, path), stat.version, stat.mzxid)
+    return found
+
+
 def delete(context: LockContext, path: str, version: int = -1) -> bool:
     """Delete the object (and its shards); False if it did not exist."""
     txn = context.transaction()
@@ -149,10 +240,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "NoDataError",
     "Stored",
+    "Write",
     "decode",
     "delete",
     "encode",
     "load",
+    "load_many",
     "prepare",
     "save",
+    "save_all",
 ]

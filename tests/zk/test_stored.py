@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from scheduler.zk import sharding, stored
+from scheduler.zk import locks, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, OpFailedError, Transaction
 from scheduler.zk.errors import DataTooLargeError, DecodeError, NoDataError
@@ -122,3 +122,34 @@ def test_delete_removes_shards(zk: ZooKeeperClient) -> None:
     assert stored.delete(ctx, "/gone")
     assert zk.exists("/gone") is None
     assert not stored.delete(ctx, "/gone")
+
+
+def test_save_all_writes_everything_in_one_transaction_or_nothing(zk: ZooKeeperClient) -> None:
+    held = locks.acquire(zk, "/locks/pipeline/t/gate")
+    assert held is not None
+    ctx = held.context
+    big = {"log": os.urandom(400_000).hex()}  # would not fit three times in one transaction
+    writes = [
+        stored.Write("/tenant/t/pipeline/gate/item/i1", big),
+        stored.Write("/tenant/t/pipeline/gate/item/i2", {"n": 2}),
+        stored.Write("/tenant/t/pipeline/gate/item/i3", big),
+    ]
+    stored.save_all(ctx, writes)
+    found = stored.load_many(ctx, [w.path for w in writes] + ["/tenant/t/missing"])
+    assert sorted(found) == [w.path for w in writes]
+    assert found[writes[0].path].data["log"] == big["log"]
+    version = found[writes[1].path].version
+    stored.save_all(ctx, [stored.Write(writes[1].path, {"n": 3}, version=version)])
+    # A stale compare-and-set aborts the whole batch: the first write is not applied.
+    with pytest.raises(OpFailedError):
+        stored.save_all(
+            ctx,
+            [
+                stored.Write(writes[0].path, {"n": "new"}),
+                stored.Write(writes[1].path, {"n": 4}, version=version),
+            ],
+        )
+    after = stored.load_many(ctx, [writes[0].path, writes[1].path])
+    assert after[writes[0].path].data["log"] == big["log"]
+    assert after[writes[1].path].data["n"] == 3
+    held.release()

@@ -7,17 +7,18 @@ one of :class:`~scheduler.reporting.results.BuildResult`'s values, or null
 while running. Lists are newest first.
 
 :func:`job_durations` gives the last successful durations of a job, the
-basis of the status page's progress estimates (:func:`estimate_duration`).
+basis of the status page's progress estimates (:func:`estimate_duration`,
+or :func:`estimate_durations` for many jobs in one query).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypedDict, TypeVar
 
-from sqlalchemy import Engine, Select, select
+from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.orm import Session
 
 from scheduler.reporting.database import read_only_options
@@ -271,3 +272,56 @@ def estimate_duration(
     """The expected seconds of a job's next run (mean of recent successes), or None."""
     durations = job_durations(engine, tenant=tenant, job=job, project=project, branch=branch)
     return sum(durations) / len(durations) if durations else None
+
+
+def estimate_durations(
+    engine: Engine,
+    *,
+    tenant: str,
+    jobs: Iterable[str],
+    project: str | None = None,
+    branch: str | None = None,
+    samples: int = DURATION_SAMPLES,
+) -> dict[str, float]:
+    """Expected seconds for many jobs in one query (the status page's batch).
+
+    Jobs without a successful run are absent from the answer.
+    """
+    names = sorted(set(jobs))
+    if not names:
+        return {}
+    filters: dict[Any, object] = {
+        BuildRow.tenant: tenant,
+        BuildRow.project: project,
+        BuildRow.branch: branch,
+        BuildRow.result: BuildResult.SUCCESS,
+    }
+    newest_first = (
+        func.row_number()
+        .over(
+            partition_by=BuildRow.job,
+            order_by=(BuildRow.end_time.desc(), BuildRow.id.desc()),
+        )
+        .label("age")
+    )
+    recent = (
+        _where(select(BuildRow.job, BuildRow.start_time, BuildRow.end_time, newest_first), filters)
+        .where(BuildRow.job.in_(names))
+        .where(BuildRow.start_time.is_not(None), BuildRow.end_time.is_not(None))
+        .subquery()
+    )
+    stmt = select(recent.c.job, recent.c.start_time, recent.c.end_time).where(
+        recent.c.age <= samples
+    )
+    with _reading(engine) as session:
+        rows = session.execute(stmt).all()
+    durations: dict[str, list[float]] = {}
+    for job, start, end in rows:
+        durations.setdefault(job, []).append(_as_utc(end) - _as_utc(start))
+    return {job: sum(values) / len(values) for job, values in durations.items()}
+
+
+def _as_utc(value: datetime) -> float:
+    # Subquery columns lose the UTC type decoration: naive values are UTC.
+    aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return aware.timestamp()

@@ -17,6 +17,7 @@ from scheduler.reporting import (
     ReportingError,
     SqlReporter,
     estimate_duration,
+    estimate_durations,
     job_durations,
     list_builds,
     list_buildsets,
@@ -173,3 +174,28 @@ def test_durations_of_the_last_successes_newest_first(engine: Engine) -> None:
     assert job_durations(engine, tenant="acme", job="unit", project="org/web") == []
     assert estimate_duration(engine, tenant="acme", job="unit", branch="main") == 60.0
     assert estimate_duration(engine, tenant="acme", job="docs") is None
+
+
+def test_estimates_for_many_jobs_in_one_query(engine: Engine) -> None:
+    reporter, bs = SqlReporter(engine), buildset()
+    runs = {"unit": [20, 40, 60], "lint": [5], "docs": []}
+    for job, durations in runs.items():
+        for number, seconds in enumerate(durations):
+            b = build(f"{job}-{number}", job)
+            began = 100 * number
+            reporter.record_build_start(BuildStart(bs, b, start_time=at(began)))
+            reporter.record_build_end(
+                BuildEnd(bs, b, BuildResult.SUCCESS, end_time=at(began + seconds))
+            )
+    failed = build("lint-failed", "lint")
+    reporter.record_build_end(
+        BuildEnd(bs, failed, BuildResult.FAILURE, start_time=at(0), end_time=at(500))
+    )
+    jobs = ["unit", "lint", "docs"]
+    assert estimate_durations(engine, tenant="acme", jobs=jobs) == {"unit": 40.0, "lint": 5.0}
+    assert estimate_durations(engine, tenant="acme", jobs=jobs, samples=2) == {
+        "unit": 50.0,
+        "lint": 5.0,
+    }
+    assert estimate_durations(engine, tenant="acme", jobs=[]) == {}
+    assert estimate_durations(engine, tenant="acme", jobs=jobs, branch="stable") == {}

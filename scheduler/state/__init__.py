@@ -1,0 +1,1 @@
+"""Pipeline state persistence: the model mapped onto the ZooKeeper document tree."""

@@ -1,0 +1,171 @@
+"""Document trees: a subtree of stored objects, read in parallel, written as a diff.
+
+A *document tree* is a set of stored objects (:mod:`scheduler.zk.stored`)
+under one root node, such as one pipeline's state. The caller knows its
+shape and asks for documents level by level with :func:`get_many`, whose
+gets are all sent before the first answer is awaited, so a level costs one
+round trip of latency whatever its width. Nothing lists a directory.
+
+:func:`write_diff` commits the difference between the documents as read
+and the documents wanted in ONE transaction: creates (parents first,
+including the empty container nodes between documents), sets at the
+version read (compare-and-set), deletes (children first), and always a set
+of the root at its version read, so every commit bumps the root's version
+and two writers can never both commit changes based on the same read.
+Documents larger than ``inline_limit`` are sharded before the transaction
+(:mod:`scheduler.zk.sharding`). The transaction comes from the caller's
+:class:`~scheduler.zk.context.LockContext`, so it is fenced by the caller's
+lock and refused once that lock is lost.
+
+On SUSPENDED or LOST the commit raises and nothing of it is applied
+(ZooKeeper multis are atomic); shards written for it are orphans of an
+unnamed generation, removed by the next write of the same document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from scheduler.zk import paths, sharding, stored
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.context import LockContext, Transaction
+from scheduler.zk.errors import NoDataError
+
+Document = dict[str, Any]
+
+
+@dataclass
+class DocTree:
+    """Documents of one tree as read or last written, with node versions."""
+
+    root: str
+    docs: dict[str, Document] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
+    sharded: set[str] = field(default_factory=set)
+
+    @property
+    def root_version(self) -> int:
+        return self.versions.get(self.root, -1)
+
+    def copy(self) -> DocTree:
+        import copy
+
+        return DocTree(self.root, copy.deepcopy(self.docs), dict(self.versions), set(self.sharded))
+
+
+def get_many(client: ZooKeeperClient, tree: DocTree, wanted: Iterable[str]) -> dict[str, Document]:
+    """Fetch the documents at ``wanted`` into ``tree``; absent ones are skipped."""
+    pending = [(path, client.kazoo.get_async(path)) for path in wanted]
+    found: dict[str, Document] = {}
+    for path, result in pending:
+        try:
+            raw, stat = client.wait(result)
+        except NoNodeError:
+            continue
+        version = stat.version
+        if not raw or raw.startswith(sharding.POINTER_MAGIC):
+            try:
+                blob = sharding.read(client, path)
+            except NoDataError:
+                continue  # a placeholder being written
+            raw, version = blob.data, blob.version
+            tree.sharded.add(path)
+        doc = stored.decode(raw, path)
+        doc.pop(stored.SCHEMA_FIELD, None)
+        found[path] = doc
+        tree.versions[path] = version
+    tree.docs.update(found)
+    return found
+
+
+def _depth(path: str) -> int:
+    return path.count("/")
+
+
+def _containers(docs: Iterable[str], root: str) -> set[str]:
+    """Nodes between the root and the documents that are not documents themselves."""
+    doc_paths = set(docs)
+    found: set[str] = set()
+    for path in doc_paths:
+        node = paths.parent(path)
+        while node.startswith(root + "/") and node not in doc_paths:
+            found.add(node)
+            node = paths.parent(node)
+    return found
+
+
+def write_diff(
+    context: LockContext,
+    before: DocTree,
+    after: Mapping[str, Document],
+    *,
+    extra: Transaction | None = None,
+    inline_limit: int = 128 * 1024,
+) -> DocTree:
+    """Commit ``after`` over ``before`` (plus ``extra``) in one fenced transaction.
+
+    ``after`` must contain the root document. Returns the tree as now stored.
+    """
+    client = context.client
+    if before.root_version < 0:
+        client.ensure_path(paths.parent(before.root))
+    txn = context.transaction()
+    prepared: dict[str, sharding.PreparedBlob] = {}
+    for path in sorted(after, key=_depth):
+        if path != before.root and before.docs.get(path) == after[path]:
+            continue
+        prepared[path] = sharding.prepare(
+            client,
+            path,
+            stored.encode(after[path]),
+            exists=path in before.docs,
+            version=before.versions.get(path, -1),
+            inline_limit=inline_limit,
+        )
+    new_containers = _containers(after, before.root) - _containers(before.docs, before.root)
+    creates = sorted([*new_containers, *prepared], key=_depth)
+    for path in creates:
+        if path in prepared:
+            prepared[path].add_to(txn)
+        else:
+            txn.create(path)
+    _add_deletes(client, txn, before, after)
+    if extra is not None:
+        txn.extend(extra)
+    results = txn.commit()
+    for blob in prepared.values():
+        blob.cleanup(client, results)
+    return _stored_tree(before, after, prepared)
+
+
+def _add_deletes(
+    client: ZooKeeperClient, txn: Transaction, before: DocTree, after: Mapping[str, Document]
+) -> None:
+    gone = [path for path in before.docs if path not in after]
+    gone += _containers(before.docs, before.root) - _containers(after, before.root)
+    for path in sorted(gone, key=_depth, reverse=True):
+        if path in before.sharded:
+            sharding.delete_ops(client, path, txn, before.versions.get(path, -1))
+        else:
+            txn.delete(path, before.versions.get(path, -1))
+
+
+def _stored_tree(
+    before: DocTree, after: Mapping[str, Document], prepared: Mapping[str, sharding.PreparedBlob]
+) -> DocTree:
+    tree = DocTree(before.root, docs={k: dict(v) for k, v in after.items()})
+    for path in after:
+        blob = prepared.get(path)
+        if blob is None:
+            tree.versions[path] = before.versions[path]
+            if path in before.sharded:
+                tree.sharded.add(path)
+            continue
+        tree.versions[path] = 0 if blob.create else before.versions.get(path, 0) + 1
+        if blob.generation is not None:
+            tree.sharded.add(path)
+    return tree

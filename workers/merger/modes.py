@@ -98,9 +98,13 @@ class Applier:
 
 def _tree_merge(git: Git, repo: Path, tip: str, commit: str, *, message: str, squash: bool) -> str:
     """``git merge`` (or ``--squash`` and commit) of ``commit`` into ``tip``, without a worktree."""
-    base = git.run(["merge-base", tip, commit], repo, check=False).stdout.decode().strip()
-    if not base:
+    found = git.run(["merge-base", tip, commit], repo, check=False)
+    if found.returncode == 1 and not found.stderr.strip():
         raise MergeConflictError("unrelated histories: no merge base", [])
+    if found.returncode != 0:
+        stderr = found.stderr.decode("utf-8", "replace")
+        raise GitCommandError(["merge-base", tip, commit], found.returncode, stderr)
+    base = found.stdout.decode().strip()
     if not squash and base == tip:
         return commit  # a fast-forward, as git merge does
     if not squash and base == commit:
@@ -120,17 +124,8 @@ def _tree_merge(git: Git, repo: Path, tip: str, commit: str, *, message: str, sq
     return git.text(["commit-tree", fields[0], *parents, "-m", message], repo)
 
 
-def _merge(git: Git, wt: Path, commit: str, message: str) -> None:
-    _attempt(git, wt, ["merge", "--quiet", "--no-edit", "-m", message, commit])
-
-
 def _merge_resolve(git: Git, wt: Path, commit: str, message: str) -> None:
     _attempt(git, wt, ["merge", "--quiet", "--no-edit", "-s", "resolve", "-m", message, commit])
-
-
-def _squash_merge(git: Git, wt: Path, commit: str, message: str) -> None:
-    _attempt(git, wt, ["merge", "--quiet", "--squash", commit])
-    git.run(["commit", "--quiet", "--allow-empty", "--no-verify", "-m", message], wt)
 
 
 def _cherry_pick(git: Git, wt: Path, commit: str, message: str) -> None:
@@ -174,10 +169,9 @@ def _attempt(git: Git, wt: Path, args: list[str]) -> None:
     raise GitCommandError(args, proc.returncode, output.decode("utf-8", "replace"))
 
 
+# The modes that need a worktree (merge and squash-merge: _tree_merge).
 _MODES: dict[MergeMode, Callable[[Git, Path, str, str], None]] = {
-    MergeMode.MERGE: _merge,
     MergeMode.MERGE_RESOLVE: _merge_resolve,
-    MergeMode.SQUASH_MERGE: _squash_merge,
     MergeMode.CHERRY_PICK: _cherry_pick,
     MergeMode.REBASE: _rebase,
 }

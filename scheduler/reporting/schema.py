@@ -21,8 +21,8 @@ with a warning, since migrations only ever add to the schema.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from alembic import command
 from alembic.config import Config
@@ -131,20 +131,52 @@ def _is_current(revision: str | None, head: str) -> bool:
 
 def _upgrade(engine: Engine, head: str) -> None:
     try:
-        with engine.begin() as connection:
-            if connection.dialect.name == "postgresql":
-                connection.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
-                )
-            before = _current_revision(connection)
-            if _is_current(before, head):
-                return  # another process migrated while we waited
-            log.info("migrating database schema from %s to %s", before or "empty", head)
-            command.upgrade(alembic_config(connection), "head")
+        with (
+            engine.connect() as connection,
+            _foreign_keys_off(connection),
+            connection.begin(),
+        ):
+            _migrate(connection, head)
     except DBAPIError:
         raise
     except Exception as exc:
         raise SchemaError(f"database migration to {head} failed: {exc}") from exc
+
+
+def _migrate(connection: Connection, head: str) -> None:
+    """Migrate inside the caller's transaction, holding the database's lock."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+    before = _current_revision(connection)
+    if _is_current(before, head):
+        return  # another process migrated while we waited
+    log.info("migrating database schema from %s to %s", before or "empty", head)
+    command.upgrade(alembic_config(connection), "head")
+    if connection.dialect.name == "sqlite":
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+        if broken:
+            raise SchemaError(f"migration to {head} broke foreign keys: {broken[:5]}")
+
+
+@contextmanager
+def _foreign_keys_off(connection: Connection) -> Iterator[None]:
+    """SQLite: foreign keys off while migrating, on again after.
+
+    Alembic's batch mode recreates a table to alter it; with foreign keys on,
+    dropping the old copy would cascade-delete the rows that reference it.
+    The pragma is a no-op inside a transaction, so it is set before BEGIN,
+    on the driver's connection.
+    """
+    if connection.dialect.name != "sqlite":
+        yield
+        return
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    driver.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        driver.execute("PRAGMA foreign_keys = ON")
 
 
 def _current_revision(connection: Connection) -> str | None:

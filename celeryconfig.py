@@ -58,5 +58,16 @@ task_routes = {
     "sluice.system.*": {"queue": "maintenance"},
 }
 
+# The maintenance worker runs the timer (``--beat``): the sweep re-nudges
+# pending requests and records lost ones (scheduler/sweep.py). A sweep
+# message older than one interval is dropped, the next one is on its way.
+beat_schedule = {
+    "sluice-sweep": {
+        "task": "sluice.maintenance.sweep",
+        "schedule": _settings.sweep_interval,
+        "options": {"expires": _settings.sweep_interval},
+    },
+}
+
 worker_hijack_root_logger = False
 worker_redirect_stdouts = False

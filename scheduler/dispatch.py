@@ -11,7 +11,12 @@ from typing import Any
 
 from celery import Celery
 
+from scheduler.errors import SluiceError
 from scheduler.settings import Settings, load_settings
+
+
+class DispatchError(SluiceError, ValueError):
+    """A nudge that cannot be sent as asked (an invalid zone name)."""
 
 
 @functools.cache
@@ -31,3 +36,44 @@ def client_app(settings: Settings | None = None) -> Celery:
 def send(name: str, *args: Any, settings: Settings | None = None, **options: Any) -> Any:
     """Send task ``name`` with identifier arguments; returns its AsyncResult."""
     return client_app(settings).send_task(name, args=list(args), **options)
+
+
+# ---------------------------------------------------------------- builds and merges
+# Task names, so senders (the scheduler, the sweep) never import tasks/.
+
+BUILD_TASK = "sluice.executor.build"
+# The merge task of the merger's task adapter; the sweep re-nudges merge
+# requests with it once a worker has it registered.
+MERGE_TASK = "sluice.merger.run"
+SWEEP_TASK = "sluice.maintenance.sweep"
+
+EXECUTOR_QUEUE = "executor"
+
+
+def executor_queue_name(zone: str | None = None) -> str:
+    """The Celery queue of a zone's executors: ``executor`` or ``executor.<zone>``."""
+    if zone is None:
+        return EXECUTOR_QUEUE
+    if not zone or any(c.isspace() or c == "," for c in zone):
+        # A worker names its queues as a comma-separated -Q list.
+        raise DispatchError(f"invalid executor zone {zone!r}")
+    return f"{EXECUTOR_QUEUE}.{zone}"
+
+
+def send_build(
+    request_uuid: str, zone: str | None = None, *, settings: Settings | None = None
+) -> Any:
+    """Nudge an executor of ``zone`` to run the build request ``request_uuid``.
+
+    The request must already be submitted to ``paths.executor_queue(zone)``;
+    the message carries the uuid and the zone, nothing else.
+    """
+    kwargs = {"zone": zone} if zone is not None else {}
+    return client_app(settings).send_task(
+        BUILD_TASK, args=[request_uuid], kwargs=kwargs, queue=executor_queue_name(zone)
+    )
+
+
+def send_merge(request_uuid: str, *, settings: Settings | None = None) -> Any:
+    """Nudge a merger to run the merge request ``request_uuid`` (queue ``merger``)."""
+    return client_app(settings).send_task(MERGE_TASK, args=[request_uuid], queue="merger")

@@ -1,0 +1,216 @@
+"""The maintenance sweep: small steps that find work ZooKeeper says is pending.
+
+The sweep task (``sluice.maintenance.sweep``, on a timer every
+``sweep_interval`` seconds) calls :func:`run_sweep` with the steps of
+:func:`standard_steps`. For each job request queue (the merger queue, the
+unzoned executor queue and every executor zone) the steps are:
+
+* **re-nudge** every REQUESTED request older than ``min_age`` (one sweep
+  interval by default): a nudge lost or purged from the broker delays its
+  work by at most about one sweep interval (DESIGN.md invariant 2). A
+  request whose nudge is still queued gets a second one; the second
+  delivery finds it claimed and returns without effect.
+* **recover lost requests**: RUNNING or PAUSED requests whose lock is gone
+  (their worker died and its session expired) are completed with a LOST
+  result and their ``request-completed`` event, so the pipeline retries
+  them; detection takes at most the session timeout plus one sweep
+  interval (invariant 6).
+* **clean up** completed requests older than ``max_age`` that nobody waits
+  for.
+
+One runner at a time: the sweep holds the ``general`` cleanup lock
+(non-blocking); a sweep that cannot take it returns at once, as another is
+running. A step that fails is logged with its traceback and the next step
+runs: one broken queue never stops the sweep of the others. Steps are plain
+callables, so the scheduler can add its own (pipeline re-nudges) to the
+same list.
+
+On ZooKeeper session loss while sweeping, a step fails with a
+:class:`~scheduler.zk.errors.ZooKeeperError` and the rest fail fast; every
+step is safe to repeat on the next sweep (``recover_lost`` proves in one
+transaction that nobody holds the lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from scheduler import dispatch
+from scheduler.settings import Settings
+from scheduler.zk import locks, paths
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.job_requests import JobRequest, JobRequestQueue
+
+log = logging.getLogger(__name__)
+
+SWEEP_LOCK = "general"
+# Completed requests are kept this long for their submitter to read.
+DEFAULT_REQUEST_MAX_AGE = 24 * 3600.0
+
+Nudge = Callable[[JobRequest], object]
+
+
+@dataclass(frozen=True)
+class SweepStep:
+    """One step: ``run`` returns the ids it acted on (for the report)."""
+
+    name: str
+    run: Callable[[], Sequence[str]]
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did; ``ran`` is false when another sweep held the lock."""
+
+    ran: bool
+    done: dict[str, list[str]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ran": self.ran,
+            "done": {name: list(ids) for name, ids in self.done.items()},
+            "failed": dict(self.failed),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# ---------------------------------------------------------------- steps on one queue
+
+
+def renudge_pending(queue: JobRequestQueue, nudge: Nudge, min_age: float) -> list[str]:
+    """Nudge every REQUESTED request created more than ``min_age`` seconds ago."""
+    cutoff = time.time() - min_age
+    sent = []
+    for request in queue.pending():
+        if request.created <= cutoff:
+            nudge(request)
+            sent.append(request.uuid)
+    return sent
+
+
+def recover_lost(queue: JobRequestQueue) -> list[str]:
+    """Complete every lost request as LOST (with its event); the uuids recovered."""
+    recovered = []
+    for request in queue.lost_requests():
+        if queue.recover_lost(request):
+            log.warning(
+                "request %s of %s (worker %s) lost; completed as LOST",
+                request.uuid,
+                queue.root,
+                request.worker or "?",
+            )
+            recovered.append(request.uuid)
+    return recovered
+
+
+def cleanup(queue: JobRequestQueue, max_age: float) -> list[str]:
+    return queue.cleanup(max_age)
+
+
+def request_queue_steps(
+    name: str,
+    queue: JobRequestQueue,
+    nudge: Nudge | None,
+    *,
+    min_age: float,
+    max_age: float = DEFAULT_REQUEST_MAX_AGE,
+) -> list[SweepStep]:
+    """The steps for one job request queue (``nudge=None``: no re-nudges)."""
+    steps = []
+    if nudge is not None:
+        steps.append(SweepStep(f"{name}:renudge", lambda: renudge_pending(queue, nudge, min_age)))
+    steps.append(SweepStep(f"{name}:lost", lambda: recover_lost(queue)))
+    steps.append(SweepStep(f"{name}:cleanup", lambda: cleanup(queue, max_age)))
+    return steps
+
+
+# ---------------------------------------------------------------- which queues
+
+
+def executor_zones(client: ZooKeeperClient) -> list[str]:
+    """Zones that have an executor queue in ZooKeeper (created by a first submit)."""
+    # The zones' parent, through the path builder (the queue of any zone).
+    zones_root = paths.parent(paths.executor_queue("zone"))
+    if client.exists(zones_root) is None:
+        return []
+    return sorted(paths.unsegment(child) for child in client.get_children(zones_root))
+
+
+def _build_nudge(zone: str | None, settings: Settings) -> Nudge:
+    return lambda request: dispatch.send_build(request.uuid, zone, settings=settings)
+
+
+def standard_steps(
+    client: ZooKeeperClient,
+    settings: Settings,
+    *,
+    renudge_merges: bool = True,
+    max_age: float = DEFAULT_REQUEST_MAX_AGE,
+) -> list[SweepStep]:
+    """Steps for the merger queue, the unzoned executor queue and every zone found."""
+    min_age = settings.sweep_interval
+    merger = JobRequestQueue(client, paths.merger_queue())
+    merge_nudge: Nudge | None = None
+    if renudge_merges:
+
+        def merge_nudge(request: JobRequest) -> object:
+            return dispatch.send_merge(request.uuid, settings=settings)
+
+    steps = request_queue_steps("merger", merger, merge_nudge, min_age=min_age, max_age=max_age)
+    for zone in [None, *executor_zones(client)]:
+        queue = JobRequestQueue(client, paths.executor_queue(zone))
+        name = "executor" if zone is None else f"executor.{zone}"
+        nudge = _build_nudge(zone, settings)
+        steps += request_queue_steps(name, queue, nudge, min_age=min_age, max_age=max_age)
+    return steps
+
+
+# ---------------------------------------------------------------- running
+
+
+def run_steps(steps: Sequence[SweepStep], report: SweepReport) -> None:
+    """Run every step; a failing step is logged with its traceback and skipped."""
+    for step in steps:
+        try:
+            report.done[step.name] = list(step.run())
+        except Exception as exc:  # a step boundary: one broken queue never stops the rest
+            log.exception("sweep step %s failed", step.name)
+            report.failed[step.name] = f"{type(exc).__name__}: {exc}"
+
+
+def run_sweep(
+    client: ZooKeeperClient,
+    steps: Sequence[SweepStep] | Callable[[], Sequence[SweepStep]],
+) -> SweepReport:
+    """Run the steps under the sweep lock; return at once if another sweep holds it.
+
+    ``steps`` may be a callable, so that listing them (which reads ZooKeeper)
+    happens under the lock too.
+    """
+    started = time.monotonic()
+    held = locks.acquire(client, paths.cleanup_lock(SWEEP_LOCK), blocking=False)
+    if held is None:
+        log.info("sweep skipped: another sweep holds the lock")
+        return SweepReport(ran=False)
+    report = SweepReport(ran=True)
+    try:
+        if callable(steps):
+            try:
+                steps = steps()
+            except Exception as exc:  # listing the queues failed: report it, run nothing
+                log.exception("sweep: listing the steps failed")
+                report.failed["steps"] = f"{type(exc).__name__}: {exc}"
+                steps = []
+        run_steps(steps, report)
+    finally:
+        held.release()
+    report.seconds = time.monotonic() - started
+    acted = {name: ids for name, ids in report.done.items() if ids}
+    if acted or report.failed:
+        log.info("sweep: %s; failed: %s", acted, report.failed)
+    return report

@@ -1,0 +1,28 @@
+"""The maintenance sweep task (on the beat timer every ``sweep_interval`` seconds).
+
+Thin: the steps and their lock are :mod:`scheduler.sweep`; this adapter
+opens the process's ZooKeeper client and decides whether merge requests
+can be re-nudged (only once a merge task is registered with this app).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler import dispatch
+from scheduler.settings import load_settings
+from scheduler.sweep import run_sweep, standard_steps
+from scheduler.zk.client import process_client
+from tasks.app import app
+
+
+@app.task(name=dispatch.SWEEP_TASK)
+def sweep() -> dict[str, Any]:
+    """Re-nudge pending requests, record lost ones, clean up old ones."""
+    settings = load_settings()
+    client = process_client(settings.zookeeper)
+    renudge_merges = dispatch.MERGE_TASK in app.tasks
+    report = run_sweep(
+        client, lambda: standard_steps(client, settings, renudge_merges=renudge_merges)
+    )
+    return report.to_dict()

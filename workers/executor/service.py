@@ -1,0 +1,269 @@
+"""The build task's ZooKeeper side: claim a build request, run it, store its result.
+
+:func:`execute_request` is what the Celery task ``sluice.executor.build``
+(``tasks/executor.py``) calls; it is plain Python that tests drive against a
+real ZooKeeper without a broker. One call:
+
+1. **claim** the request: one transaction creates the ephemeral
+   ``locks/<uuid>`` node, sets REQUESTED -> RUNNING and queues the
+   ``request-started`` event. No claim (another delivery has it, or it is
+   completed, on hold or gone) returns :attr:`BuildOutcome.DUPLICATE` and
+   changes nothing: a duplicate Celery delivery has no effect (DESIGN.md
+   invariant 4).
+2. **read the spec**: the request's params are a :class:`BuildSpec` as the
+   submitter wrote it; params that are not one complete the request with
+   ``ERROR``.
+3. **run** :func:`run_build` with a :class:`RequestControl`: a cancel is
+   the ``cancel`` flag (kept by a watch, no round trip per poll) or the
+   claim no longer being valid; a pause goes through the queue.
+4. **complete**: one fenced transaction stores the result, sets COMPLETED,
+   queues ``request-completed`` and deletes the lock.
+
+Guarantees when ZooKeeper misbehaves:
+
+* **Session lost** (LOST, replaced, or the watchdog says ZooKeeper has not
+  answered for two thirds of the session timeout): the lock is gone or may
+  be, so the build stops as if cancelled and the fenced completion is
+  refused (:attr:`BuildOutcome.LOCK_LOST`). The request stays RUNNING
+  without a lock; the sweep records it as LOST and the pipeline retries it.
+* **SUSPENDED** (the connection dropped, the session may survive): the build
+  keeps running until the watchdog window passes; its lock survives a short
+  disconnect.
+* **ZooKeeper unavailable at completion**: the completion is retried a few
+  times; if it still fails, or anything else fails after the claim, the
+  claim is released so the request becomes lost (recorded LOST by the
+  sweep) rather than RUNNING forever under a live session's lock, and the
+  error propagates (the task retries; the retry finds nothing to claim).
+
+The build does not depend on its Celery message: the task is acknowledged
+before it runs (docs/celery.md), and a dead worker is found through its
+lost ZooKeeper session, not through broker redelivery.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.settings import Settings
+from scheduler.zk import paths
+from scheduler.zk.client import WATCHDOG_FRACTION, ConnectionState, ZooKeeperClient
+from scheduler.zk.errors import (
+    DecodeError,
+    LockLostError,
+    NoDataError,
+    ZooKeeperUnavailableError,
+)
+from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
+from workers.executor.control import BaseControl, StartedInfo
+from workers.executor.errors import BuildSpecError
+from workers.executor.result import BuildResult, ResultCode
+from workers.executor.runner import RunnerOptions, run_build
+from workers.executor.spec import BuildSpec
+
+log = logging.getLogger(__name__)
+
+# Attempts at the completion transaction while ZooKeeper is unavailable, and
+# the pause before the first retry (doubled each time).
+COMPLETE_ATTEMPTS = 4
+COMPLETE_BACKOFF = 0.5
+
+
+class BuildOutcome(enum.StrEnum):
+    """What one delivery of the build task did."""
+
+    COMPLETED = "completed"  # ran (or was refused) and its result is stored
+    DUPLICATE = "duplicate"  # nothing to claim: another delivery has it, or it is done
+    REMOVED = "removed"  # the scheduler removed the request while it ran; nothing stored
+    LOCK_LOST = "lock-lost"  # the claim was lost; the sweep records the request as LOST
+
+
+@dataclass(frozen=True)
+class ExecutionReport:
+    """The task's return value: small, JSON-friendly, for Flower and tests."""
+
+    request_uuid: str
+    outcome: BuildOutcome
+    result: ResultCode | None = None
+    worker: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request": self.request_uuid,
+            "outcome": self.outcome.value,
+            "result": None if self.result is None else self.result.value,
+            "worker": self.worker,
+        }
+
+
+def worker_name(node: str | None = None) -> str:
+    """How a claim names this process: the Celery node (or host) and the pid."""
+    return f"{node or socket.gethostname()}:{os.getpid()}"
+
+
+def open_queue(client: ZooKeeperClient, zone: str | None = None) -> JobRequestQueue:
+    """The executor request queue of ``zone`` (``None``: the unzoned queue)."""
+    return JobRequestQueue(client, paths.executor_queue(zone))
+
+
+class RequestControl(BaseControl):
+    """:class:`~workers.executor.control.BuildControl` on a claimed request.
+
+    ``cancel_requested`` reads an event set by a watch on the ``cancel`` flag
+    and the claim's lock context: both are local reads, no round trip.
+    """
+
+    def __init__(
+        self, queue: JobRequestQueue, claimed: ClaimedRequest, *, poll_interval: float = 0.2
+    ) -> None:
+        self.queue = queue
+        self.claimed = claimed
+        self.poll_interval = poll_interval
+        self.cancel_flag = queue.watch_flag(claimed.uuid, "cancel")
+        self.info: StartedInfo | None = None
+        # Why the build was stopped for a lost claim (None: it was not).
+        self.stopped_for: str | None = None
+
+    def claim_lost(self) -> str | None:
+        """Why this worker may no longer act on its claim, or None while it may."""
+        context = self.claimed.context
+        reason = context.lost_reason()
+        if reason is None:
+            return None
+        client = self.queue.client
+        if (
+            client.state == ConnectionState.SUSPENDED
+            and client.session_generation == context.generation
+            and client.silent_for() < WATCHDOG_FRACTION * client.session_timeout
+        ):
+            # A short disconnect: the session, and with it the lock, may survive.
+            return None
+        return reason
+
+    def cancel_requested(self) -> bool:
+        if self.cancel_flag.is_set():
+            return True
+        reason = self.claim_lost()
+        if reason is None:
+            return False
+        if self.stopped_for is None:
+            self.stopped_for = reason
+            log.warning("build request %s: stopping, claim lost: %s", self.claimed.uuid, reason)
+        return True
+
+    def on_started(self, info: StartedInfo) -> None:
+        self.info = info
+        log.info("build request %s: started, log %s", self.claimed.uuid, info.log_path)
+
+    def pause(self, result_data: Mapping[str, Any]) -> None:
+        # PAUSED with its event; the result data so far is not stored yet
+        # (JobRequestQueue.pause takes none; see docs/executor.md).
+        self.queue.pause(self.claimed)
+        log.info("build request %s: paused", self.claimed.uuid)
+        resumed = self.queue.watch_flag(self.claimed.uuid, "resume")
+        while not resumed.wait(self.poll_interval):
+            if self.cancel_requested():
+                return
+        if not self.cancel_requested():
+            self.queue.resume(self.claimed)
+            log.info("build request %s: resumed", self.claimed.uuid)
+
+
+def refused_result(build_uuid: str, message: str) -> BuildResult:
+    """An ``ERROR`` result for a request that cannot run at all."""
+    now = time.time()
+    return BuildResult(build_uuid, ResultCode.ERROR, message, started_at=now, ended_at=now)
+
+
+def execute_request(
+    queue: JobRequestQueue, request_uuid: str, worker: str, options: RunnerOptions
+) -> ExecutionReport:
+    """Claim, run and complete one build request; see the module docstring."""
+    claimed = queue.claim(request_uuid, worker)
+    if claimed is None:
+        log.info("build request %s: nothing to claim (duplicate delivery or done)", request_uuid)
+        return ExecutionReport(request_uuid, BuildOutcome.DUPLICATE, worker=worker)
+    log.info("build request %s: claimed by %s", request_uuid, worker)
+    try:
+        result = _run_claimed(queue, claimed, options)
+        outcome = _complete(queue, claimed, result)
+    except BaseException:
+        # Never leave a RUNNING request locked by a live session: released,
+        # it is found lost and recorded by the sweep.
+        queue.release(claimed)
+        raise
+    if outcome is BuildOutcome.LOCK_LOST:
+        queue.release(claimed)
+    log.info("build request %s: %s, %s", request_uuid, outcome.value, result.result.value)
+    return ExecutionReport(request_uuid, outcome, result.result, worker)
+
+
+def _run_claimed(
+    queue: JobRequestQueue, claimed: ClaimedRequest, options: RunnerOptions
+) -> BuildResult:
+    try:
+        spec = BuildSpec.from_dict(queue.params(claimed.uuid))
+    except (BuildSpecError, DecodeError, NoDataError) as exc:
+        log.error("build request %s: unusable build spec: %s", claimed.uuid, exc)
+        return refused_result(claimed.uuid, f"the build request holds no valid build spec: {exc}")
+    control = RequestControl(queue, claimed, poll_interval=options.poll_interval)
+    return run_build(spec, control, options)
+
+
+def _complete(queue: JobRequestQueue, claimed: ClaimedRequest, result: BuildResult) -> BuildOutcome:
+    data = result.to_dict()
+    delay = COMPLETE_BACKOFF
+    for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+        try:
+            stored = queue.complete(claimed, data)
+        except LockLostError as exc:
+            return _completed_before(queue, claimed, data, exc)
+        except ZooKeeperUnavailableError as exc:
+            if attempt == COMPLETE_ATTEMPTS:
+                raise
+            log.warning(
+                "build request %s: completing failed (%s), attempt %d of %d",
+                claimed.uuid,
+                exc,
+                attempt,
+                COMPLETE_ATTEMPTS,
+            )
+            time.sleep(delay)  # back-off before a retry, not synchronization
+            delay *= 2
+            continue
+        return BuildOutcome.COMPLETED if stored else BuildOutcome.REMOVED
+    raise AssertionError("unreachable")
+
+
+def _completed_before(
+    queue: JobRequestQueue, claimed: ClaimedRequest, data: Mapping[str, Any], exc: LockLostError
+) -> BuildOutcome:
+    """After a refused completion: did an earlier, unanswered attempt commit it?"""
+    stored = queue.get_result(claimed.uuid)
+    if (
+        stored is not None
+        and not stored.lost
+        and stored.result.get("build_uuid") == data["build_uuid"]
+        and stored.result.get("ended_at") == data["ended_at"]
+    ):
+        return BuildOutcome.COMPLETED
+    log.warning("build request %s: result not stored, claim lost: %s", claimed.uuid, exc)
+    return BuildOutcome.LOCK_LOST
+
+
+def execute(
+    settings: Settings,
+    client: ZooKeeperClient,
+    request_uuid: str,
+    zone: str | None,
+    worker: str,
+) -> ExecutionReport:
+    """:func:`execute_request` on the queue of ``zone`` with this worker's runner options."""
+    options = RunnerOptions.from_settings(settings)
+    return execute_request(open_queue(client, zone), request_uuid, worker, options)

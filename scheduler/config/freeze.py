@@ -40,6 +40,7 @@ matches (Zuul's behaviour for refs without files).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +67,8 @@ ALLOWED_AFTER_FINAL = frozenset(
     {"description", "files", "irrelevant-files", "voting", "dependencies", "tags"}
 )
 DEFAULT_ATTEMPTS = 3
+# Version of the stored form of a frozen job; readers accept older ones.
+FROZEN_SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,49 @@ class FrozenJob:
     tags: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     irrelevant_files: tuple[str, ...] = ()
+    schema: int = FROZEN_SCHEMA
 
     def to_json(self) -> str:
         return canonical_json(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> FrozenJob:
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FrozenJob:
+        """The inverse of ``to_json``; absent keys take their defaults."""
+        get = data.get
+        return cls(
+            name=data["name"],
+            project=data["project"],
+            branch=data["branch"],
+            pipeline=data["pipeline"],
+            parent=get("parent"),
+            variants=tuple(get("variants", ())),
+            description=get("description", ""),
+            voting=get("voting", True),
+            timeout=get("timeout"),
+            post_timeout=get("post-timeout"),
+            attempts=get("attempts", DEFAULT_ATTEMPTS),
+            pre_run=_playbooks(get("pre-run", ())),
+            run=_playbooks(get("run", ())),
+            post_run=_playbooks(get("post-run", ())),
+            vars=get("vars", {}),
+            required_projects=tuple(
+                RequiredProject(p["name"], p.get("override-checkout"))
+                for p in get("required-projects", ())
+            ),
+            dependencies=tuple(
+                Dependency(d["name"], d.get("soft", False)) for d in get("dependencies", ())
+            ),
+            semaphores=tuple(Semaphore(s["name"], s["max"]) for s in get("semaphores", ())),
+            nodeset=get("nodeset"),
+            tags=tuple(get("tags", ())),
+            files=tuple(get("files", ())),
+            irrelevant_files=tuple(get("irrelevant-files", ())),
+            schema=get("schema", FROZEN_SCHEMA),
+        )
 
     def matches_files(self, files: Sequence[str] | None) -> bool:
         if not files:
@@ -107,6 +150,10 @@ class FrozenJob:
         return not (
             self.irrelevant_files and all(matches_any(self.irrelevant_files, f) for f in files)
         )
+
+
+def _playbooks(items: Sequence[Mapping[str, Any]]) -> tuple[Playbook, ...]:
+    return tuple(Playbook(p["path"], p["project"], p["branch"], p["trusted"]) for p in items)
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

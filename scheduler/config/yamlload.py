@@ -196,6 +196,17 @@ def _yaml_error(exc: yaml.YAMLError, path: str) -> YamlError:
     return YamlError(message, path=path, line=line)
 
 
+def _reader_error(exc: yaml.reader.ReaderError, text: str, path: str) -> YamlError:
+    position = exc.position if isinstance(exc.position, int) else 0
+    line = text.count("\n", 0, position) + 1
+    character = exc.character if isinstance(exc.character, int) else 0
+    return YamlError(
+        f"invalid YAML: unacceptable character #x{character:04x}: {exc.reason}",
+        path=path,
+        line=line,
+    )
+
+
 def load_yaml(text: str, path: str) -> Any:
     """Parse one YAML document; ``path`` names it in errors.
 
@@ -205,8 +216,8 @@ def load_yaml(text: str, path: str) -> Any:
         raise YamlError(f"file is larger than {MAX_BYTES} bytes", path=path)
     try:
         loader = _Loader(text, path)
-    except yaml.YAMLError as exc:  # the reader refuses some characters up front
-        raise _yaml_error(exc, path) from None
+    except yaml.reader.ReaderError as exc:  # the reader refuses some characters up front
+        raise _reader_error(exc, text, path) from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -53,3 +53,16 @@ def test_content_hash_follows_content() -> None:
 
     other = replace(result.layout, default_parent="other")
     assert other.content_hash() != result.layout.content_hash()
+
+
+def test_frozen_graphs_round_trip_through_json() -> None:
+    from scheduler.config import FrozenJob, JobGraph
+
+    result = sample()
+    for branch in ("main", "stable/1"):
+        graph = result.layout.freeze_job_graph("app", branch, "check", None)
+        again = JobGraph.from_json(graph.to_json())
+        assert again == graph
+        assert again.to_json() == graph.to_json()
+        for job in graph.jobs:
+            assert FrozenJob.from_json(job.to_json()) == job

@@ -82,7 +82,10 @@ def ensure_schema(
     lock: MigrationLock | None = None,
     engine: Engine | None = None,
 ) -> str:
-    """Upgrade the database to the newest revision; return the revision."""
+    """Upgrade the database to the newest revision; return the revision it is at.
+
+    That is this code's head, or a newer revision left alone (see above).
+    """
     engine = engine if engine is not None else get_engine(database_url)
     head = head_revision()
     try:
@@ -91,7 +94,7 @@ def ensure_schema(
         where = engine.url.render_as_string(hide_password=True)
         raise DatabaseUnavailableError(f"database {where}: {exc.orig}") from exc
     if _is_current(current, head):
-        return head
+        return current or head
     with (lock or nullcontext)():
         try:
             _upgrade(engine, head)

@@ -551,3 +551,34 @@ def test_config_project_needs_load_branch_for_several_branches() -> None:
     assert [e.describe() for e in result.errors] == [
         "config: a config project is read from one branch; set load-branch (given: main, master)"
     ]
+
+
+def test_branch_options_of_the_tenant() -> None:
+    tenant_text = """
+    - tenant:
+        name: example
+        source:
+          git:
+            config-projects: [config]
+            untrusted-projects:
+              - app:
+                  exclude-branches: ['^wip/']
+                  implied-branch-matchers: false
+    """
+    app_text = "- job: {name: unit, timeout: %d}\n- project: {check: {jobs: [unit]}}\n"
+    result = build(
+        {
+            "config": {"master": {"zuul.yaml": dedent(BASE)}},
+            "app": {
+                "main": {".zuul.yaml": app_text % 1},
+                "stable": {".zuul.yaml": app_text % 2},
+                "wip/x": {".zuul.yaml": "- job: {name: broken, colour: red}\n"},
+            },
+        },
+        tenant_text,
+    )
+    assert result.errors == ()
+    assert result.layout.branches["app"] == ("main", "stable")
+    # without implied branch matchers both variants apply everywhere, in branch order
+    job = result.layout.freeze_job_graph("app", "main", "check").jobs[0]
+    assert job.timeout == 2

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import pytest
 
@@ -58,9 +59,15 @@ def test_billion_laughs_is_refused_quickly() -> None:
         lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
         previous = name
     start = time.perf_counter()
-    with pytest.raises(YamlError) as info:
-        load_yaml("\n".join(lines) + "\n", "bomb.yaml")
+    tracemalloc.start()
+    try:
+        with pytest.raises(YamlError) as info:
+            load_yaml("\n".join(lines) + "\n", "bomb.yaml")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
     assert time.perf_counter() - start < 0.5
+    assert peak < 5_000_000  # bytes: nothing was expanded
     assert f"document expands to more than {MAX_NODES} nodes" in str(info.value)
 
 

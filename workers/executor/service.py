@@ -223,7 +223,10 @@ def _complete(queue: JobRequestQueue, claimed: ClaimedRequest, result: BuildResu
         try:
             stored = queue.complete(claimed, data)
         except LockLostError as exc:
-            return _completed_before(queue, claimed, data, exc)
+            if attempt > 1 and _stored_before(queue, claimed, data):
+                return BuildOutcome.COMPLETED
+            log.warning("build request %s: result not stored, claim lost: %s", claimed.uuid, exc)
+            return BuildOutcome.LOCK_LOST
         except ZooKeeperUnavailableError as exc:
             if attempt == COMPLETE_ATTEMPTS:
                 raise
@@ -241,20 +244,22 @@ def _complete(queue: JobRequestQueue, claimed: ClaimedRequest, result: BuildResu
     raise AssertionError("unreachable")
 
 
-def _completed_before(
-    queue: JobRequestQueue, claimed: ClaimedRequest, data: Mapping[str, Any], exc: LockLostError
-) -> BuildOutcome:
-    """After a refused completion: did an earlier, unanswered attempt commit it?"""
-    stored = queue.get_result(claimed.uuid)
-    if (
+def _stored_before(
+    queue: JobRequestQueue, claimed: ClaimedRequest, data: Mapping[str, Any]
+) -> bool:
+    """Did an earlier, unanswered completion commit this very result?"""
+    try:
+        stored = queue.get_result(claimed.uuid)
+    except ZooKeeperUnavailableError:
+        # Unknown; either way safe: a completed request stays completed, a
+        # lost one is recorded by the sweep.
+        return False
+    return (
         stored is not None
         and not stored.lost
         and stored.result.get("build_uuid") == data["build_uuid"]
         and stored.result.get("ended_at") == data["ended_at"]
-    ):
-        return BuildOutcome.COMPLETED
-    log.warning("build request %s: result not stored, claim lost: %s", claimed.uuid, exc)
-    return BuildOutcome.LOCK_LOST
+    )
 
 
 def execute(

@@ -1,0 +1,206 @@
+"""The build service and the sweep without Celery: a real ZooKeeper, real git and jobs.
+
+The service (``workers.executor.service``) and the sweep (``scheduler.sweep``)
+are plain functions: these tests call them directly, in threads where a
+build must run while the test acts on it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from scheduler.sweep import (
+    SweepReport,
+    SweepStep,
+    executor_zones,
+    renudge_pending,
+    run_steps,
+    run_sweep,
+    standard_steps,
+)
+from scheduler.zk import locks, paths
+from scheduler.zk.client import ZooKeeperClient, attach, connect
+from scheduler.zk.job_requests import JobRequest, JobRequestQueue, RequestEvent, RequestState
+from tests.executor.helpers import Repo, make_spec
+from tests.executor_e2e.conftest import Builds
+from tests.fixtures.waiting import wait_until
+from workers.executor import ResultCode, RunnerOptions
+from workers.executor.service import BuildOutcome, ExecutionReport, execute_request
+
+T = TypeVar("T")
+
+
+class InThread:
+    """A call in a thread (a build blocks until it ends); ``join`` returns its value."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self.value: object = None
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self.value = call()
+            except BaseException as exc:
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float) -> object:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the call did not return"
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@pytest.fixture
+def options(tmp_path: Path) -> RunnerOptions:
+    return RunnerOptions(state_dir=tmp_path / "worker-state", poll_interval=0.1, kill_grace=0.5)
+
+
+@pytest.fixture
+def short_session_client(builds: Builds) -> Iterator[ZooKeeperClient]:
+    settings = replace(builds.settings.zookeeper, session_timeout=4.0, call_timeout=4.0)
+    client = connect(settings)
+    yield client
+    client.stop()
+    client.close()
+
+
+def events(builds: Builds) -> list[str]:
+    return [kind for kind, _ in builds.events()]
+
+
+def test_pause_then_resume_through_the_queue(
+    builds: Builds, repo: Repo, options: RunnerOptions
+) -> None:
+    repo.script("run.sh", """echo '{"zuul": {"pause": true}}' > "$SLUICE_RESULT_FILE" """)
+    repo.script("post.sh", "echo post-run after resume")
+    spec = make_spec(repo, repo.commit(), post_run=("post.sh",))
+    request = builds.submit(spec)
+    queue = builds.queue()
+    build = InThread(lambda: execute_request(queue, request.uuid, "worker-1", options))
+
+    def state() -> RequestState | None:
+        current = queue.get(request.uuid)
+        return None if current is None else current.state
+
+    wait_until(lambda: state() == RequestState.PAUSED, 30, "the build to pause")
+    assert events(builds) == [RequestEvent.STARTED.value, RequestEvent.PAUSED.value]
+    assert queue.request_resume(request.uuid)
+    report = build.join(30)
+
+    assert isinstance(report, ExecutionReport)
+    assert report.outcome is BuildOutcome.COMPLETED and report.result is ResultCode.SUCCESS
+    result = queue.get_result(request.uuid)
+    assert result is not None
+    assert any("post-run after resume" in line for line in result.result["log_tail"])
+    assert events(builds) == [
+        RequestEvent.STARTED.value,
+        RequestEvent.PAUSED.value,
+        RequestEvent.COMPLETED.value,
+    ]
+
+
+def test_params_that_are_no_build_spec_complete_with_error(
+    builds: Builds, options: RunnerOptions
+) -> None:
+    queue = builds.queue()
+    request = queue.submit(JobRequest(uuid=uuid.uuid4().hex), {"nonsense": True})
+
+    report = execute_request(queue, request.uuid, "worker-1", options)
+
+    assert report.outcome is BuildOutcome.COMPLETED and report.result is ResultCode.ERROR
+    result = queue.get_result(request.uuid)
+    assert result is not None and result.result["result"] == "ERROR"
+    assert "no valid build spec" in result.result["message"]
+
+
+def test_a_lost_session_stops_the_build_and_the_sweep_records_it_lost(
+    builds: Builds,
+    repo: Repo,
+    options: RunnerOptions,
+    short_session_client: ZooKeeperClient,
+) -> None:
+    repo.script("run.sh", "echo started\nsleep 60")
+    spec = make_spec(repo, repo.commit())
+    request = builds.submit(spec)
+    queue = JobRequestQueue(short_session_client, paths.executor_queue())
+    build = InThread(lambda: execute_request(queue, request.uuid, "worker-1", options))
+    log = options.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+    wait_until(lambda: log.exists() and "| run | started" in log.read_text(), 30, "the job")
+
+    # A real server-side expiry: a second client on the same session, closed.
+    session_id, password = short_session_client.kazoo.client_id
+    twin = attach(short_session_client.settings, session_id, password)
+    twin.stop()
+    twin.close()
+    report = build.join(30)
+
+    assert isinstance(report, ExecutionReport)
+    assert report.outcome is BuildOutcome.LOCK_LOST and report.result is ResultCode.ABORTED
+    assert builds.queue().get_result(request.uuid) is None  # the fenced completion was refused
+    assert [r.uuid for r in builds.queue().lost_requests()] == [request.uuid]
+
+    sweep = run_sweep(builds.client, lambda: standard_steps(builds.client, builds.settings))
+
+    assert sweep.ran and sweep.done["executor:lost"] == [request.uuid], sweep
+    result = builds.queue().get_result(request.uuid)
+    assert result is not None and result.lost and result.result == {"result": "LOST"}
+    assert events(builds)[-1] == RequestEvent.COMPLETED.value
+    # The worker's client comes back on a new session, ready for its next build.
+    wait_until(lambda: queue.get(request.uuid) is not None, 10, "the worker's client")
+
+
+def test_one_sweep_at_a_time(builds: Builds) -> None:
+    ran: list[str] = []
+    held = locks.acquire(builds.client, paths.cleanup_lock("general"))
+    assert held is not None
+    try:
+        report = run_sweep(builds.client, [SweepStep("step", lambda: ran.append("x") or [])])
+    finally:
+        held.release()
+    assert not report.ran and ran == []
+    assert run_sweep(builds.client, [SweepStep("step", lambda: ran.append("x") or [])]).ran
+    assert ran == ["x"]
+
+
+def test_renudge_only_requests_older_than_min_age(builds: Builds) -> None:
+    queue = builds.queue()
+    old = queue.submit(JobRequest(uuid="old", created=time.time() - 100), {})
+    queue.submit(JobRequest(uuid="new"), {})
+    claimed = queue.submit(JobRequest(uuid="claimed", created=time.time() - 100), {})
+    assert queue.claim(claimed.uuid, "worker-1") is not None
+    nudged: list[str] = []
+
+    sent = renudge_pending(queue, lambda r: nudged.append(r.uuid), min_age=10)
+
+    assert sent == nudged == [old.uuid]
+
+
+def test_a_failing_step_does_not_stop_the_others() -> None:
+    def broken() -> list[str]:
+        raise RuntimeError("boom")
+
+    report = SweepReport(ran=True)
+    run_steps([SweepStep("broken", broken), SweepStep("fine", lambda: ["a"])], report)
+    assert report.done == {"fine": ["a"]}
+    assert report.failed == {"broken": "RuntimeError: boom"}
+
+
+def test_zones_are_found_in_the_tree(builds: Builds) -> None:
+    assert executor_zones(builds.client) == []
+    builds.queue("east/1").submit(JobRequest(uuid=uuid.uuid4().hex), {})
+    assert executor_zones(builds.client) == ["east/1"]
+    names = [step.name for step in standard_steps(builds.client, builds.settings)]
+    assert "executor.east/1:lost" in names and "executor:renudge" in names
+    assert "merger:lost" in names

@@ -81,13 +81,19 @@ class BuildIntent:
     parent_data: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class CancelIntent:
+    build: str
+    zone: str = ""
+
+
 @dataclass
 class Intents:
     """What the pass asks of the outside world, in the order it was decided."""
 
     merges: list[MergeIntent] = field(default_factory=list)
     builds: list[BuildIntent] = field(default_factory=list)
-    cancels: list[str] = field(default_factory=list)
+    cancels: list[CancelIntent] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -187,7 +193,7 @@ class PipelineManager:
         for job in item.buildset.graph:
             build = job.current
             if build is not None and not build.done:
-                self.intents.cancels.append(build.uuid)
+                self.intents.cancels.append(CancelIntent(build.uuid, job.info.zone))
                 build.state = BuildState.COMPLETED
                 build.result = Result.ABORTED
                 build.end_time = self.clock()
@@ -210,8 +216,13 @@ class PipelineManager:
         buildset = item.buildset
         if buildset.merge_request != event.request:
             return
-        buildset.merge_state = MergeState.COMPLETE
         outcome = event.outcome
+        if outcome.lost:
+            log.warning("%s: merge %s was lost; merging again", self.settings.name, event.request)
+            buildset.merge_state = MergeState.NEW
+            buildset.merge_request = None
+            return
+        buildset.merge_state = MergeState.COMPLETE
         if not outcome.ok:
             buildset.merge_error = outcome.error or "merge failed"
             return
@@ -222,6 +233,10 @@ class PipelineManager:
             buildset.config_errors = list(frozen.errors)
             return
         buildset.jobs = {job.name: JobState(info=job) for job in frozen.jobs}
+        if not frozen.jobs:
+            # Zuul's rule: a change with no jobs in this pipeline is not reported.
+            log.info("%s: no jobs for %s; dequeued", self.settings.name, item.change.key)
+            self.dequeue(state, item, "no jobs to run", report=False)
 
     def _find_build(
         self, state: PipelineState, event: ev.BuildStarted | ev.BuildPaused | ev.BuildCompleted
@@ -270,10 +285,12 @@ class PipelineManager:
     def advance(self, state: PipelineState) -> None:
         """Move every item as far as it can go now."""
         for item in list(state.items_in_order()):
-            if item.dequeued:
+            if item.dequeued and item.reported:
+                state.remove(item)  # leaves without a report (e.g. no jobs to run)
+            elif item.dequeued:
                 self._finish(item)
-                continue
-            self.advance_item(state, item)
+            else:
+                self.advance_item(state, item)
 
     def advance_item(self, state: PipelineState, item: QueueItem) -> None:
         buildset = item.buildset

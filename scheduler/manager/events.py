@@ -43,6 +43,8 @@ class MergeOutcome:
     # config file path -> text per "project@branch", from the merged tree
     config_files: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     error: str = ""
+    # the merger died mid-merge: merge again rather than fail the item
+    lost: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class JobInfo:
     voting: bool = True
     attempts: int = 3
     semaphores: tuple[str, ...] = ()
+    # executor zone ("" = unzoned)
+    zone: str = ""
     spec: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -43,6 +45,7 @@ class JobInfo:
             "voting": self.voting,
             "attempts": self.attempts,
             "semaphores": list(self.semaphores),
+            "zone": self.zone,
             "spec": dict(self.spec),
         }
 
@@ -57,6 +60,7 @@ class JobInfo:
             voting=bool(data.get("voting", True)),
             attempts=int(data.get("attempts", 3)),
             semaphores=tuple(str(s) for s in data.get("semaphores", ())),
+            zone=str(data.get("zone", "")),
             spec=dict(data.get("spec", {})),
         )
 

@@ -232,6 +232,26 @@ class JobRequestQueue:
                 return existing
         raise AssertionError("unreachable")
 
+    def submit_ops(
+        self, request: JobRequest, params: Mapping[str, Any], txn: Transaction
+    ) -> JobRequest:
+        """Write the parameters (shards first) and add the request's create to ``txn``.
+
+        For a submitter that must create the request in the same transaction
+        as other state (the scheduler's pipeline pass: the request exists if
+        and only if the pass that decided it committed). The queue's
+        directories must exist (:meth:`ensure`).
+        """
+        self.ensure()
+        if not request.created:
+            request = replace(request, created=time.time())
+        prepared = stored.prepare(
+            LockContext(self.client), self._path("params", request.uuid), params, exists=False
+        )
+        prepared.add_to(txn)
+        txn.create(self._path("requests", request.uuid), self._encode(request))
+        return replace(request, version=0)
+
     def get(self, uuid: str) -> JobRequest | None:
         try:
             raw, stat = self.client.get(self._path("requests", uuid))

@@ -217,7 +217,7 @@ def test_new_commit_supersedes_the_queued_item() -> None:
     running = h.take_intents().builds[0].build
     h.run(ev.Enqueue(change(commit="c2")))
     intents = h.take_intents()
-    assert intents.cancels == [running.uuid]
+    assert [c.build for c in intents.cancels] == [running.uuid]
     assert old.dequeued and old.result is Result.DEQUEUED
     assert old.uuid in intents.reports
     new = [i for i in h.state.items.values() if not i.dequeued]
@@ -231,7 +231,7 @@ def test_dequeue_aborts_builds_and_reports_dequeued() -> None:
     build = h.take_intents().builds[0].build
     h.run(ev.Dequeue(change()))
     intents = h.take_intents()
-    assert intents.cancels == [build.uuid]
+    assert [c.build for c in intents.cancels] == [build.uuid]
     assert item.result is Result.DEQUEUED
     assert build.state is BuildState.COMPLETED and build.result is Result.ABORTED
 
@@ -270,3 +270,11 @@ def test_semaphore_of_one_serialises_two_items() -> None:
 def test_malformed_events_are_named(payload: dict[str, object]) -> None:
     with pytest.raises(ev.MalformedEventError):
         ev.decode(payload)
+
+
+def test_an_item_without_jobs_leaves_without_a_report() -> None:
+    h = Harness([])
+    item = enqueue(h)
+    h.run(h.merge_ok(item))
+    assert h.take_intents().reports == []
+    assert h.state.items == {}

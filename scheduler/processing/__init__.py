@@ -1,0 +1,1 @@
+"""Processing: the work behind the scheduler tasks (events into pipelines, passes)."""

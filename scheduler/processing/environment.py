@@ -1,0 +1,97 @@
+"""What a processing pass needs from the rest of the system, as small protocols.
+
+The pass itself (:mod:`scheduler.processing.pipeline`) only knows these
+interfaces; the scheduler task adapters assemble a real
+:class:`Environment` (layouts from the ZooKeeper config cache, request
+formats of the merger and executor, the SQL and log reporters, nudges
+through Celery), and tests assemble one from simple parts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from scheduler.manager.base import BuildIntent, MergeIntent, PipelineManager
+from scheduler.manager.events import MergeOutcome
+from scheduler.model.item import QueueItem
+from scheduler.model.results import Result
+from scheduler.processing.semaphores import TxnLedger
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.job_requests import JobRequest, JobResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """A completed build request's result, in the scheduler's terms."""
+
+    result: Result
+    message: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    result_data: dict[str, Any] = field(default_factory=dict)
+    log_path: str = ""
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    request: JobRequest
+    params: dict[str, Any]
+    queue_root: str
+
+
+class RequestFormats(Protocol):
+    """The wire formats of merge and build requests and their results."""
+
+    def merge(self, tenant: str, pipeline: str, item: QueueItem, intent: MergeIntent) -> NewRequest:
+        """The merger request (and its parameters) for a merge intent."""
+
+    def build(self, tenant: str, pipeline: str, item: QueueItem, intent: BuildIntent) -> NewRequest:
+        """The executor request (and its parameters) for a build intent."""
+
+    def merge_outcome(self, result: JobResult) -> MergeOutcome: ...
+
+    def build_outcome(self, result: JobResult) -> BuildOutcome: ...
+
+
+class ManagerSource(Protocol):
+    def open(
+        self, client: ZooKeeperClient, tenant: str, pipeline: str
+    ) -> tuple[PipelineManager, TxnLedger]:
+        """The manager of ``pipeline`` under the tenant's current layout, and its ledger."""
+
+
+class Reporter(Protocol):
+    def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
+        """Report a finished item; must be idempotent (a crash may repeat it)."""
+
+
+# nudge(task name, arguments, queue or None for the task's default route)
+Nudge = Callable[[str, Sequence[Any], "str | None"], None]
+
+
+@dataclass
+class Environment:
+    client: ZooKeeperClient
+    managers: ManagerSource
+    formats: RequestFormats
+    nudge: Nudge
+    reporters: Sequence[Reporter] = ()
+
+    def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
+        """Run every reporter; a failing reporter is logged and never stops the others."""
+        for reporter in self.reporters:
+            try:
+                reporter.report(tenant, pipeline, item)
+            except Exception:  # a hook boundary: log it, go on (STYLE.md habit 8)
+                log.exception(
+                    "reporter %s failed for item %s of %s/%s",
+                    type(reporter).__name__,
+                    item.uuid,
+                    tenant,
+                    pipeline,
+                )

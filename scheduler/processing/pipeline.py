@@ -1,0 +1,228 @@
+"""Processing one pipeline: its events in, its items advanced, one commit per pass.
+
+:func:`process_pipeline` is what the ``process pipeline`` task calls. Under
+the pipeline lock (coalesced, :mod:`scheduler.processing.coalesce`) each
+pass
+
+1. reads the pipeline state (validated cache, :mod:`scheduler.state.store`);
+2. reads the management, trigger and result event queues, in that order;
+3. applies the events and advances every item (:mod:`scheduler.manager`);
+4. commits, in ONE transaction fenced by the pipeline lock: the changed state
+   documents, the acks of the consumed events, the new merge and build
+   requests and the semaphore updates. Either all of it happens or none,
+   so an event is applied exactly once (DESIGN.md invariants 3 and 4);
+5. after the commit: nudges the new requests' tasks, asks for cancels, runs
+   the reporters for finished items and then removes them in a second
+   commit (a crash in between repeats the idempotent reports, never loses
+   one).
+
+Request events name a request and its buildset; a completed request's
+result is read from its queue here, so the event stays small.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from scheduler.manager import events as ev
+from scheduler.manager.base import PipelineManager
+from scheduler.model.item import PipelineState, QueueItem
+from scheduler.model.results import Result
+from scheduler.processing.coalesce import run_exclusive
+from scheduler.processing.environment import Environment, NewRequest
+from scheduler.state.store import PipelineStore
+from scheduler.zk import locks, paths
+from scheduler.zk.context import Transaction
+from scheduler.zk.event_queue import Event, EventQueue
+from scheduler.zk.job_requests import JobRequestQueue, RequestEvent
+
+log = logging.getLogger(__name__)
+
+PROCESS_PIPELINE_TASK = "sluice.scheduler.process_pipeline"
+MERGE_TASK = "sluice.merger.run"
+BUILD_TASK = "sluice.executor.build"
+# Events consumed per queue and pass: bounds the size of one transaction.
+EVENTS_PER_PASS = 100
+# Request queues by (client, root): each creates its directories once per process.
+_QUEUES: dict[tuple[int, str], JobRequestQueue] = {}
+
+
+def event_queues(env: Environment, tenant: str, pipeline: str) -> list[EventQueue]:
+    """The pipeline's queues in processing order: management, trigger, result."""
+    return [
+        EventQueue(env.client, paths.pipeline_management_queue(tenant, pipeline)),
+        EventQueue(env.client, paths.pipeline_trigger_queue(tenant, pipeline)),
+        EventQueue(env.client, paths.pipeline_result_queue(tenant, pipeline)),
+    ]
+
+
+def process_pipeline(env: Environment, tenant: str, pipeline: str) -> bool:
+    """Process ``pipeline`` until quiet; False if another worker is processing it."""
+
+    def renudge() -> None:
+        env.nudge(PROCESS_PIPELINE_TASK, (tenant, pipeline), None)
+
+    return run_exclusive(
+        env.client,
+        paths.pipeline_lock(tenant, pipeline),
+        paths.pipeline_dirty(tenant, pipeline),
+        lambda held: PipelinePass(env, tenant, pipeline, held).run(),
+        renudge,
+    )
+
+
+@dataclass
+class PipelinePass:
+    env: Environment
+    tenant: str
+    pipeline: str
+    held: locks.HeldLock
+    consumed: list[tuple[EventQueue, Event]] = field(default_factory=list)
+    requests: list[NewRequest] = field(default_factory=list)
+
+    def run(self) -> bool:
+        """One pass; True if it consumed events or decided anything."""
+        store = PipelineStore(self.env.client)
+        tree = store.read(self.tenant, self.pipeline)
+        state = store.state(self.tenant, self.pipeline, tree)
+        manager, ledger = self.env.managers.open(self.env.client, self.tenant, self.pipeline)
+        self._apply_events(manager, state)
+        manager.advance(state)
+        intents = manager.intents
+        if not self.consumed and not intents:
+            return False
+        txn = Transaction(self.env.client)
+        for queue, event in self.consumed:
+            queue.ack_ops(event, txn)
+        self._request_ops(manager, state, txn)
+        ledger.add_ops(txn)
+        tree = store.write(self.held.context, tree, state, extra=txn)
+        self._after_commit(manager)
+        if intents.reports:
+            self._report(state, intents.reports)
+            manager.finish_reported(state, intents.reports)
+            store.write(self.held.context, tree, state)
+        return True
+
+    # -- events ---------------------------------------------------------------
+
+    def _apply_events(self, manager: PipelineManager, state: PipelineState) -> None:
+        for queue in event_queues(self.env, self.tenant, self.pipeline):
+            for event in queue.read(limit=EVENTS_PER_PASS):
+                self.consumed.append((queue, event))
+                decoded = self._decode(state, event)
+                if decoded is not None:
+                    manager.apply(state, decoded)
+
+    def _decode(self, state: PipelineState, event: Event) -> ev.PipelineEvent | None:
+        payload = event.payload
+        try:
+            if str(payload.get("type", "")).startswith("request-"):
+                return self._request_event(state, payload)
+            return ev.decode(payload)
+        except ev.MalformedEventError as exc:
+            log.error("%s: dropping malformed event %s: %s", self.pipeline, event.path, exc)
+            return None
+
+    def _request_event(
+        self, state: PipelineState, payload: dict[str, object]
+    ) -> ev.PipelineEvent | None:
+        queue_root = str(payload.get("queue", ""))
+        request = str(payload.get("request", ""))
+        buildset = str(payload.get("buildset", ""))
+        item = _item_of_buildset(state.items.values(), buildset)
+        if item is None:
+            return None  # the buildset was reset or the item left: stale
+        kind = payload.get("type")
+        requests = JobRequestQueue(self.env.client, queue_root)
+        if queue_root == paths.merger_queue():
+            return self._merge_event(requests, kind, item, request)
+        job = str(payload.get("job", ""))
+        if kind == RequestEvent.STARTED.value:
+            return ev.BuildStarted(request, item.uuid, buildset, job, time.time())
+        if kind == RequestEvent.PAUSED.value:
+            return ev.BuildPaused(request, item.uuid, buildset, job)
+        result = requests.get_result(request)
+        if result is None:
+            return None
+        outcome = self.env.formats.build_outcome(result)
+        return ev.BuildCompleted(
+            request,
+            item.uuid,
+            buildset,
+            job,
+            outcome.result,
+            outcome.message,
+            outcome.start_time,
+            outcome.end_time,
+            outcome.result_data,
+            outcome.log_path,
+        )
+
+    def _merge_event(
+        self, requests: JobRequestQueue, kind: object, item: QueueItem, request: str
+    ) -> ev.PipelineEvent | None:
+        if kind != RequestEvent.COMPLETED.value:
+            return None
+        result = requests.get_result(request)
+        if result is None:
+            return None
+        outcome = (
+            ev.MergeOutcome(ok=False, lost=True)
+            if result.lost
+            else self.env.formats.merge_outcome(result)
+        )
+        return ev.MergeCompleted(item.uuid, item.buildset.uuid, request, outcome)
+
+    # -- requests and reports -----------------------------------------------
+
+    def _request_ops(
+        self, manager: PipelineManager, state: PipelineState, txn: Transaction
+    ) -> None:
+        for merge in manager.intents.merges:
+            self.requests.append(
+                self.env.formats.merge(self.tenant, self.pipeline, state.items[merge.item], merge)
+            )
+        for build in manager.intents.builds:
+            self.requests.append(
+                self.env.formats.build(self.tenant, self.pipeline, state.items[build.item], build)
+            )
+        for new in self.requests:
+            self._queue(new.queue_root).submit_ops(new.request, new.params, txn)
+
+    def _queue(self, root: str) -> JobRequestQueue:
+        key = (id(self.env.client), root)
+        queue = _QUEUES.get(key)
+        if queue is None or queue.client is not self.env.client:
+            queue = _QUEUES[key] = JobRequestQueue(self.env.client, root)
+        return queue
+
+    def _after_commit(self, manager: PipelineManager) -> None:
+        for queue, event in self.consumed:
+            queue.discard_data(event)
+        for new in self.requests:
+            if new.queue_root == paths.merger_queue():
+                self.env.nudge(MERGE_TASK, (new.request.uuid,), None)
+            else:
+                zone = new.request.info.get("zone") or None
+                route = f"executor.{zone}" if zone else None
+                self.env.nudge(BUILD_TASK, (new.request.uuid, zone), route)
+        for cancel in manager.intents.cancels:
+            root = paths.executor_queue(cancel.zone or None)
+            self._queue(root).request_cancel(cancel.build)
+
+    def _report(self, state: PipelineState, item_uuids: Iterable[str]) -> None:
+        for item_uuid in item_uuids:
+            item = state.items.get(item_uuid)
+            if item is not None and item.result is not Result.SKIPPED:
+                self.env.report(self.tenant, self.pipeline, item)
+
+
+def _item_of_buildset(items: Iterable[QueueItem], buildset: str) -> QueueItem | None:
+    for item in items:
+        if item.buildset.uuid == buildset:
+            return item
+    return None

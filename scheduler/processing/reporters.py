@@ -1,0 +1,99 @@
+"""Reporting a finished item: its buildset and every build attempt, to each reporter.
+
+Translates queue items into the records of :mod:`scheduler.reporting`
+(one row per buildset and per build attempt in SQL, a log line each).
+Every record is keyed by uuid (and attempt), so reporting an item twice,
+after a crash between the report and the commit that removes the item,
+writes nothing twice.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from scheduler.model.build import Build, JobState
+from scheduler.model.item import QueueItem
+from scheduler.model.results import Result
+from scheduler.reporting import (
+    BuildEnd,
+    BuildInfo,
+    BuildResult,
+    BuildsetEnd,
+    BuildsetInfo,
+    BuildsetStart,
+    BuildStart,
+    RefInfo,
+    ReporterSet,
+)
+
+
+def _time(value: float | None, default: float) -> datetime:
+    return datetime.fromtimestamp(value if value is not None else default, tz=UTC)
+
+
+def buildset_info(tenant: str, pipeline: str, item: QueueItem) -> BuildsetInfo:
+    change = item.change
+    ref = RefInfo(
+        project=change.project,
+        branch=change.branch,
+        ref=change.ref,
+        change="" if change.is_branch_update else change.ref,
+        newrev=change.commit,
+    )
+    return BuildsetInfo(item.buildset.uuid, tenant, pipeline, ref, event_id=item.event_id)
+
+
+def attempt_result(job: JobState, build: Build) -> Result:
+    """What one attempt is recorded as (a retried attempt is RETRY)."""
+    if build.result is None:
+        return Result.ABORTED
+    if build is job.current and job.result is Result.RETRY_LIMIT:
+        return Result.RETRY_LIMIT
+    if build.result is Result.LOST:
+        return Result.RETRY
+    return build.result
+
+
+class HistoryReporter:
+    """Reports finished items to a :class:`~scheduler.reporting.ReporterSet`."""
+
+    def __init__(self, reporters: ReporterSet) -> None:
+        self.reporters = reporters
+
+    def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
+        info = buildset_info(tenant, pipeline, item)
+        started = _time(item.enqueue_time, item.enqueue_time)
+        self.reporters.record_buildset_start(BuildsetStart(info, started))
+        for job in item.buildset.graph:
+            for build in job.builds:
+                self._report_build(info, job, build, item.enqueue_time)
+        result = item.result or Result.ERROR
+        ended = max(
+            [b.end_time for j in item.buildset.graph for b in j.builds if b.end_time] or [0.0]
+        )
+        end = _time(ended or None, item.enqueue_time)
+        self.reporters.record_buildset_end(
+            BuildsetEnd(info, BuildResult(result.value), item.message, end)
+        )
+
+    def _report_build(
+        self, info: BuildsetInfo, job: JobState, build: Build, default: float
+    ) -> None:
+        record = BuildInfo(build.uuid, job.name, build.attempt, job.info.voting)
+        if build.start_time is not None:
+            self.reporters.record_build_start(
+                BuildStart(info, record, _time(build.start_time, default), executor=build.worker)
+            )
+        result = attempt_result(job, build)
+        self.reporters.record_build_end(
+            BuildEnd(
+                info,
+                record,
+                BuildResult(result.value),
+                _time(build.end_time, default),
+                start_time=_time(build.start_time, default) if build.start_time else None,
+                log_url=build.log_path,
+                error_detail=build.message,
+                result_data=build.result_data,
+            )
+        )

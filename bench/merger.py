@@ -7,7 +7,13 @@ three-way merge), time:
 * **sluice**: ``run_merge_job`` on a warm repo cache (fetch, worktree reset,
   merges, refs, files per change, config files);
 * **git**: the same merges run directly with ``git merge`` in a clone
-  (reset to ``main``, then one ``git merge`` per change), nothing else.
+  (reset to ``main``, then one ``git merge`` per change), nothing else;
+* **gate**: ``run_merge_job`` as a gate calls it, for the item that has
+  ``stack - 1`` items ahead, just merged: the memo of merges supplies the
+  states ahead and only the last change is merged.
+
+In the first two every merge is done afresh (new change names each round,
+so the memo never hits).
 
 Prints jobs per second for both (the best of ``--trials`` runs of each,
 alternated, since a shared machine is noisy) and their ratio. Not a timed
@@ -80,18 +86,44 @@ def build_remote(base: Path, env: dict[str, str], files: int, changes: int) -> P
     return remote
 
 
-def time_sluice(cache: RepoCache, stack: int, rounds: int, mode: MergeMode) -> float:
+def stack_job(job_id: str, stack: int, mode: MergeMode, tag: str) -> MergeJob:
+    """Changes 1..stack; ``tag`` makes the change names (and so the memo keys) new."""
     changes = tuple(
-        Change("git", "bench", "main", ref=f"refs/changes/{n}", merge_mode=mode)
+        Change(
+            "git", "bench", "main", ref=f"refs/changes/{n}", merge_mode=mode, change_id=f"{n}{tag}"
+        )
         for n in range(1, stack + 1)
     )
-    run_merge_job(MergeJob("warm", changes), cache)
-    started = time.perf_counter()
+    return MergeJob(job_id, changes)
+
+
+def time_sluice(cache: RepoCache, stack: int, rounds: int, mode: MergeMode) -> float:
+    """Every merge done afresh: change names differ per round, so the memo never hits."""
+    run_merge_job(stack_job("warm", stack, mode, "@warm"), cache)
+    elapsed = 0.0
     for r in range(rounds):
-        result = run_merge_job(MergeJob(f"bench-{stack}-{r}", changes), cache)
+        job = stack_job(f"bench-{stack}-{r}", stack, mode, f"@{time.time_ns()}")
+        started = time.perf_counter()
+        result = run_merge_job(job, cache)
+        elapsed += time.perf_counter() - started
         if not result.ok:
             raise SystemExit(f"merge failed: {result.failure}")
-    return rounds / (time.perf_counter() - started)
+    return rounds / elapsed
+
+
+def time_sluice_gate(cache: RepoCache, stack: int, rounds: int, mode: MergeMode) -> float:
+    """A gate's item ``stack``: the items ahead were merged (the memo has them) just before."""
+    elapsed = 0.0
+    for r in range(rounds):
+        tag = f"@{time.time_ns()}"
+        if stack > 1:
+            run_merge_job(stack_job(f"ahead-{stack}-{r}", stack - 1, mode, tag), cache)
+        started = time.perf_counter()
+        result = run_merge_job(stack_job(f"gate-{stack}-{r}", stack, mode, tag), cache)
+        elapsed += time.perf_counter() - started
+        if not result.ok:
+            raise SystemExit(f"merge failed: {result.failure}")
+    return rounds / elapsed
 
 
 def time_git(clone: Path, env: dict[str, str], stack: int, rounds: int) -> float:
@@ -122,13 +154,15 @@ def main() -> None:
         git(base, env, "clone", "--quiet", str(remote), str(clone))
         git(clone, env, "fetch", "--quiet", "origin", "refs/changes/*:refs/changes/*")
         print(f"{args.files} files, mode {mode}, {args.rounds} rounds per stack")
-        print(f"{'stack':>5} {'sluice jobs/s':>14} {'git jobs/s':>11} {'ratio':>6}")
+        header = ("stack", "sluice jobs/s", "git jobs/s", "ratio", "gate jobs/s")
+        print(f"{header[0]:>5} {header[1]:>14} {header[2]:>11} {header[3]:>6} {header[4]:>12}")
         for stack in STACKS:
-            sluice = plain = 0.0
+            sluice = plain = gate = 0.0
             for _ in range(args.trials):
                 sluice = max(sluice, time_sluice(cache, stack, args.rounds, mode))
                 plain = max(plain, time_git(clone, env, stack, args.rounds))
-            print(f"{stack:>5} {sluice:>14.1f} {plain:>11.1f} {sluice / plain:>6.2f}")
+                gate = max(gate, time_sluice_gate(cache, stack, args.rounds, mode))
+            print(f"{stack:>5} {sluice:>14.1f} {plain:>11.1f} {sluice / plain:>6.2f} {gate:>12.1f}")
 
 
 if __name__ == "__main__":

@@ -121,7 +121,8 @@ def test_executor_workspace_at_a_speculative_commit(
     # The workspace owns its objects: dropping the job's refs and pruning the
     # cache cannot break it.
     assert delete_job_refs(cache, "git", "org/a", "ws") == 2 + 2 + 1
-    # (the cache's merge worktree still has the tip checked out: move it on)
+    # (the merge memo and the cache's merge worktree still hold the tip)
+    assert prune_job_refs(cache, "git", "org/a", set()) == 0
     cherry = Change("git", "org/a", "main", ref="refs/changes/1", merge_mode=MergeMode.CHERRY_PICK)
     other = MergeJob("other", (cherry,))
     assert run_merge_job(other, cache).status is Status.OK

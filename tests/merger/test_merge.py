@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from workers.merger import (
     Status,
     run_merge_job,
 )
-from workers.merger.modes import identity_env
+from workers.merger.modes import Applier, identity_env
 
 
 def change(
@@ -398,3 +399,42 @@ def test_http_remote_with_credentials_in_the_url(remotes: Remotes, tmp_path: Pat
         failure = run_merge_job(MergeJob("h2", changes), RepoCache(tmp_path / "s2", bad)).failure
         assert failure is not None and failure.kind == "unreachable", failure
         assert "wrong" not in failure.message
+
+
+def test_items_behind_reuse_the_merges_ahead(
+    remotes: Remotes,
+    cache: RepoCache,
+    tmp_path: Path,
+    connections: dict[str, ConnectionSettings],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gate: item n merges changes 1..n; with the memo it only merges change n."""
+    a = remotes.create("org/a", {"shared": "a\nb\nc\n"})
+    for n in (1, 2, 3):
+        a.change(n, {f"file{n}": f"{n}\n"})
+    a.advance("main", {"upstream": "u\n"})
+    applied: list[str] = []
+    real_apply = Applier.apply
+
+    def counting_apply(self: Applier, mode: MergeMode, tip: str, commit: str, **kw: Any) -> str:
+        applied.append(commit)
+        return real_apply(self, mode, tip, commit, **kw)
+
+    monkeypatch.setattr(Applier, "apply", counting_apply)
+    for mode in (MergeMode.MERGE, MergeMode.CHERRY_PICK):
+        results = []
+        for n in (1, 2, 3):
+            applied.clear()
+            changes = tuple(change(k, merge_mode=mode) for k in range(1, n + 1))
+            results.append(run_merge_job(MergeJob(f"item{n}-{mode.value}", changes), cache))
+            assert applied == [a.rev(f"refs/changes/{n}")], (mode, n)
+        # The memo changes nothing but the work: a fresh cache agrees.
+        fresh = RepoCache(tmp_path / f"fresh-{mode.value}", connections)
+        changes = tuple(change(k, merge_mode=mode) for k in (1, 2, 3))
+        again = run_merge_job(MergeJob(f"item3-{mode.value}", changes), fresh)
+        assert again.changes == results[-1].changes
+    # Any input that changes the outcome misses the memo (here: the date).
+    applied.clear()
+    dated = MergeJob("dated", (change(1), change(2)), timestamp=1_500_000_000)
+    assert run_merge_job(dated, cache).status is Status.OK
+    assert len(applied) == 2

@@ -104,6 +104,8 @@ class RepoCache:
         self.lock_timeout = lock_timeout
         # Repos this process has checked since it (or anyone) cloned them.
         self._checked: set[Path] = set()
+        # Per repo: (base, commit) -> files the commit changes (see Repo).
+        self._files_memo: dict[Path, dict[tuple[str, str], list[str]]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> RepoCache:
@@ -145,7 +147,7 @@ class RepoCache:
         with self._locked(path, label):
             self._ensure(path, url, label)
             try:
-                yield Repo(path, self.git, label)
+                yield Repo(path, self.git, label, self._files_memo.setdefault(path, {}))
             except CorruptRepoError:
                 self._discard(path)
                 raise

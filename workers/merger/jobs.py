@@ -24,6 +24,7 @@ from workers.merger.model import (
 )
 from workers.merger.names import (
     JOBS_NAMESPACE,
+    MEMO_NAMESPACE,
     check_change,
     check_job_id,
     check_ref_name,
@@ -115,7 +116,12 @@ def delete_job_refs(cache: RepoCache, connection: str, project: str, job_id: str
 
 
 def prune_job_refs(cache: RepoCache, connection: str, project: str, live: set[str]) -> int:
-    """Drop the refs of every job not in ``live`` (ids the scheduler still needs)."""
+    """Drop the refs of every job not in ``live`` (ids the scheduler still needs).
+
+    The merge memo (``refs/sluice/memo/``) is dropped too: it is only a
+    cache, rebuilt by the next merges. Returns how many job refs went.
+    """
     with cache.open(connection, project) as repo:
         jobs = {ref[len(JOBS_NAMESPACE) :].split("/", 1)[0] for ref in repo.refs(JOBS_NAMESPACE)}
+        repo.delete_refs(MEMO_NAMESPACE)
         return sum(repo.delete_refs(job_prefix(job)) for job in sorted(jobs - live))

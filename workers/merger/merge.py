@@ -20,6 +20,7 @@ names the project, the ref and the change.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -53,6 +54,7 @@ from workers.merger.names import (
     check_job_id,
     check_ref_name,
     head_ref,
+    memo_ref,
     merged_ref,
     source_ref,
 )
@@ -161,29 +163,29 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
     sources = _fetch_sources(repo, job, items, pinned)
     heads = repo.heads()
     bases = _bases(repo, items, heads, pinned)
-    times = {} if job.timestamp is not None else repo.commit_times(sources.values())
+    stamps = _stamps(repo, job, items, sources)
+    memo_refs = _memo_refs(items, bases, sources, stamps)
+    memo = repo.commits_of(memo_refs.values())
     applier = Applier(repo.git, repo.path, repo.clean_worktree)
     tips = dict(bases)
     refs = {source_ref(job.job_id, index): sha for index, sha in sources.items()}
     results: list[ChangeResult] = []
     for index, change in items:
         source = sources[index]
-        stamp = job.timestamp if job.timestamp is not None else times[source]
-        try:
-            merged = applier.apply(
-                change.merge_mode, tips[change.branch], source, name=change.name, timestamp=stamp
-            )
-        except MergeConflictError as exc:
-            repo.update_refs(refs)
-            return _ProjectOutcome(
-                ProjectState(connection, project), results, [], _conflict(exc, change, index)
-            )
-        except GitCommandError as exc:
-            raise classify(exc, f"{repo.label}: {change.merge_mode} of {change.rev}").at(
-                change.rev, index
-            ) from None
+        merged = memo[memo_refs[index]]
+        if merged is None:
+            try:
+                tip = tips[change.branch]
+                merged = _apply(
+                    repo, applier, change, index=index, tip=tip, source=source, stamps=stamps
+                )
+            except MergeConflictError as exc:
+                repo.update_refs(refs)
+                conflict = _conflict(exc, change, index)
+                return _ProjectOutcome(ProjectState(connection, project), results, [], conflict)
         tips[change.branch] = merged
         refs[merged_ref(job.job_id, index)] = merged
+        refs[memo_refs[index]] = merged
         files = repo.changed_files(bases[change.branch], source)
         results.append(
             _change_result(
@@ -199,6 +201,58 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
             ConfigFiles(connection, project, b, t, repo.read_config(t)) for b, t in tips.items()
         ]
     return _ProjectOutcome(state, results, config)
+
+
+def _apply(
+    repo: Repo,
+    applier: Applier,
+    change: Change,
+    *,
+    index: int,
+    tip: str,
+    source: str,
+    stamps: dict[int, int],
+) -> str:
+    """Apply one change on ``tip``; a git failure names the change."""
+    try:
+        return applier.apply(
+            change.merge_mode, tip, source, name=change.name, timestamp=stamps[index]
+        )
+    except GitCommandError as exc:
+        what = f"{repo.label}: {change.merge_mode} of {change.rev}"
+        raise classify(exc, what).at(change.rev, index) from None
+
+
+def _stamps(repo: Repo, job: MergeJob, items: Indexed, sources: dict[int, str]) -> dict[int, int]:
+    """The date of the commits each change makes: the job's, else the change's own."""
+    if job.timestamp is not None:
+        return {index: job.timestamp for index, _change in items}
+    times = repo.commit_times(sources.values())
+    return {index: times[sources[index]] for index, _change in items}
+
+
+def _memo_refs(
+    items: Indexed, bases: dict[str, str], sources: dict[int, str], stamps: dict[int, int]
+) -> dict[int, str]:
+    """A memo ref per change, named by a hash of everything its merged commit depends on.
+
+    The base of its branch and, in order, every change applied on that
+    branch up to it (commit, mode, name, date). Merges are deterministic,
+    so a memo ref found in the cache *is* the commit the merge would make:
+    the item behind in a gate re-uses the state of the item ahead of it
+    and merges only its own change.
+    """
+    chain = {
+        branch: hashlib.sha256(f"sluice-merge-1\0{base}".encode()).hexdigest()
+        for branch, base in bases.items()
+    }
+    refs: dict[int, str] = {}
+    for index, change in items:
+        parts = (chain[change.branch], sources[index], change.merge_mode.value, change.name)
+        data = "\0".join((*parts, str(stamps[index])))
+        chain[change.branch] = hashlib.sha256(data.encode()).hexdigest()
+        refs[index] = memo_ref(chain[change.branch])
+    return refs
 
 
 def _fetch_sources(

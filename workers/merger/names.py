@@ -15,6 +15,7 @@ from workers.merger.errors import InvalidJobError
 from workers.merger.model import Change
 
 JOBS_NAMESPACE = "refs/sluice/jobs/"
+MEMO_NAMESPACE = "refs/sluice/memo/"
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
@@ -74,3 +75,8 @@ def merged_ref(job_id: str, index: int) -> str:
 def head_ref(job_id: str, branch: str) -> str:
     """Where the final speculative state of ``branch`` is kept (branch name encoded)."""
     return f"{job_prefix(job_id)}heads/{quote(branch, safe='')}"
+
+
+def memo_ref(key: str) -> str:
+    """Where the merged commit memoized under ``key`` (a hex digest) is kept."""
+    return f"{MEMO_NAMESPACE}{key}"

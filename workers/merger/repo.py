@@ -32,14 +32,27 @@ _OPERATION_STATE = (
 )
 _OPERATION_DIRS = ("rebase-merge", "rebase-apply", "sequencer")
 
+# Entries of a repo's memo of changed files before it starts over.
+_FILES_MEMO_SIZE = 10_000
+
 
 class Repo:
     """A bare cache repo (``path``) and its merge worktree."""
 
-    def __init__(self, path: Path, git: Git, label: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        git: Git,
+        label: str,
+        files_memo: dict[tuple[str, str], list[str]] | None = None,
+    ) -> None:
         self.path = path
         self.git = git
         self.label = label
+        # (base, commit) -> changed files: a pure function of two immutable
+        # commits, kept per process so a gate's items do not diff the
+        # changes ahead of them again and again.
+        self.files_memo = {} if files_memo is None else files_memo
 
     @staticmethod
     def worktree_path(path: Path) -> Path:
@@ -147,6 +160,16 @@ class Repo:
 
         With no merge-base (a history of its own), every file of its tree.
         """
+        known = self.files_memo.get((base, commit))
+        if known is not None:
+            return list(known)
+        files = self._changed_files(base, commit)
+        if len(self.files_memo) >= _FILES_MEMO_SIZE:
+            self.files_memo.clear()
+        self.files_memo[(base, commit)] = files
+        return list(files)
+
+    def _changed_files(self, base: str, commit: str) -> list[str]:
         args = ["diff", "--name-only", "-z", "--no-renames", f"{base}...{commit}"]
         proc = self.git.run(args, self.path, check=False)
         if proc.returncode != 0 and b"no merge base" in proc.stderr:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -107,11 +106,10 @@ def test_interrupted_clone_is_recovered(remotes: Remotes, tmp_path: Path) -> Non
     os.kill(child.pid, signal.SIGKILL)  # like kill -9 of a Celery pool process
     child.join(timeout=10)
     assert not (conn_dir / "org%2Fa").exists(), "nothing half-written at the repo path"
-    started = time.monotonic()
-    cache = RepoCache(state, {"git": ConnectionSettings("git", "git", baseurl)})
+    # The repo lock died with its holder: a short lock timeout is enough.
+    cache = RepoCache(state, {"git": ConnectionSettings("git", "git", baseurl)}, lock_timeout=2)
     result = run_merge_job(stacked_job("after"), cache)
     assert result.status is Status.OK, result.failure
-    assert time.monotonic() - started < 3, "the dead clone's lock did not block us"
     assert not list(conn_dir.glob(".tmp-*")), "the leftover clone was swept"
 
 

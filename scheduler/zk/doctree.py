@@ -67,7 +67,13 @@ def get_many(client: ZooKeeperClient, tree: DocTree, wanted: Iterable[str]) -> d
         except NoNodeError:
             continue
         version = stat.version
-        if not raw or raw.startswith(sharding.POINTER_MAGIC):
+        if not raw:
+            # A node without a document: a container created on the way to a
+            # child (e.g. by a flag's makepath) or a placeholder being
+            # written. It exists, so a write sets it rather than creating it.
+            tree.versions[path] = version
+            continue
+        if raw.startswith(sharding.POINTER_MAGIC):
             try:
                 blob = sharding.read(client, path)
             except NoDataError:
@@ -111,7 +117,7 @@ def write_diff(
     ``after`` must contain the root document. Returns the tree as now stored.
     """
     client = context.client
-    if before.root_version < 0:
+    if before.root not in before.versions:
         client.ensure_path(paths.parent(before.root))
     txn = context.transaction()
     prepared: dict[str, sharding.PreparedBlob] = {}
@@ -122,7 +128,7 @@ def write_diff(
             client,
             path,
             stored.encode(after[path]),
-            exists=path in before.docs,
+            exists=path in before.versions,
             version=before.versions.get(path, -1),
             inline_limit=inline_limit,
         )

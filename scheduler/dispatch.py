@@ -10,6 +10,7 @@ import functools
 from typing import Any
 
 from celery import Celery
+from kombu import Queue
 
 from scheduler.errors import SluiceError
 from scheduler.settings import Settings, load_settings
@@ -77,3 +78,18 @@ def send_build(
 def send_merge(request_uuid: str, *, settings: Settings | None = None) -> Any:
     """Nudge a merger to run the merge request ``request_uuid`` (queue ``merger``)."""
     return client_app(settings).send_task(MERGE_TASK, args=[request_uuid], queue="merger")
+
+
+def queued_messages(queue: str, *, settings: Settings | None = None) -> int:
+    """Messages waiting in the broker queue ``queue`` (0 if it does not exist).
+
+    Messages reserved by a worker are not counted. The sweep compares this
+    with the pending requests to decide whether nudges were lost.
+    """
+    app = client_app(settings)
+    with app.connection_for_read() as connection, connection.channel() as channel:
+        try:
+            declared: Any = Queue(queue).bind(channel).queue_declare(passive=True)
+        except connection.channel_errors:
+            return 0
+        return int(declared.message_count)

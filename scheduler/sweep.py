@@ -7,9 +7,12 @@ unzoned executor queue and every executor zone) the steps are:
 
 * **re-nudge** every REQUESTED request older than ``min_age`` (one sweep
   interval by default): a nudge lost or purged from the broker delays its
-  work by at most about one sweep interval (DESIGN.md invariant 2). A
-  request whose nudge is still queued gets a second one; the second
-  delivery finds it claimed and returns without effect.
+  work by at most about one sweep interval (DESIGN.md invariant 2). The
+  broker queue is counted first: if it holds at least one message per such
+  request, nothing is re-sent (a backlog is not a loss, and must not grow
+  by a duplicate per request and sweep). A request whose nudge is still
+  queued may get a second one; that delivery finds it claimed and returns
+  without effect.
 * **recover lost requests**: RUNNING or PAUSED requests whose lock is gone
   (their worker died and its session expired) are completed with a LOST
   result and their ``request-completed`` event, so the pipeline retries
@@ -82,15 +85,27 @@ class SweepReport:
 # ---------------------------------------------------------------- steps on one queue
 
 
-def renudge_pending(queue: JobRequestQueue, nudge: Nudge, min_age: float) -> list[str]:
-    """Nudge every REQUESTED request created more than ``min_age`` seconds ago."""
+def renudge_pending(
+    queue: JobRequestQueue,
+    nudge: Nudge,
+    min_age: float,
+    queued: Callable[[], int] | None = None,
+) -> list[str]:
+    """Nudge every REQUESTED request created more than ``min_age`` seconds ago.
+
+    ``queued`` counts the nudges waiting in the broker queue. When it holds
+    at least one message per such request, none is re-sent: the nudges are
+    most likely all there, and a backlog must not grow by one duplicate per
+    request and sweep. Once executors drain the queue below that number,
+    every one is re-sent.
+    """
     cutoff = time.time() - min_age
-    sent = []
-    for request in queue.pending():
-        if request.created <= cutoff:
-            nudge(request)
-            sent.append(request.uuid)
-    return sent
+    waiting = [r for r in queue.pending() if r.created <= cutoff]
+    if not waiting or (queued is not None and queued() >= len(waiting)):
+        return []
+    for request in waiting:
+        nudge(request)
+    return [r.uuid for r in waiting]
 
 
 def recover_lost(queue: JobRequestQueue) -> list[str]:
@@ -119,11 +134,14 @@ def request_queue_steps(
     *,
     min_age: float,
     max_age: float = DEFAULT_REQUEST_MAX_AGE,
+    queued: Callable[[], int] | None = None,
 ) -> list[SweepStep]:
     """The steps for one job request queue (``nudge=None``: no re-nudges)."""
     steps = []
     if nudge is not None:
-        steps.append(SweepStep(f"{name}:renudge", lambda: renudge_pending(queue, nudge, min_age)))
+        steps.append(
+            SweepStep(f"{name}:renudge", lambda: renudge_pending(queue, nudge, min_age, queued))
+        )
     steps.append(SweepStep(f"{name}:lost", lambda: recover_lost(queue)))
     steps.append(SweepStep(f"{name}:cleanup", lambda: cleanup(queue, max_age)))
     return steps
@@ -145,6 +163,36 @@ def _build_nudge(zone: str | None, settings: Settings) -> Nudge:
     return lambda request: dispatch.send_build(request.uuid, zone, settings=settings)
 
 
+def _broker_count(queue_name: str, settings: Settings) -> Callable[[], int]:
+    return lambda: dispatch.queued_messages(queue_name, settings=settings)
+
+
+def _executor_steps(
+    client: ZooKeeperClient,
+    settings: Settings,
+    zone: str | None,
+    *,
+    min_age: float,
+    max_age: float,
+) -> list[SweepStep]:
+    queue = JobRequestQueue(client, paths.executor_queue(zone))
+    try:
+        name = dispatch.executor_queue_name(zone)
+    except dispatch.DispatchError as exc:
+        # No worker can consume such a zone's Celery queue: still record its
+        # lost requests and clean it up, so one bad name never stops a sweep.
+        log.error("executor zone %r: %s; its requests are not re-nudged", zone, exc)
+        return request_queue_steps(f"executor.{zone}", queue, None, min_age=min_age)
+    return request_queue_steps(
+        name,
+        queue,
+        _build_nudge(zone, settings),
+        min_age=min_age,
+        max_age=max_age,
+        queued=_broker_count(name, settings),
+    )
+
+
 def standard_steps(
     client: ZooKeeperClient,
     settings: Settings,
@@ -161,12 +209,16 @@ def standard_steps(
         def merge_nudge(request: JobRequest) -> object:
             return dispatch.send_merge(request.uuid, settings=settings)
 
-    steps = request_queue_steps("merger", merger, merge_nudge, min_age=min_age, max_age=max_age)
+    steps = request_queue_steps(
+        "merger",
+        merger,
+        merge_nudge,
+        min_age=min_age,
+        max_age=max_age,
+        queued=_broker_count("merger", settings),
+    )
     for zone in [None, *executor_zones(client)]:
-        queue = JobRequestQueue(client, paths.executor_queue(zone))
-        name = "executor" if zone is None else f"executor.{zone}"
-        nudge = _build_nudge(zone, settings)
-        steps += request_queue_steps(name, queue, nudge, min_age=min_age, max_age=max_age)
+        steps += _executor_steps(client, settings, zone, min_age=min_age, max_age=max_age)
     return steps
 
 

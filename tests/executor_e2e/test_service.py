@@ -163,14 +163,19 @@ def test_a_lost_session_stops_the_build_and_the_sweep_records_it_lost(
 
 def test_one_sweep_at_a_time(builds: Builds) -> None:
     ran: list[str] = []
+
+    def step() -> list[str]:
+        ran.append("x")
+        return []
+
     held = locks.acquire(builds.client, paths.cleanup_lock("general"))
     assert held is not None
     try:
-        report = run_sweep(builds.client, [SweepStep("step", lambda: ran.append("x") or [])])
+        report = run_sweep(builds.client, [SweepStep("step", step)])
     finally:
         held.release()
     assert not report.ran and ran == []
-    assert run_sweep(builds.client, [SweepStep("step", lambda: ran.append("x") or [])]).ran
+    assert run_sweep(builds.client, [SweepStep("step", step)]).ran
     assert ran == ["x"]
 
 
@@ -185,6 +190,13 @@ def test_renudge_only_requests_older_than_min_age(builds: Builds) -> None:
     sent = renudge_pending(queue, lambda r: nudged.append(r.uuid), min_age=10)
 
     assert sent == nudged == [old.uuid]
+    # As many nudges as old requests still in the broker: a backlog, not a loss.
+    assert (
+        renudge_pending(queue, lambda r: nudged.append(r.uuid), min_age=10, queued=lambda: 1) == []
+    )
+    assert renudge_pending(
+        queue, lambda r: nudged.append(r.uuid), min_age=10, queued=lambda: 0
+    ) == [old.uuid]
 
 
 def test_a_failing_step_does_not_stop_the_others() -> None:

@@ -1,0 +1,175 @@
+"""Build lifecycles per second for no-op jobs, beside the bare request lifecycle.
+
+Starts its own ZooKeeper (Debian's package) on a free port and a small git
+repository whose job is ``run.sh`` running ``true``, then measures in
+alternating slices of the same run:
+
+* **build**: submit a build request (params: the BuildSpec), then
+  :func:`workers.executor.service.execute_request` (claim, workspace checked
+  out from the repository, run ``true`` under the reaper, complete with the
+  BuildResult and its events), then read the result: everything a build task
+  does except the Celery round trip;
+* **request**: the ZooKeeper layer's own lifecycle, submit + claim + complete
+  + get_result with no build at all.
+
+Prints both rates and their ratio: the cost of a build over its ZooKeeper
+bookkeeping. Not run in CI:
+``.venv/bin/python bench/executor.py [--seconds 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from scheduler.settings import ZooKeeperSettings
+from scheduler.stack.process import free_port
+from scheduler.stack.zookeeper import ZooKeeperServer
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient, connect
+from scheduler.zk.job_requests import JobRequest, JobRequestQueue
+from workers.executor import BuildSpec, RunnerOptions
+from workers.executor.service import BuildOutcome, execute_request
+
+RESULTS = paths.pipeline_result_queue("bench", "check")
+SLICE = 0.5  # seconds per slice; a build takes a few tens of ms
+
+
+def git_env(home: Path) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(home),
+        "LANG": "C",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "Bench",
+        "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+        "GIT_COMMITTER_NAME": "Bench",
+        "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+    }
+
+
+def small_repo(base: Path) -> tuple[Path, str]:
+    """A repository with a few files and ``run.sh`` (``true``); its path and HEAD."""
+    repo = base / "project"
+    repo.mkdir(parents=True)
+    env = git_env(base)
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, check=True)
+        return done.stdout.decode().strip()
+
+    git("init", "--quiet", "--initial-branch=main")
+    for i in range(10):
+        (repo / f"file{i}.txt").write_text(f"line {i}\n")
+    script = repo / "run.sh"
+    script.write_text("#!/bin/sh\nexec true\n")
+    script.chmod(0o755)
+    git("add", "-A")
+    git("commit", "--quiet", "-m", "bench")
+    return repo, git("rev-parse", "HEAD")
+
+
+def compare(
+    seconds: float, build: Callable[[], None], raw: Callable[[], None]
+) -> tuple[float, float]:
+    """Lifecycles/s of ``build`` and ``raw``, measured in alternating slices."""
+    for _ in range(5):  # warm up: queue directories, the server, page cache
+        build()
+        raw()
+    counts = [0, 0]
+    spent = [0.0, 0.0]
+    while sum(spent) < 2 * seconds:
+        for side, op in enumerate((build, raw)):
+            started = time.perf_counter()
+            while time.perf_counter() - started < SLICE:
+                op()
+                counts[side] += 1
+            spent[side] += time.perf_counter() - started
+    return counts[0] / spent[0], counts[1] / spent[1]
+
+
+def build_lifecycle(
+    client: ZooKeeperClient, repo: Path, commit: str, options: RunnerOptions
+) -> Callable[[], None]:
+    queue = JobRequestQueue(client, paths.executor_queue())
+
+    def op() -> None:
+        build_uuid = uuid.uuid4().hex
+        spec = BuildSpec(
+            tenant="bench",
+            pipeline="check",
+            project="org/project",
+            branch="main",
+            ref="",
+            job="noop",
+            build_uuid=build_uuid,
+            run=("run.sh",),
+            repo_state={"org/project": {"main": commit}},
+            sources={"org/project": str(repo)},
+        )
+        request = JobRequest(build_uuid, job_name="noop", result_queue=RESULTS)
+        queue.submit(request, spec.to_dict())
+        report = execute_request(queue, build_uuid, "bench-executor", options)
+        assert report.outcome is BuildOutcome.COMPLETED, report
+        result = queue.get_result(build_uuid)
+        assert result is not None and result.result["result"] == "SUCCESS", result
+
+    return op
+
+
+def request_lifecycle(client: ZooKeeperClient) -> Callable[[], None]:
+    queue = JobRequestQueue(client, paths.executor_queue("raw"))
+
+    def op() -> None:
+        request = JobRequest(uuid.uuid4().hex, job_name="noop", result_queue=RESULTS)
+        queue.submit(request, {"vars": {}})
+        claimed = queue.claim(request.uuid, "bench-executor")
+        assert claimed is not None
+        queue.complete(claimed, {"result": "SUCCESS"})
+        assert queue.get_result(request.uuid) is not None
+
+    return op
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="per side")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
+        base = Path(tmp)
+        repo, commit = small_repo(base / "repos")
+        options = RunnerOptions(state_dir=base / "state")
+        server = ZooKeeperServer(data_dir=base / "zookeeper", port=free_port())
+        server.start()
+        try:
+            server.wait_ready(timeout=60)
+            client = connect(ZooKeeperSettings(hosts=server.hosts, root="/bench-root"))
+            try:
+                builds, raw = compare(
+                    args.seconds,
+                    build_lifecycle(client, repo, commit, options),
+                    request_lifecycle(client),
+                )
+            finally:
+                client.stop()
+                client.close()
+        finally:
+            server.stop()
+    print(f"{'lifecycle':44} {'per s':>7} {'ms each':>8}")
+    print(f"{'build (claim, workspace, run true, complete)':44} {builds:7.1f} {1000 / builds:8.1f}")
+    print(f"{'request (submit, claim, complete, result)':44} {raw:7.1f} {1000 / raw:8.1f}")
+    print(f"ratio build/request: {builds / raw:.3f} (a build costs {raw / builds:.1f} requests)")
+
+
+if __name__ == "__main__":
+    main()

@@ -25,12 +25,15 @@ class MalformedEventError(SluiceError):
 class Enqueue:
     change: Change
     event_id: str = ""
+    # management events from the CLI or API: where to record the outcome
+    result_id: str = ""
 
 
 @dataclass(frozen=True)
 class Dequeue:
     change: Change
     event_id: str = ""
+    result_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,11 +114,11 @@ def _build_ids(data: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _enqueue(data: Mapping[str, Any]) -> PipelineEvent:
-    return Enqueue(_change(data), str(data.get("event_id", "")))
+    return Enqueue(_change(data), str(data.get("event_id", "")), str(data.get("result_id", "")))
 
 
 def _dequeue(data: Mapping[str, Any]) -> PipelineEvent:
-    return Dequeue(_change(data), str(data.get("event_id", "")))
+    return Dequeue(_change(data), str(data.get("event_id", "")), str(data.get("result_id", "")))
 
 
 def _build_started(data: Mapping[str, Any]) -> PipelineEvent:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from scheduler import tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.model.item import PipelineState, QueueItem
@@ -34,16 +35,13 @@ from scheduler.model.results import Result
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state.store import PipelineStore
-from scheduler.zk import locks, paths
+from scheduler.zk import locks, paths, stored
 from scheduler.zk.context import Transaction
 from scheduler.zk.event_queue import Event, EventQueue
 from scheduler.zk.job_requests import JobRequestQueue, RequestEvent
 
 log = logging.getLogger(__name__)
 
-PROCESS_PIPELINE_TASK = "sluice.scheduler.process_pipeline"
-MERGE_TASK = "sluice.merger.run"
-BUILD_TASK = "sluice.executor.build"
 # Events consumed per queue and pass: bounds the size of one transaction.
 EVENTS_PER_PASS = 100
 # Request queues by (client, root): each creates its directories once per process.
@@ -63,7 +61,7 @@ def process_pipeline(env: Environment, tenant: str, pipeline: str) -> bool:
     """Process ``pipeline`` until quiet; False if another worker is processing it."""
 
     def renudge() -> None:
-        env.nudge(PROCESS_PIPELINE_TASK, (tenant, pipeline), None)
+        env.nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
 
     return run_exclusive(
         env.client,
@@ -82,6 +80,8 @@ class PipelinePass:
     held: locks.HeldLock
     consumed: list[tuple[EventQueue, Event]] = field(default_factory=list)
     requests: list[NewRequest] = field(default_factory=list)
+    # outcomes of management events, by result id (read by `sluice enqueue`)
+    outcomes: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def run(self) -> bool:
         """One pass; True if it consumed events or decided anything."""
@@ -99,6 +99,10 @@ class PipelinePass:
             queue.ack_ops(event, txn)
         self._request_ops(manager, state, txn)
         ledger.add_ops(txn)
+        for result_id, outcome in self.outcomes.items():
+            path = paths.management_result(result_id)
+            self.env.client.ensure_path(paths.parent(path))
+            txn.create(path, stored.encode(outcome))
         tree = store.write(self.held.context, tree, state, extra=txn)
         self._after_commit(manager)
         if intents.reports:
@@ -115,7 +119,25 @@ class PipelinePass:
                 self.consumed.append((queue, event))
                 decoded = self._decode(state, event)
                 if decoded is not None:
+                    live = state.find(decoded.change) if isinstance(decoded, ev.Dequeue) else []
                     manager.apply(state, decoded)
+                    self._record_outcome(state, decoded, [i.uuid for i in live])
+
+    def _record_outcome(
+        self, state: PipelineState, event: ev.PipelineEvent, dequeued: list[str]
+    ) -> None:
+        if not isinstance(event, ev.Enqueue | ev.Dequeue) or not event.result_id:
+            return
+        if isinstance(event, ev.Enqueue):
+            live = [i for i in state.find(event.change) if i.change.commit == event.change.commit]
+            outcome: dict[str, object] = (
+                {"item": live[0].uuid} if live else {"error": "the change was not enqueued"}
+            )
+        else:
+            outcome = (
+                {"dequeued": dequeued} if dequeued else {"error": "no such item in the pipeline"}
+            )
+        self.outcomes[event.result_id] = outcome
 
     def _decode(self, state: PipelineState, event: Event) -> ev.PipelineEvent | None:
         payload = event.payload
@@ -205,11 +227,11 @@ class PipelinePass:
             queue.discard_data(event)
         for new in self.requests:
             if new.queue_root == paths.merger_queue():
-                self.env.nudge(MERGE_TASK, (new.request.uuid,), None)
+                self.env.nudge(tasknames.MERGE, (new.request.uuid,), None)
             else:
                 zone = new.request.info.get("zone") or None
                 route = f"executor.{zone}" if zone else None
-                self.env.nudge(BUILD_TASK, (new.request.uuid, zone), route)
+                self.env.nudge(tasknames.BUILD, (new.request.uuid, zone), route)
         for cancel in manager.intents.cancels:
             root = paths.executor_queue(cancel.zone or None)
             self._queue(root).request_cancel(cancel.build)

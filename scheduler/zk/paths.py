@@ -420,3 +420,28 @@ def image_artifact(artifact_uuid: str) -> str:
 
 def image_upload(image: str, build_uuid: str, endpoint: str) -> str:
     return join("image-uploads", *_s(image, build_uuid), "endpoint", segment(endpoint))
+
+
+# ---------------------------------------------------------------- inventories
+# Parents whose children name tenants, pipelines and connections (for sweeps
+# and `sluice wait`; never listed on a hot path).
+
+
+def connection_events_root() -> str:
+    return join("events", "connection")
+
+
+def tenant_events_root() -> str:
+    return join("events", "tenant")
+
+
+def pipeline_events_root(tenant: str) -> str:
+    return join(tenant_events(tenant), "pipelines")
+
+
+def tenants_root() -> str:
+    return join("tenant")
+
+
+def pipelines_root(tenant: str) -> str:
+    return join(tenant_state(tenant), "pipeline")

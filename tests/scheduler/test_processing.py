@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from scheduler import tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import (
     BuildIntent,
@@ -23,7 +24,7 @@ from scheduler.processing import pipeline as processing
 from scheduler.processing.environment import BuildOutcome, Environment, NewRequest
 from scheduler.processing.semaphores import TxnLedger
 from scheduler.state.store import PipelineStore
-from scheduler.zk import flags, locks, paths
+from scheduler.zk import flags, locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue, JobResult
@@ -141,13 +142,13 @@ def world(zookeeper: ZooKeeperTarget) -> Iterator[World]:
 def test_an_item_goes_through_merge_builds_and_report(world: World) -> None:
     world.enqueue("feature")
     assert world.process()
-    assert [n[0] for n in world.nudges] == [processing.MERGE_TASK]
+    assert [n[0] for n in world.nudges] == [tasknames.MERGE]
     assert len(world.run(world.merger, {"ok": True})) == 1
 
     world.process()
     lint = world.run(world.executor, {"result": "SUCCESS", "data": {"artifact": "x"}})
     assert len(lint) == 1  # unit waits for lint
-    assert world.nudges[-1] == (processing.BUILD_TASK, (lint[0], None), None)
+    assert world.nudges[-1] == (tasknames.BUILD, (lint[0], None), None)
 
     world.process()
     pending = world.executor.pending()
@@ -210,3 +211,18 @@ def test_a_lost_merge_is_merged_again(world: World) -> None:
     world.process()
     again = [r.uuid for r in world.merger.pending()]
     assert len(again) == 1 and again != [first]
+
+
+def test_a_management_enqueue_records_its_item(world: World) -> None:
+    change = {"connection": "local", "project": "app", "branch": "main", "ref": "f", "commit": "c1"}
+    queue = EventQueue(world.client, paths.pipeline_management_queue(TENANT, PIPELINE))
+    queue.put({"type": "enqueue", "change": change, "result_id": "r1"})
+    queue.put({"type": "dequeue", "change": change, "result_id": "r2"})
+    queue.put({"type": "dequeue", "change": change, "result_id": "r3"})
+    world.process()
+    item = stored.decode(world.client.get(paths.management_result("r1"))[0])
+    assert set(item) == {"schema", "item"}
+    dequeued = stored.decode(world.client.get(paths.management_result("r2"))[0])
+    assert dequeued["dequeued"] == [item["item"]]
+    missing = stored.decode(world.client.get(paths.management_result("r3"))[0])
+    assert missing["error"] == "no such item in the pipeline"

@@ -1,0 +1,16 @@
+"""The name of every Sluice task, in one place.
+
+The scheduler sends nudges by name (it never imports ``tasks/``), and the
+task adapters register under these same names, so a rename cannot leave a
+sender behind.
+"""
+
+from __future__ import annotations
+
+FORWARD_CONNECTION_EVENTS = "sluice.scheduler.forward_connection_events"
+PROCESS_TENANT = "sluice.scheduler.process_tenant"
+PROCESS_PIPELINE = "sluice.scheduler.process_pipeline"
+MERGE = "sluice.merger.run"
+BUILD = "sluice.executor.build"
+SWEEP = "sluice.maintenance.sweep"
+ROUNDTRIP = "sluice.system.roundtrip"

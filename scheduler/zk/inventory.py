@@ -1,0 +1,36 @@
+"""What exists in the tree: tenants, pipelines and connections with queues or state.
+
+For the maintenance sweep and ``sluice wait``/``status``, which must find
+work that no nudge points at. Each call lists a small directory (one child
+per tenant, pipeline or connection); none of them is used on a hot path.
+"""
+
+from __future__ import annotations
+
+from kazoo.exceptions import NoNodeError
+
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient
+
+
+def _names(client: ZooKeeperClient, path: str) -> set[str]:
+    try:
+        return {paths.unsegment(child) for child in client.get_children(path)}
+    except NoNodeError:
+        return set()
+
+
+def connections(client: ZooKeeperClient) -> list[str]:
+    """Connections that have an event queue."""
+    return sorted(_names(client, paths.connection_events_root()))
+
+
+def tenants(client: ZooKeeperClient) -> list[str]:
+    """Tenants that have event queues or pipeline state."""
+    return sorted(_names(client, paths.tenant_events_root()) | _names(client, paths.tenants_root()))
+
+
+def pipelines(client: ZooKeeperClient, tenant: str) -> list[str]:
+    """Pipelines of ``tenant`` that have event queues or state."""
+    found = _names(client, paths.pipeline_events_root(tenant))
+    return sorted(found | _names(client, paths.pipelines_root(tenant)))

@@ -1,0 +1,115 @@
+"""The event hops against a real ZooKeeper: connection -> tenants -> pipelines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from scheduler import tasknames
+from scheduler.processing import forwarding
+from scheduler.zk import locks, paths
+from scheduler.zk.client import ZooKeeperClient, connect
+from scheduler.zk.event_queue import EventQueue
+from tests.fixtures.services import ZooKeeperTarget
+
+
+class Routing:
+    def tenants_for_project(self, connection: str, project: str) -> list[str]:
+        return {"app": ["one", "two"], "lib": ["two"]}.get(project, [])
+
+    def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]:
+        return ["post"] if event.get("type") == "ref-updated" else []
+
+
+@pytest.fixture
+def client(zookeeper: ZooKeeperTarget) -> Iterator[ZooKeeperClient]:
+    zk = connect(zookeeper.settings())
+    yield zk
+    zk.stop()
+    zk.close()
+
+
+Nudges = list[tuple[str, Sequence[Any], str | None]]
+
+
+def recorder(nudges: Nudges) -> forwarding.Nudge:
+    return lambda task, args, queue: nudges.append((task, tuple(args), queue))
+
+
+def ref_updated(project: str, newrev: str) -> dict[str, Any]:
+    return {
+        "type": "ref-updated",
+        "project": project,
+        "branch": "main",
+        "ref": "main",
+        "oldrev": "0" * 40,
+        "newrev": newrev,
+    }
+
+
+def payloads(client: ZooKeeperClient, root: str) -> list[dict[str, Any]]:
+    return [event.payload for event in EventQueue(client, root).read()]
+
+
+def test_events_reach_every_tenant_and_matching_pipeline_in_order(
+    client: ZooKeeperClient,
+) -> None:
+    nudges: Nudges = []
+    connection = EventQueue(client, paths.connection_event_queue("local"))
+    for n in range(3):
+        connection.put(ref_updated("app", f"{n:040d}"))
+    connection.put(ref_updated("lib", "f" * 40))
+    connection.put({"type": "ref-updated"})  # no project: logged and dropped
+
+    forwarding.forward_connection_events(client, Routing(), recorder(nudges), "local")
+    assert connection.length() == 0
+    assert [p["newrev"][-1] for p in payloads(client, paths.tenant_trigger_queue("one"))] == [
+        "0",
+        "1",
+        "2",
+    ]
+    assert len(payloads(client, paths.tenant_trigger_queue("two"))) == 4
+    assert sorted(nudges) == [
+        (tasknames.PROCESS_TENANT, ("one",), None),
+        (tasknames.PROCESS_TENANT, ("two",), None),
+    ]
+
+    nudges.clear()
+    forwarding.process_tenant(client, Routing(), recorder(nudges), "two")
+    enqueued = payloads(client, paths.pipeline_trigger_queue("two", "post"))
+    assert [(e["change"]["project"], e["change"]["is_branch_update"]) for e in enqueued] == [
+        ("app", True),
+        ("app", True),
+        ("app", True),
+        ("lib", True),
+    ]
+    assert nudges == [(tasknames.PROCESS_PIPELINE, ("two", "post"), None)]
+    assert EventQueue(client, paths.tenant_trigger_queue("two")).length() == 0
+
+
+def test_management_events_go_to_their_pipeline(client: ZooKeeperClient) -> None:
+    nudges: Nudges = []
+    queue = EventQueue(client, paths.tenant_management_queue("one"))
+    change = {"connection": "local", "project": "app", "branch": "main", "ref": "f", "commit": "c"}
+    queue.put({"type": "enqueue", "pipeline": "check", "change": change, "result_id": "r1"})
+    queue.put({"type": "enqueue", "change": change})  # no pipeline: dropped
+    forwarding.process_tenant(client, Routing(), recorder(nudges), "one")
+    (moved,) = payloads(client, paths.pipeline_management_queue("one", "check"))
+    assert moved["result_id"] == "r1"
+    assert queue.length() == 0
+    assert nudges == [(tasknames.PROCESS_PIPELINE, ("one", "check"), None)]
+
+
+def test_a_busy_hop_leaves_the_events_for_the_holder(client: ZooKeeperClient) -> None:
+    nudges: Nudges = []
+    connection = EventQueue(client, paths.connection_event_queue("local"))
+    connection.put(ref_updated("app", "a" * 40))
+    held = locks.acquire(client, paths.connection_lock("local", "events"))
+    assert held is not None
+    with held:
+        forwarding.forward_connection_events(client, Routing(), recorder(nudges), "local")
+    assert connection.length() == 1  # untouched: the holder drains it
+    # ...and the hop that found the lock busy asked to be run again.
+    assert nudges == [(tasknames.FORWARD_CONNECTION_EVENTS, ("local",), None)]

@@ -445,3 +445,26 @@ def tenants_root() -> str:
 
 def pipelines_root(tenant: str) -> str:
     return join(tenant_state(tenant), "pipeline")
+
+
+# ---------------------------------------------------------------- config cache by connection
+# The config cache as implemented (scheduler/zk/config_cache.py): one level
+# per connection, so two connections may hold projects of the same name.
+
+
+def config_project(connection: str, project: str) -> str:
+    return join("config", "cache", *_s(connection, project))
+
+
+def config_branch(connection: str, project: str, branch: str) -> str:
+    """A project branch's index node; its files are below it, named by digest."""
+    return join(config_project(connection, project), segment(branch))
+
+
+def config_file(connection: str, project: str, branch: str, digest: str) -> str:
+    return join(config_branch(connection, project, branch), "files", segment(digest))
+
+
+def layout_root() -> str:
+    """Parent of the layout states; its data version is bumped by every state write."""
+    return join("layout")

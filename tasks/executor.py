@@ -34,20 +34,26 @@ class BuildRequestError(SluiceError):
     """The task was sent with arguments that name no request."""
 
 
-def _text(name: str, value: object, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
+def _request_uuid(value: object) -> str:
     if not isinstance(value, str) or not value:
-        raise BuildRequestError(f"sluice.executor.build: {name} must be a non-empty string")
+        raise BuildRequestError(
+            f"sluice.executor.build: request_uuid must be a uuid, got {value!r}"
+        )
+    return value
+
+
+def _zone(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise BuildRequestError(
+            f"sluice.executor.build: zone must be a name or null, got {value!r}"
+        )
     return value
 
 
 @app.task(name="sluice.executor.build", bind=True, acks_late=False, max_retries=MAX_RETRIES)
 def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> dict[str, Any]:
     """Claim the build request ``request_uuid`` of ``zone``, run it and store its result."""
-    uuid = _text("request_uuid", request_uuid)
-    assert uuid is not None
-    zone_name = _text("zone", zone, optional=True)
+    uuid, zone_name = _request_uuid(request_uuid), _zone(zone)
     settings = load_settings()
     try:
         client = process_client(settings.zookeeper)

@@ -112,6 +112,29 @@ def open_queue(client: ZooKeeperClient, zone: str | None = None) -> JobRequestQu
     return JobRequestQueue(client, paths.executor_queue(zone))
 
 
+def claim_lost(client: ZooKeeperClient, claimed: ClaimedRequest) -> str | None:
+    """Why this worker may no longer act on ``claimed``, or None while it may.
+
+    The claim's context decides, except that a SUSPENDED connection of the
+    claim's own session counts as held until the watchdog window (two thirds
+    of the session timeout) passes: the session, and the lock, may survive a
+    short disconnect.
+    """
+    context = claimed.context
+    reason = context.lost_reason()
+    if reason is None or _briefly_suspended(client, claimed):
+        return None
+    return reason
+
+
+def _briefly_suspended(client: ZooKeeperClient, claimed: ClaimedRequest) -> bool:
+    return (
+        client.state == ConnectionState.SUSPENDED
+        and client.session_generation == claimed.context.generation
+        and client.silent_for() < WATCHDOG_FRACTION * client.session_timeout
+    )
+
+
 class RequestControl(BaseControl):
     """:class:`~workers.executor.control.BuildControl` on a claimed request.
 
@@ -132,19 +155,7 @@ class RequestControl(BaseControl):
 
     def claim_lost(self) -> str | None:
         """Why this worker may no longer act on its claim, or None while it may."""
-        context = self.claimed.context
-        reason = context.lost_reason()
-        if reason is None:
-            return None
-        client = self.queue.client
-        if (
-            client.state == ConnectionState.SUSPENDED
-            and client.session_generation == context.generation
-            and client.silent_for() < WATCHDOG_FRACTION * client.session_timeout
-        ):
-            # A short disconnect: the session, and with it the lock, may survive.
-            return None
-        return reason
+        return claim_lost(self.queue.client, self.claimed)
 
     def cancel_requested(self) -> bool:
         if self.cancel_flag.is_set():
@@ -221,7 +232,13 @@ def _complete(queue: JobRequestQueue, claimed: ClaimedRequest, result: BuildResu
     delay = COMPLETE_BACKOFF
     for attempt in range(1, COMPLETE_ATTEMPTS + 1):
         try:
-            stored = queue.complete(claimed, data)
+            try:
+                stored = queue.complete(claimed, data)
+            except LockLostError as exc:
+                if not _briefly_suspended(queue.client, claimed):
+                    raise
+                # Refused locally while the connection is down: retry like unavailability.
+                raise ZooKeeperUnavailableError(str(exc)) from exc
         except LockLostError as exc:
             if attempt > 1 and _stored_before(queue, claimed, data):
                 return BuildOutcome.COMPLETED

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import click
 
+from scheduler.cli.history import builds, buildsets
 from scheduler.cli.stack import stack
+from scheduler.cli.state import status, wait
 from scheduler.cli.system import demo
 from scheduler.errors import SluiceError
 
@@ -34,8 +36,8 @@ def cli(config: Path | None) -> None:
         os.environ["SLUICE_CONFIG"] = str(config.resolve())
 
 
-cli.add_command(stack)
-cli.add_command(demo)
+for command in (stack, demo, status, wait, builds, buildsets):
+    cli.add_command(command)
 
 
 def main() -> None:

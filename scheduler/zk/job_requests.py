@@ -494,6 +494,10 @@ class JobRequestQueue:
         waiting = [r for r in self._read_all() if r.state == RequestState.REQUESTED]
         return sorted(waiting, key=lambda r: (r.precedence, r.created))
 
+    def active(self) -> list[JobRequest]:
+        """Requests not COMPLETED yet (for ``sluice wait --idle`` and status; lists the queue)."""
+        return [r for r in self._read_all() if r.state != RequestState.COMPLETED]
+
     def lost_requests(self) -> list[JobRequest]:
         """RUNNING or PAUSED requests whose lock has no holder (their worker died)."""
         active = [

@@ -1,0 +1,120 @@
+"""The status of pipelines as plain data: ``sluice status --json`` and the status page.
+
+The JSON shape is a stable interface (later issues add keys, never remove
+or rename them):
+
+``{"tenants": [{"name", "pipelines": [{"name", "queues": [{"name", "items":
+[{"id", "project", "branch", "ref", "commit", "enqueued", "result",
+"message", "jobs": [{"name", "state", "result", "voting", "attempt",
+"build", "elapsed", "waiting_for_semaphore"}]}]}]}]}]}``
+
+Job ``state`` is one of ``waiting`` (for its dependencies or a merge),
+``waiting_for_semaphore``, ``queued``, ``running``, ``paused``,
+``completed``, ``skipped``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from scheduler.model.build import BuildState, JobState
+from scheduler.model.item import PipelineState, QueueItem
+
+
+def job_state(job: JobState) -> str:
+    if job.skipped is not None:
+        return "skipped"
+    if job.waiting_for_semaphore:
+        return "waiting_for_semaphore"
+    build = job.current
+    if build is None or (job.needs_retry and build.done):
+        return "waiting"
+    return {
+        BuildState.REQUESTED: "queued",
+        BuildState.RUNNING: "running",
+        BuildState.PAUSED: "paused",
+        BuildState.COMPLETED: "completed",
+    }[build.state]
+
+
+def job_status(job: JobState, now: float) -> dict[str, Any]:
+    build = job.current
+    elapsed = None
+    if build is not None and build.start_time is not None:
+        elapsed = round((build.end_time or now) - build.start_time, 1)
+    result = job.result
+    return {
+        "name": job.name,
+        "state": job_state(job),
+        "result": result.value if result else None,
+        "voting": job.info.voting,
+        "attempt": build.attempt if build else 0,
+        "build": build.uuid if build else None,
+        "elapsed": elapsed,
+        "waiting_for_semaphore": job.waiting_for_semaphore,
+    }
+
+
+def item_status(item: QueueItem, now: float) -> dict[str, Any]:
+    change = item.change
+    return {
+        "id": item.uuid,
+        "project": change.project,
+        "branch": change.branch,
+        "ref": change.ref,
+        "commit": change.commit,
+        "enqueued": item.enqueue_time,
+        "result": item.result.value if item.result else None,
+        "message": item.message,
+        "merge": item.buildset.merge_state.value,
+        "jobs": [job_status(job, now) for job in item.buildset.graph],
+    }
+
+
+def pipeline_status(state: PipelineState, now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    queues = []
+    for queue in state.queues.values():
+        items = [item_status(state.items[u], now) for u in queue.items if u in state.items]
+        queues.append({"name": queue.name, "items": items})
+    return {"name": state.pipeline, "queues": queues}
+
+
+def tenant_status(name: str, pipelines: Iterable[PipelineState]) -> dict[str, Any]:
+    return {"name": name, "pipelines": [pipeline_status(p) for p in pipelines]}
+
+
+def render_text(status: dict[str, Any]) -> str:
+    """The human form of :func:`tenant_status` documents."""
+    lines: list[str] = []
+    for tenant in status["tenants"]:
+        lines.append(f"tenant {tenant['name']}")
+        for pipeline in tenant["pipelines"]:
+            items = [i for q in pipeline["queues"] for i in q["items"]]
+            lines.append(f"  pipeline {pipeline['name']}: {len(items)} item(s)")
+            for item in items:
+                state = item["result"] or f"merge {item['merge'].lower()}"
+                lines.append(
+                    f"    {item['project']} {item['ref']} -> {item['branch']}"
+                    f" [{state}] {item['id']}"
+                )
+                for job in item["jobs"]:
+                    lines.append("      " + _job_line(job))
+    return "\n".join(lines) if lines else "no pipelines"
+
+
+def _job_line(job: dict[str, Any]) -> str:
+    text = f"{job['name']:<24} {job['state']:<22}"
+    if job["result"]:
+        text += f" {job['result']}"
+    if job["elapsed"] is not None:
+        text += f" {job['elapsed']:.0f}s"
+    if job["attempt"] > 1:
+        text += f" (attempt {job['attempt']})"
+    if not job["voting"]:
+        text += " (non-voting)"
+    if job["waiting_for_semaphore"]:
+        text += f" (semaphore {job['waiting_for_semaphore']})"
+    return text.rstrip()

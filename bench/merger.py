@@ -34,7 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduler.settings import ConnectionSettings
-from workers.merger import Change, MergeJob, MergeMode, RepoCache, run_merge_job
+from scheduler.wire.merger import Change, MergeJob, MergeMode
+from workers.merger import RepoCache, run_merge_job
 
 STACKS = (1, 5, 20)
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from scheduler.settings import ConnectionSettings
+from scheduler.wire.merger import Change, MergeJob, MergeMode, Status
 from tests.fixtures.waiting import wait_until
 from tests.merger.gitrepos import Remotes
-from workers.merger import Change, MergeJob, MergeMode, RepoCache, Status, run_merge_job
+from workers.merger import RepoCache, run_merge_job
 from workers.merger.cache import encode_project
 from workers.merger.errors import InvalidJobError
 

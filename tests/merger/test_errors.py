@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from scheduler.settings import ConnectionSettings
+from scheduler.wire.merger import Change, MergeJob, ProjectRef, Status
 from tests.merger.gitrepos import Remotes
-from workers.merger import Change, MergeJob, ProjectRef, RepoCache, Status, run_merge_job
+from workers.merger import RepoCache, run_merge_job
 
 
 def one(

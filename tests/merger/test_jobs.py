@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.merger.gitrepos import Remotes
-from workers.merger import (
+from scheduler.wire.merger import (
     BranchHeadsJob,
     BranchHeadsResult,
     Change,
@@ -19,8 +18,11 @@ from workers.merger import (
     FilesChangesResult,
     MergeJob,
     MergeMode,
-    RepoCache,
     Status,
+)
+from tests.merger.gitrepos import Remotes
+from workers.merger import (
+    RepoCache,
     checkout_workspace,
     delete_job_refs,
     prune_job_refs,

@@ -10,19 +10,18 @@ from typing import Any
 import pytest
 
 from scheduler.settings import ConnectionSettings
-from tests.merger.gitrepos import Remote, Remotes
-from tests.merger.httpgit import http_git_server
-from workers.merger import (
+from scheduler.wire.merger import (
     Change,
     MergeJob,
     MergeMode,
     MergeResult,
     ProjectRef,
     ProjectState,
-    RepoCache,
     Status,
-    run_merge_job,
 )
+from tests.merger.gitrepos import Remote, Remotes
+from tests.merger.httpgit import http_git_server
+from workers.merger import RepoCache, run_merge_job
 from workers.merger.modes import Applier, identity_env
 
 

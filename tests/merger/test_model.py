@@ -6,11 +6,12 @@ import json
 
 import pytest
 
-from workers.merger import (
+from scheduler.wire.merger import (
     Change,
     ChangeResult,
     ConfigFiles,
     Failure,
+    InvalidRecordError,
     MergeJob,
     MergeMode,
     MergeResult,
@@ -18,7 +19,6 @@ from workers.merger import (
     ProjectState,
     Status,
 )
-from workers.merger.errors import InvalidJobError
 
 
 def test_round_trip_through_json() -> None:
@@ -69,5 +69,5 @@ def test_other_versions_are_read() -> None:
     ],
 )
 def test_malformed_input_is_an_invalid_job(data: dict[str, object]) -> None:
-    with pytest.raises(InvalidJobError):
+    with pytest.raises(InvalidRecordError):
         MergeJob.from_dict(data)

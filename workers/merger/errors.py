@@ -2,13 +2,14 @@
 
 Every one derives from :class:`scheduler.errors.SluiceError`. Inside the
 engine they travel as exceptions; at the job boundary (``run_merge_job`` and
-the other job functions) each becomes a :class:`~workers.merger.model.Failure`
+the other job functions) each becomes a :class:`~scheduler.wire.merger.Failure`
 in the result, so a caller never sees a git problem as a crash.
 """
 
 from __future__ import annotations
 
 from scheduler.errors import SluiceError
+from scheduler.wire.merger import InvalidRecordError
 
 
 class MergerError(SluiceError):
@@ -26,8 +27,12 @@ class MergerError(SluiceError):
         return self
 
 
-class InvalidJobError(MergerError):
-    """A job's input is malformed (unknown connection, bad name, bad mode)."""
+class InvalidJobError(MergerError, InvalidRecordError):
+    """A job's input is malformed (unknown connection, bad name, bad mode).
+
+    Also an :class:`~scheduler.wire.merger.InvalidRecordError`, which is what
+    decoding a malformed record raises: one ``except`` catches both.
+    """
 
     kind = "invalid"
 

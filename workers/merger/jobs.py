@@ -8,10 +8,7 @@ the project first (fetch on demand), so answers reflect the remote now.
 
 from __future__ import annotations
 
-from workers.merger.cache import RepoCache
-from workers.merger.errors import MergerError, UnknownRefError
-from workers.merger.merge import failure_of
-from workers.merger.model import (
+from scheduler.wire.merger import (
     BranchHeadsJob,
     BranchHeadsResult,
     ConfigFiles,
@@ -22,6 +19,9 @@ from workers.merger.model import (
     ProjectState,
     Status,
 )
+from workers.merger.cache import RepoCache
+from workers.merger.errors import MergerError, UnknownRefError
+from workers.merger.merge import failure_of
 from workers.merger.names import (
     JOBS_NAMESPACE,
     MEMO_NAMESPACE,

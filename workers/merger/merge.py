@@ -28,16 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from workers.merger.cache import RepoCache
-from workers.merger.errors import (
-    GitCommandError,
-    InvalidJobError,
-    MergeConflictError,
-    MergerError,
-    UnknownRefError,
-)
-from workers.merger.gitcmd import classify
-from workers.merger.model import (
+from scheduler.wire.merger import (
     Change,
     ChangeResult,
     ConfigFiles,
@@ -47,6 +38,15 @@ from workers.merger.model import (
     ProjectState,
     Status,
 )
+from workers.merger.cache import RepoCache
+from workers.merger.errors import (
+    GitCommandError,
+    InvalidJobError,
+    MergeConflictError,
+    MergerError,
+    UnknownRefError,
+)
+from workers.merger.gitcmd import classify
 from workers.merger.modes import Applier
 from workers.merger.names import (
     check_change,

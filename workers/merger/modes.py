@@ -31,9 +31,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from scheduler.wire.merger import MergeMode
 from workers.merger.errors import GitCommandError, MergeConflictError
 from workers.merger.gitcmd import Git
-from workers.merger.model import MergeMode
 
 MERGER_NAME = "Sluice Merger"
 MERGER_EMAIL = "merger@sluice.invalid"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
+from scheduler.wire.merger import Change
 from workers.merger.errors import InvalidJobError
-from workers.merger.model import Change
 
 JOBS_NAMESPACE = "refs/sluice/jobs/"
 MEMO_NAMESPACE = "refs/sluice/memo/"

@@ -11,6 +11,23 @@ Names follow the engine's vocabulary: a *change* is a ref or commit of one
 project that targets one branch; a *project state* maps every branch of a
 project to a commit; *config files* are the Zuul/Sluice YAML files of one
 project-branch, path -> text.
+
+A merge request in ZooKeeper (the merger queue of :mod:`scheduler.zk.job_requests`)
+carries, in this format:
+
+* **params** ``{"kind": <JobKind>, "job": <the job's to_dict()>}``
+  (:func:`request_params`, read back with :func:`read_params`);
+* **the request node**: ``job_name`` is the job's ``job_id`` and
+  ``info`` is ``{"kind": <JobKind>}`` (so the result event names the job,
+  and a lost request still tells what it was);
+* **result data** the result's ``to_dict()`` plus ``"kind"``
+  (:func:`result_data`); a request the sweep found lost holds
+  ``{"result": "LOST"}`` instead. :func:`decode_result` turns either into a
+  typed result: a lost one is ``failed`` with a failure of kind ``lost``
+  (the merge should be redone).
+
+This module is the scheduler's and the workers' common ground: it imports
+nothing of ``workers/`` and does no I/O (``docs/merger.md``).
 """
 
 from __future__ import annotations
@@ -19,11 +36,18 @@ import dataclasses
 import enum
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, ClassVar, Self, Union
 
-from workers.merger.errors import InvalidJobError
+from scheduler.errors import SluiceError
 
 SCHEMA = 1
+
+
+class InvalidRecordError(SluiceError, ValueError):
+    """Data that is not a valid record of this format (a job, a result, request params)."""
+
+    kind = "invalid"
 
 
 class MergeMode(enum.StrEnum):
@@ -54,7 +78,7 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
-        """Build from ``to_dict()`` output; malformed data raises :class:`InvalidJobError`."""
+        """Build from ``to_dict()`` output; malformed data raises :class:`InvalidRecordError`."""
         try:
             hints = typing.get_type_hints(cls)
             kwargs = {
@@ -63,10 +87,10 @@ class Record:
                 if f.name in data
             }
             return cls(**kwargs)
-        except InvalidJobError:
+        except InvalidRecordError:
             raise
         except (AttributeError, KeyError, TypeError, ValueError, StopIteration) as exc:
-            raise InvalidJobError(f"malformed {cls.__name__}: {exc!r}") from None
+            raise InvalidRecordError(f"malformed {cls.__name__}: {exc!r}") from None
 
 
 def _dump(value: Any) -> Any:
@@ -211,9 +235,11 @@ class BranchHeadsJob(Record):
 class Failure(Record):
     """Why a job did not succeed, naming the project, the ref and the change.
 
-    ``kind`` is a conflict (``files`` lists the conflicting paths) or one of
-    the error kinds of :mod:`workers.merger.errors` (``unreachable``,
-    ``unknown-ref``, ``corrupt``, ``invalid``, ``lock-timeout``, ...).
+    ``kind`` is a conflict (``files`` lists the conflicting paths), one of
+    the merger's error kinds (``unreachable``, ``unknown-ref``, ``corrupt``,
+    ``invalid``, ``lock-timeout``, ... : ``docs/merger.md``), ``internal``
+    (a bug in the merger, logged there with its traceback) or :data:`LOST`
+    (the merger died; redo the merge).
     """
 
     kind: str
@@ -312,3 +338,114 @@ class BranchHeadsResult(Record):
     state: ProjectState | None = None
     failure: Failure | None = None
     schema: int = SCHEMA
+
+
+# --------------------------------------------------------------------------
+# Merge requests: params and result data
+
+
+class JobKind(enum.StrEnum):
+    """What a merge request asks for; each kind has one job and one result class."""
+
+    MERGE = "merge"
+    FILES_CHANGES = "files-changes"
+    CONFIG = "config"
+    BRANCH_HEADS = "branch-heads"
+
+
+MergerJob = MergeJob | FilesChangesJob | ConfigJob | BranchHeadsJob
+MergerResult = MergeResult | FilesChangesResult | ConfigResult | BranchHeadsResult
+
+# kind -> (job class, result class)
+KIND_CLASSES: Mapping[JobKind, tuple[type[MergerJob], type[MergerResult]]] = {
+    JobKind.MERGE: (MergeJob, MergeResult),
+    JobKind.FILES_CHANGES: (FilesChangesJob, FilesChangesResult),
+    JobKind.CONFIG: (ConfigJob, ConfigResult),
+    JobKind.BRANCH_HEADS: (BranchHeadsJob, BranchHeadsResult),
+}
+
+_KINDS = frozenset(kind.value for kind in JobKind)
+
+# Failure kind of a request whose merger died (the sweep completed it as lost).
+LOST = "lost"
+# What the ZooKeeper layer stores as the result of a lost request.
+LOST_RESULT: Mapping[str, Any] = {"result": "LOST"}
+
+
+def job_kind(job: MergerJob) -> JobKind:
+    """The kind of ``job`` (from its class)."""
+    for kind, (job_class, _) in KIND_CLASSES.items():
+        if type(job) is job_class:
+            return kind
+    raise InvalidRecordError(f"not a merger job: {type(job).__name__}")
+
+
+def parse_kind(kind: object) -> JobKind:
+    """``kind`` as a :class:`JobKind`; :class:`InvalidRecordError` if it is none."""
+    if isinstance(kind, str) and kind in _KINDS:
+        return JobKind(kind)
+    raise InvalidRecordError(f"unknown merger job kind {kind!r}")
+
+
+def request_params(job: MergerJob) -> dict[str, Any]:
+    """The params of a merge request for ``job``: ``{"kind": ..., "job": job.to_dict()}``."""
+    return {"kind": job_kind(job).value, "job": job.to_dict()}
+
+
+def read_params(params: Mapping[str, Any]) -> tuple[JobKind, dict[str, Any]]:
+    """The kind and the job dict of a request's params (not decoded: the worker's engine does).
+
+    :class:`InvalidRecordError` if ``params`` are not in the shape of
+    :func:`request_params`.
+    """
+    kind = parse_kind(params.get("kind"))
+    job = params.get("job")
+    if not isinstance(job, dict):
+        raise InvalidRecordError(f"merge request params hold no job (got {type(job).__name__})")
+    return kind, job
+
+
+def read_job(params: Mapping[str, Any]) -> MergerJob:
+    """The typed job of a request's params; :class:`InvalidRecordError` if malformed."""
+    kind, job = read_params(params)
+    return KIND_CLASSES[kind][0].from_dict(job)
+
+
+def result_data(kind: JobKind | str, result: Mapping[str, Any]) -> dict[str, Any]:
+    """What a merger stores as a request's result: the result's dict and its ``kind``."""
+    return {**result, "kind": parse_kind(kind).value}
+
+
+def is_lost(data: Mapping[str, Any]) -> bool:
+    """Whether stored result data is the ZooKeeper layer's ``LOST`` marker."""
+    return bool(data.get("result") == LOST_RESULT["result"])
+
+
+def lost_result(kind: JobKind | str, job_id: str = "") -> MergerResult:
+    """The typed result of a request whose merger died: failed, failure kind :data:`LOST`."""
+    result_class = KIND_CLASSES[parse_kind(kind)][1]
+    failure = Failure(LOST, "the merger running this request died; merge again")
+    return result_class(job_id=job_id, status=Status.FAILED, failure=failure)
+
+
+def decode_result(
+    data: Mapping[str, Any],
+    *,
+    lost: bool = False,
+    kind: JobKind | str | None = None,
+    job_id: str = "",
+) -> MergerResult:
+    """The typed result of a request's stored result data.
+
+    ``kind`` is what the submitter asked for: it decodes a lost request
+    (whose data names no kind; default ``merge``) and, when given, must
+    match the stored kind. ``job_id`` names a lost request's job.
+    :class:`InvalidRecordError` if the data is no merger result.
+    """
+    if lost or is_lost(data):
+        return lost_result(kind or JobKind.MERGE, job_id)
+    stored = parse_kind(data.get("kind", kind))
+    if kind is not None and parse_kind(kind) is not stored:
+        raise InvalidRecordError(f"expected a {parse_kind(kind)} result, got {stored}")
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    return KIND_CLASSES[stored][1].from_dict(fields)

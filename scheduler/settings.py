@@ -70,6 +70,27 @@ class ConnectionSettings:
 
 
 @dataclass(frozen=True)
+class ExecutorSettings:
+    """How an executor runs jobs (``executor:`` in ``sluice.yaml``, docs/executor.md).
+
+    The defaults are the job runner's (``workers.executor.RunnerOptions``).
+    """
+
+    # Seconds between two polls of the cancel flag while a step runs.
+    poll_interval: float = 0.2
+    # Seconds between SIGTERM and SIGKILL when a step's tree is stopped.
+    kill_grace: float = 1.0
+    # Borrow a local source's objects (fast) rather than fetch them.
+    share_objects: bool = True
+    # Lines of the log's end kept in the result.
+    tail_lines: int = 50
+    # Bytes of result data a job may write.
+    result_data_limit: int = 1024 * 1024
+    # Characters of job output kept in job-output.txt (0: no limit).
+    log_limit: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class Settings:
     zookeeper: ZooKeeperSettings
     broker_url: str
@@ -82,6 +103,7 @@ class Settings:
     # Redis visibility timeout: an unacknowledged message is redelivered
     # after this many seconds (see docs/celery.md on acks for builds).
     visibility_timeout: float = 3600.0
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     # Where the settings came from (None: built-in defaults only).
     source: Path | None = None
 
@@ -250,6 +272,34 @@ def _read_connections(reader: _Reader | None, base: Path) -> dict[str, Connectio
     return connections
 
 
+def _read_executor(reader: _Reader | None) -> ExecutorSettings:
+    if reader is None:
+        return ExecutorSettings()
+    default = ExecutorSettings()
+    poll_interval = reader.get("poll_interval", float, default.poll_interval)
+    if poll_interval <= 0:
+        raise reader.error("poll_interval", "must be positive")
+    kill_grace = reader.get("kill_grace", float, default.kill_grace)
+    if kill_grace < 0:
+        raise reader.error("kill_grace", "must not be negative")
+    if poll_interval + kill_grace >= 2.0:
+        # A cancel must stop a build within 2 s.
+        raise reader.error("kill_grace", "poll_interval + kill_grace must stay below 2 seconds")
+    counts = {}
+    for key, minimum in (("tail_lines", 0), ("result_data_limit", 1), ("log_limit", 0)):
+        counts[key] = reader.get(key, int, getattr(default, key))
+        if counts[key] < minimum:
+            raise reader.error(key, f"must be at least {minimum}")
+    share_objects = reader.get("share_objects", bool, default.share_objects)
+    reader.finish()
+    return ExecutorSettings(
+        poll_interval=poll_interval,
+        kill_grace=kill_grace,
+        share_objects=share_objects,
+        **counts,
+    )
+
+
 def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
     reader = _Reader(data, where)
     zookeeper = _read_zookeeper(reader.sub("zookeeper"), base)
@@ -262,6 +312,7 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
     connections = _read_connections(reader.sub("connections"), base)
     sweep_interval = reader.get("sweep_interval", float, 10.0)
     visibility_timeout = reader.get("visibility_timeout", float, 3600.0)
+    executor = _read_executor(reader.sub("executor"))
     reader.finish()
     return Settings(
         zookeeper=zookeeper,
@@ -272,6 +323,7 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
         connections=connections,
         sweep_interval=sweep_interval,
         visibility_timeout=visibility_timeout,
+        executor=executor,
     )
 
 

@@ -33,7 +33,12 @@ from tests.executor.helpers import Repo, make_spec
 from tests.executor_e2e.conftest import Builds
 from tests.fixtures.waiting import wait_until
 from workers.executor import ResultCode, RunnerOptions
-from workers.executor.service import BuildOutcome, ExecutionReport, execute_request
+from workers.executor.service import (
+    BuildOutcome,
+    ExecutionReport,
+    execute_request,
+    runner_options,
+)
 
 T = TypeVar("T")
 
@@ -159,6 +164,11 @@ def test_a_lost_session_stops_the_build_and_the_sweep_records_it_lost(
     assert events(builds)[-1] == RequestEvent.COMPLETED.value
     # The worker's client comes back on a new session, ready for its next build.
     wait_until(lambda: queue.get(request.uuid) is not None, 10, "the worker's client")
+
+
+def test_runner_options_from_settings_default_to_the_runners(builds: Builds) -> None:
+    options = runner_options(builds.settings)
+    assert options == RunnerOptions(state_dir=builds.settings.state_dir)
 
 
 def test_one_sweep_at_a_time(builds: Builds) -> None:

@@ -106,6 +106,37 @@ def test_errors_name_file_line_and_key(text: str, message: str) -> None:
     assert str(info.value).startswith(message)
 
 
+def test_executor_section(tmp_path: Path) -> None:
+    text = "executor:\n  poll_interval: 0.1\n  kill_grace: 0.5\n  share_objects: false\n"
+    settings = parse_settings(text, "sluice.yaml", tmp_path)
+    assert settings.executor.poll_interval == 0.1
+    assert settings.executor.kill_grace == 0.5
+    assert settings.executor.share_objects is False
+    assert settings.executor.tail_lines == 50
+    assert parse_settings("", "sluice.yaml", tmp_path).executor.poll_interval == 0.2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("executor:\n  pol_interval: 1\n", "sluice.yaml:2: executor.pol_interval: unknown key"),
+        (
+            "executor:\n  poll_interval: 1\n  kill_grace: 1.5\n",
+            "sluice.yaml:3: executor.kill_grace: poll_interval + kill_grace must stay below 2",
+        ),
+        ("executor:\n  tail_lines: -1\n", "sluice.yaml:2: executor.tail_lines: must be at least 0"),
+        (
+            "executor:\n  share_objects: 1\n",
+            "sluice.yaml:2: executor.share_objects: expected true/false, got int",
+        ),
+    ],
+)
+def test_executor_section_errors(text: str, message: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        parse_settings(text, "sluice.yaml", Path("/base"))
+    assert str(info.value).startswith(message)
+
+
 def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="config file not found"):
         load_settings(tmp_path / "nope.yaml", environ={})

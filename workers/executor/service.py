@@ -107,6 +107,20 @@ def worker_name(node: str | None = None) -> str:
     return f"{node or socket.gethostname()}:{os.getpid()}"
 
 
+def runner_options(settings: Settings) -> RunnerOptions:
+    """The runner's options from ``sluice.yaml``: ``state_dir`` and the ``executor:`` section."""
+    executor = settings.executor
+    return RunnerOptions(
+        state_dir=settings.state_dir,
+        poll_interval=executor.poll_interval,
+        kill_grace=executor.kill_grace,
+        tail_lines=executor.tail_lines,
+        result_data_limit=executor.result_data_limit,
+        share_objects=executor.share_objects,
+        log_limit=executor.log_limit or None,
+    )
+
+
 def open_queue(client: ZooKeeperClient, zone: str | None = None) -> JobRequestQueue:
     """The executor request queue of ``zone`` (``None``: the unzoned queue)."""
     return JobRequestQueue(client, paths.executor_queue(zone))
@@ -287,5 +301,5 @@ def execute(
     worker: str,
 ) -> ExecutionReport:
     """:func:`execute_request` on the queue of ``zone`` with this worker's runner options."""
-    options = RunnerOptions.from_settings(settings)
+    options = runner_options(settings)
     return execute_request(open_queue(client, zone), request_uuid, worker, options)

@@ -1,0 +1,71 @@
+"""Tenant layouts shared through ZooKeeper: reconfiguration, per-process cache, the seam.
+
+* :func:`reconfigure_tenant` — under the tenant WRITE lock: fetch every
+  project branch's config files, write the ZooKeeper config cache, build the
+  layout (last good files for broken branches), record the layout state.
+* :class:`TenantLayouts` — a process's built layouts, validated against the
+  layout state before each use and rebuilt from ZooKeeper alone (under the
+  READ lock) when stale; also the event routing of the forwarding hops
+  (``tenants_for_project``, ``pipelines_for_event``).
+* :class:`LayoutManagerSource` — the processing seam: the pipeline's manager
+  with a :class:`LayoutFreezer` (speculative layouts for items that change
+  config) and a semaphore ledger.
+
+See docs/config.md ("The config cache, layout states and reconfiguration").
+"""
+
+from __future__ import annotations
+
+from scheduler.layouts.cache import TenantLayout, TenantLayouts, build_from_state
+from scheduler.layouts.errors import (
+    LayoutError,
+    LayoutMismatchError,
+    LockTimeoutError,
+    NoLayoutError,
+    TenantNotFoundError,
+    UnknownPipelineError,
+    UnsupportedManagerError,
+)
+from scheduler.layouts.reconfigure import (
+    Fetch,
+    ReconfigureResult,
+    load_tenant,
+    reconfigure_tenant,
+)
+from scheduler.layouts.source import (
+    LayoutFreezer,
+    LayoutManagerSource,
+    config_files_key,
+    job_info,
+    split_config_files_key,
+)
+from scheduler.layouts.state import KeptInfo, LayoutState, tenant_from_dict, tenant_to_dict
+from scheduler.layouts.triggers import filter_matches, pipelines_for_event
+
+__all__ = [
+    "Fetch",
+    "KeptInfo",
+    "LayoutError",
+    "LayoutFreezer",
+    "LayoutManagerSource",
+    "LayoutMismatchError",
+    "LayoutState",
+    "LockTimeoutError",
+    "NoLayoutError",
+    "ReconfigureResult",
+    "TenantLayout",
+    "TenantLayouts",
+    "TenantNotFoundError",
+    "UnknownPipelineError",
+    "UnsupportedManagerError",
+    "build_from_state",
+    "config_files_key",
+    "filter_matches",
+    "job_info",
+    "load_tenant",
+    "pipelines_for_event",
+    "reconfigure_tenant",
+    "split_config_files_key",
+    "tenant_from_dict",
+    "tenant_to_dict",
+]

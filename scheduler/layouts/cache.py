@@ -1,0 +1,179 @@
+"""Per-process cache of tenant layouts, validated against ZooKeeper before each use.
+
+:meth:`TenantLayouts.get` answers with the tenant's current layout:
+
+* a cached layout is used only if the tenant's layout state still has the
+  ``mzxid`` (ltime) it was built from: one ``exists`` call per use
+  (DESIGN.md invariant 1);
+* otherwise the layout is rebuilt from ZooKeeper alone, under the tenant
+  READ lock so no reconfiguration changes the state meanwhile: the state
+  names the tenant's definition and the exact files of every branch, the
+  files come from the config cache, and the result must have the content
+  hash the state records (:class:`LayoutMismatchError` otherwise, e.g. two
+  Sluice versions that parse differently).
+
+No merger is involved. The same state gives every process a byte-identical
+``Layout.to_json()``.
+
+Routing for the event hops (:class:`scheduler.processing.forwarding.Routing`)
+lives here too: :meth:`TenantLayouts.tenants_for_project` reads only the
+layout states (tenant definitions), :meth:`TenantLayouts.pipelines_for_event`
+the layout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.config import Layout, LayoutResult, Tenant, UnparsedBranch, build_layout
+from scheduler.layouts.errors import LayoutMismatchError, LockTimeoutError, NoLayoutError
+from scheduler.layouts.state import LayoutState
+from scheduler.layouts.triggers import pipelines_for_event
+from scheduler.zk import config_cache as cc
+from scheduler.zk import locks, paths
+from scheduler.zk.client import ZooKeeperClient
+
+log = logging.getLogger(__name__)
+
+REBUILD_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class TenantLayout:
+    """A built layout with the state and files it came from."""
+
+    state: LayoutState
+    result: LayoutResult
+    # every branch the layout was built from (kept branches: their last good files)
+    branches: tuple[UnparsedBranch, ...]
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.state.tenant
+
+    @property
+    def layout(self) -> Layout:
+        return self.result.layout
+
+    def branch_files(self, project: str, branch: str) -> Mapping[str, str] | None:
+        for unparsed in self.branches:
+            if (unparsed.project, unparsed.branch) == (project, branch):
+                return unparsed.files
+        return None
+
+
+def build_from_state(client: ZooKeeperClient, state: LayoutState) -> TenantLayout:
+    """Rebuild the layout a state describes from the config cache (no lock taken)."""
+    branches = tuple(
+        UnparsedBranch(s.project, s.branch, cc.read_files(client, s)) for s in state.sources
+    )
+    result = build_layout(state.tenant, branches)
+    built = result.layout.content_hash()
+    if built != state.layout_hash:
+        raise LayoutMismatchError(
+            f"tenant {state.name!r}: rebuilt layout {built[:12]} but the state "
+            f"{state.uuid} records {state.layout_hash[:12]}"
+        )
+    return TenantLayout(state, result, branches)
+
+
+class TenantLayouts:
+    """Built layouts by tenant, for one process (thread-safe)."""
+
+    def __init__(self, client: ZooKeeperClient, *, lock_timeout: float | None = None) -> None:
+        self.client = client
+        self.lock_timeout = lock_timeout
+        self.rebuilds = 0  # how many layouts this process built (for tests and metrics)
+        self._layouts: dict[str, TenantLayout] = {}
+        self._states: dict[str, LayoutState] = {}
+        self._lock = threading.Lock()
+
+    # -- layouts ---------------------------------------------------------------
+
+    def get(self, tenant: str) -> TenantLayout:
+        """The tenant's current layout; :class:`NoLayoutError` if never reconfigured."""
+        mzxid = cc.layout_state_mzxid(self.client, tenant)
+        if mzxid is None:
+            raise NoLayoutError(f"tenant {tenant!r} has no layout yet (not reconfigured)")
+        with self._lock:
+            cached = self._layouts.get(tenant)
+        if cached is not None and cached.state.mzxid == mzxid:
+            return cached
+        built = self._rebuild(tenant)
+        with self._lock:
+            self._layouts[tenant] = built
+            self._states[tenant] = built.state
+        return built
+
+    def _rebuild(self, tenant: str) -> TenantLayout:
+        held = locks.acquire(
+            self.client,
+            paths.tenant_lock(tenant),
+            kind=locks.LockKind.READ,
+            identifier="layout-reader",
+            timeout=self.lock_timeout,
+        )
+        if held is None:
+            raise LockTimeoutError(f"tenant {tenant!r}: read lock not obtained in time")
+        with held:
+            record = cc.load_layout_state(self.client, tenant)
+            if record is None:
+                raise NoLayoutError(f"tenant {tenant!r} has no layout yet (not reconfigured)")
+            state = LayoutState.from_record(record)
+            built = build_from_state(self.client, state)
+        self.rebuilds += 1
+        log.info("tenant %s: built layout %s from the config cache", tenant, state.uuid)
+        return built
+
+    def invalidate(self, tenant: str | None = None) -> None:
+        with self._lock:
+            if tenant is None:
+                self._layouts.clear()
+                self._states.clear()
+            else:
+                self._layouts.pop(tenant, None)
+                self._states.pop(tenant, None)
+
+    # -- states only (cheap: no build) -------------------------------------
+
+    def state(self, tenant: str) -> LayoutState | None:
+        """The tenant's layout state (validated by mzxid), without building the layout."""
+        mzxid = cc.layout_state_mzxid(self.client, tenant)
+        if mzxid is None:
+            return None
+        with self._lock:
+            cached = self._states.get(tenant)
+        if cached is not None and cached.mzxid == mzxid:
+            return cached
+        record = cc.load_layout_state(self.client, tenant)
+        if record is None:
+            return None
+        state = LayoutState.from_record(record)
+        with self._lock:
+            self._states[tenant] = state
+        return state
+
+    def tenants(self) -> list[str]:
+        return cc.layout_tenants(self.client)
+
+    # -- routing (scheduler.processing.forwarding.Routing) --------------------
+
+    def tenants_for_project(self, connection: str, project: str) -> list[str]:
+        """Tenants whose definition holds ``project`` of ``connection``."""
+        found: list[str] = []
+        for tenant in self.tenants():
+            state = self.state(tenant)
+            if state is None:
+                continue
+            held = state.tenant.project(project)
+            if held is not None and held.connection == connection:
+                found.append(tenant)
+        return found
+
+    def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]:
+        """Pipelines of ``tenant`` whose triggers match ``event`` (see triggers.py)."""
+        return pipelines_for_event(self.get(tenant), event)

@@ -1,0 +1,161 @@
+"""The processing seam: managers, frozen jobs and semaphore ledgers from the tenant layout.
+
+:class:`LayoutManagerSource` implements
+:class:`scheduler.processing.environment.ManagerSource`: for a tenant and a
+pipeline it returns the pipeline's manager (by its ``manager`` setting),
+configured from the current layout (:class:`~scheduler.layouts.cache.TenantLayouts`,
+validated against ZooKeeper on every ``open``), and a
+:class:`~scheduler.processing.semaphores.TxnLedger` with the layout's
+semaphore maxima.
+
+The manager's :class:`LayoutFreezer` freezes an item's job graph after its
+merge. When the merge's config files differ from the branch files the
+layout was built from, the item runs with a speculative layout and the
+errors its files introduce become the item's result
+(``FreezeResult.errors``, each ``file:line: ...``); the tenant's layout is
+not touched.
+
+``MergeOutcome.config_files`` keys are ``"<project>@<branch>"`` with the
+project's name in the tenant (unique within a tenant; use
+:func:`config_files_key`). A merger reads the Zuul/Sluice config paths of
+the merged tree (``zuul.yaml``, ``zuul.d/``, ``.zuul.yaml``, ``.zuul.d/``,
+``.sluice.yaml``); files of the tenant's ``extra-config-paths`` are taken
+from the layout's branch when the merger did not send them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.config import ConfigError, FrozenJob, JobGraph, Layout, UnparsedBranch
+from scheduler.config import speculative_layout as build_speculative
+from scheduler.config.checkout import candidate_paths
+from scheduler.layouts.cache import TenantLayout, TenantLayouts
+from scheduler.layouts.errors import UnknownPipelineError, UnsupportedManagerError
+from scheduler.manager import manager_class
+from scheduler.manager.base import FreezeResult, PipelineManager, PipelineSettings
+from scheduler.manager.events import MergeOutcome
+from scheduler.model.build import Dependency, JobInfo
+from scheduler.model.item import QueueItem
+from scheduler.processing.semaphores import TxnLedger
+from scheduler.zk.client import ZooKeeperClient
+
+
+def config_files_key(project: str, branch: str) -> str:
+    """The key of a project branch in ``MergeOutcome.config_files``."""
+    return f"{project}@{branch}"
+
+
+def split_config_files_key(key: str, projects: list[str]) -> tuple[str, str] | None:
+    """``(project, branch)`` of a key, the longest tenant project that fits; None if none."""
+    for project in sorted(projects, key=len, reverse=True):
+        prefix = f"{project}@"
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return project, key[len(prefix) :]
+    return None
+
+
+def job_info(job: FrozenJob, graph: JobGraph) -> JobInfo:
+    """What scheduling needs of a frozen job; ``spec`` is its JSON for the executor."""
+    soft = {d.name: d.soft for d in job.dependencies}
+    spec: dict[str, Any] = json.loads(job.to_json())
+    return JobInfo(
+        name=job.name,
+        dependencies=tuple(
+            Dependency(name, soft.get(name, False)) for name in graph.dependencies[job.name]
+        ),
+        voting=job.voting,
+        attempts=job.attempts,
+        semaphores=tuple(s.name for s in job.semaphores),
+        spec=spec,
+    )
+
+
+def _proposed(
+    layout: TenantLayout, config_files: Mapping[str, Mapping[str, str]]
+) -> list[UnparsedBranch]:
+    """The item's branches whose config differs from the layout's (its proposals)."""
+    projects = [p.name for p in layout.tenant.projects]
+    proposed: list[UnparsedBranch] = []
+    for key in sorted(config_files):
+        where = split_config_files_key(key, projects)
+        if where is None:
+            continue  # not a project of this tenant
+        base = dict(layout.branch_files(*where) or {})
+        files = {p: t for p, t in base.items() if not candidate_paths([p])}
+        files.update(config_files[key])
+        if files != base:
+            proposed.append(UnparsedBranch(where[0], where[1], files))
+    return proposed
+
+
+class LayoutFreezer:
+    """The :class:`~scheduler.manager.base.LayoutProvider` of one pipeline."""
+
+    def __init__(self, layout: TenantLayout, pipeline: str) -> None:
+        self.tenant_layout = layout
+        self.pipeline = pipeline
+
+    def layout_for(self, outcome: MergeOutcome) -> tuple[Layout, tuple[ConfigError, ...]]:
+        """The layout an item runs with, and the config errors its files introduce."""
+        proposed = _proposed(self.tenant_layout, outcome.config_files)
+        if not proposed:
+            return self.tenant_layout.layout, ()
+        tenant_layout = self.tenant_layout
+        speculative = build_speculative(tenant_layout.tenant, tenant_layout.branches, proposed)
+        return speculative.result.layout, speculative.errors
+
+    def freeze(self, item: QueueItem, outcome: MergeOutcome) -> FreezeResult:
+        layout, errors = self.layout_for(outcome)
+        if errors:
+            return FreezeResult(errors=tuple(e.text() for e in errors))
+        change = item.change
+        try:
+            graph = layout.freeze_job_graph(
+                change.project, change.branch, self.pipeline, outcome.files or None
+            )
+        except ConfigError as exc:
+            return FreezeResult(errors=(exc.text(),))
+        return FreezeResult(jobs=tuple(job_info(job, graph) for job in graph.jobs))
+
+
+class LayoutManagerSource:
+    """Managers for pipelines under each tenant's current layout (a ``ManagerSource``)."""
+
+    def __init__(
+        self,
+        layouts: TenantLayouts | None = None,
+        global_semaphores: frozenset[str] = frozenset(),
+    ) -> None:
+        self.layouts = layouts
+        self.global_semaphores = global_semaphores
+
+    def _layouts(self, client: ZooKeeperClient) -> TenantLayouts:
+        if self.layouts is None or self.layouts.client is not client:
+            self.layouts = TenantLayouts(client)
+        return self.layouts
+
+    def open(
+        self, client: ZooKeeperClient, tenant: str, pipeline: str
+    ) -> tuple[PipelineManager, TxnLedger]:
+        layout = self._layouts(client).get(tenant)
+        config = layout.layout.pipelines.get(pipeline)
+        if config is None:
+            raise UnknownPipelineError(f"tenant {tenant!r} has no pipeline {pipeline!r}")
+        try:
+            kind = manager_class(config.manager)
+        except ValueError:
+            raise UnsupportedManagerError(
+                f"pipeline {pipeline!r} of tenant {tenant!r}: manager {config.manager!r} "
+                "is not implemented in this Sluice yet"
+            ) from None
+        settings = PipelineSettings(
+            name=config.name,
+            manager=config.manager,
+            dequeue_on_new_patchset=config.dequeue_on_new_patchset,
+        )
+        maxima = {name: sem.max for name, sem in layout.layout.semaphores.items()}
+        ledger = TxnLedger(client, tenant, maxima, self.global_semaphores)
+        return kind(settings, LayoutFreezer(layout, pipeline), ledger), ledger

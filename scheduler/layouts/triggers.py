@@ -1,0 +1,123 @@
+"""Which pipelines of a tenant an event triggers (the git driver's trigger semantics).
+
+An event is a JSON mapping as the connection queues carry it::
+
+    {"type": "ref-updated", "connection": "git", "project": "app",
+     "branch": "main", "ref": "refs/heads/main", "oldrev": "...", "newrev": "..."}
+
+A pipeline is triggered when one of its trigger filters for the event's
+connection matches, AND the project runs jobs in that pipeline on that
+branch (Zuul drops an event of a project that is not in the pipeline; doing
+it here saves a pipeline pass). A git trigger filter, as Zuul documents it
+for its git driver, plus what a git merge queue needs:
+
+* ``event``: a name or a list; the event's ``type`` (or ``event``) must be
+  one of them (the git driver emits ``ref-updated``).
+* ``ref``: a regex or a list; one must match (``re.match``, anchored at the
+  start as in Zuul) the full ref, ``refs/heads/<branch>`` for a branch given
+  by its short name.
+* ``branch`` (Sluice): a regex or a list, matched against the branch name,
+  so ``branch: ^main$`` reads as it says.
+* ``ignore-deletes`` (default true): a ref deletion (``newrev`` all zeros,
+  or ``deleted: true``) does not match.
+
+Patterns go through the configuration's restricted regex policy
+(:func:`scheduler.config.regex.compile_matcher`); a refused pattern matches
+nothing and is logged once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from scheduler.config.regex import RegexPolicyError, compile_matcher
+
+if TYPE_CHECKING:
+    from scheduler.layouts.cache import TenantLayout
+
+log = logging.getLogger(__name__)
+
+HEADS = "refs/heads/"
+
+
+@functools.lru_cache(maxsize=1024)
+def _pattern(text: str) -> re.Pattern[str] | None:
+    try:
+        return compile_matcher(text)
+    except (RegexPolicyError, re.error) as exc:
+        log.error("trigger pattern %r refused: %s", text, exc)
+        return None
+
+
+def _names(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _any_match(patterns: list[str], value: str) -> bool:
+    for text in patterns:
+        pattern = _pattern(text)
+        if pattern is not None and pattern.match(value):
+            return True
+    return False
+
+
+def full_ref(event: Mapping[str, Any]) -> str:
+    """The event's ref as a full ref name (``main`` -> ``refs/heads/main``)."""
+    ref = str(event.get("ref") or event.get("branch") or "")
+    return ref if ref.startswith("refs/") else HEADS + ref
+
+
+def branch_of(event: Mapping[str, Any]) -> str:
+    branch = str(event.get("branch") or "")
+    if branch:
+        return branch
+    ref = full_ref(event)
+    return ref[len(HEADS) :] if ref.startswith(HEADS) else ""
+
+
+def is_deletion(event: Mapping[str, Any]) -> bool:
+    newrev = str(event.get("newrev") or "")
+    return bool(event.get("deleted")) or (bool(newrev) and set(newrev) == {"0"})
+
+
+def filter_matches(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
+    """Whether one trigger filter of a git connection matches ``event``."""
+    kind = str(event.get("type") or event.get("event") or "")
+    if kind not in _names(spec.get("event")):
+        return False
+    if spec.get("ignore-deletes", True) and is_deletion(event):
+        return False
+    refs = _names(spec.get("ref"))
+    if refs and not _any_match(refs, full_ref(event)):
+        return False
+    branches = _names(spec.get("branch"))
+    return not (branches and not _any_match(branches, branch_of(event)))
+
+
+def pipelines_for_event(layout: TenantLayout, event: Mapping[str, Any]) -> list[str]:
+    """Names of the tenant's pipelines that ``event`` triggers, sorted."""
+    connection = str(event.get("connection") or "")
+    project = str(event.get("project") or "")
+    held = layout.tenant.project(project)
+    if held is None or held.connection != connection:
+        return []
+    branch = branch_of(event)
+    found: list[str] = []
+    for name in sorted(layout.layout.pipelines):
+        pipeline = layout.layout.pipelines[name]
+        filters = pipeline.trigger.get(connection, ())
+        if not any(filter_matches(f, event) for f in filters):
+            continue
+        if layout.layout.project_pipelines(project, branch, name):
+            found.append(name)
+    return found

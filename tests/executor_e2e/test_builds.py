@@ -158,6 +158,7 @@ sleep 60
 
     lost = builds.queue().wait_for_result(first.uuid, SESSION_TIMEOUT + SWEEP_INTERVAL + 20)
     detected = time.monotonic() - killed
+    print(f"lost build detected {detected:.1f}s after the kill")
     assert lost is not None and lost.lost and lost.result == {"result": "LOST"}, lost
     # Session timeout + one sweep interval, plus slack for a loaded machine.
     assert detected < SESSION_TIMEOUT + SWEEP_INTERVAL + 3.0, f"lost after {detected:.1f}s"

@@ -1,0 +1,137 @@
+"""The processing seam: managers, frozen jobs, speculative config errors, routing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler.layouts import (
+    LayoutManagerSource,
+    TenantLayouts,
+    UnknownPipelineError,
+    UnsupportedManagerError,
+    config_files_key,
+    reconfigure_tenant,
+    split_config_files_key,
+)
+from scheduler.manager.events import MergeOutcome
+from scheduler.manager.independent import IndependentManager
+from scheduler.model.build import Dependency
+from scheduler.zk.client import ZooKeeperClient
+from tests.fixtures.services import ZooKeeperTarget
+from tests.layouts.gitrepos import GitRepos
+from tests.layouts.world import APP, APP_BROKEN, TENANT, World, dedent, item, make_world
+
+
+@pytest.fixture
+def world(tmp_path: Path, repos: GitRepos, zookeeper: ZooKeeperTarget) -> World:
+    return make_world(tmp_path, repos, zookeeper)
+
+
+@pytest.fixture
+def source(client: ZooKeeperClient, world: World) -> LayoutManagerSource:
+    reconfigure_tenant(client, world.settings, TENANT, world.repos.fetch)
+    return LayoutManagerSource(TenantLayouts(client))
+
+
+def test_open_gives_the_pipelines_manager_and_a_ledger_with_the_layouts_maxima(
+    client: ZooKeeperClient, source: LayoutManagerSource
+) -> None:
+    manager, ledger = source.open(client, TENANT, "post")
+    assert isinstance(manager, IndependentManager)
+    assert manager.settings.name == "post" and not manager.settings.dequeue_on_new_patchset
+    assert dict(ledger.maxima) == {"db": 2} and ledger.tenant == TENANT
+    with pytest.raises(UnknownPipelineError, match="'nope'"):
+        source.open(client, TENANT, "nope")
+    with pytest.raises(UnsupportedManagerError, match="'dependent' is not implemented"):
+        source.open(client, TENANT, "gate")
+
+
+def test_freeze_gives_jobs_with_dependencies_voting_and_semaphores(
+    client: ZooKeeperClient, source: LayoutManagerSource
+) -> None:
+    manager, _ = source.open(client, TENANT, "check")
+    result = manager.layouts.freeze(item(), MergeOutcome(ok=True, files=("src/a.py",)))
+    assert result.errors == ()
+    jobs = {job.name: job for job in result.jobs}
+    assert list(jobs) == ["lint", "unit", "integ"]
+    assert jobs["lint"].voting is False
+    assert jobs["unit"].semaphores == ("db",) and jobs["unit"].attempts == 2
+    # the soft dependency on a job that does not run is dropped
+    assert jobs["integ"].dependencies == (Dependency("unit"), Dependency("lint", soft=True))
+    spec = jobs["unit"].spec
+    assert spec["name"] == "unit" and spec["run"][0]["path"] == "playbooks/base.yaml"
+    assert spec["timeout"] == 1800
+
+
+def test_a_change_that_breaks_config_gets_the_errors_as_its_result(
+    client: ZooKeeperClient, source: LayoutManagerSource
+) -> None:
+    manager, _ = source.open(client, TENANT, "check")
+    config = {config_files_key("app", "main"): {".zuul.yaml": dedent(APP_BROKEN)}}
+    result = manager.layouts.freeze(item(), MergeOutcome(ok=True, config_files=config))
+    assert result.jobs == ()
+    assert result.errors == (".zuul.yaml:3: project 'app': job 'nonexistent' is not defined",)
+
+
+def test_a_change_that_edits_config_runs_with_its_own_config(
+    client: ZooKeeperClient, source: LayoutManagerSource
+) -> None:
+    manager, _ = source.open(client, TENANT, "check")
+    edited = dedent(APP).replace("jobs: [lint, unit, integ]", "jobs: [lint, unit, integ, new]")
+    edited += "- job: {name: new, voting: false}\n"
+    config = {config_files_key("app", "main"): {".zuul.yaml": edited}}
+    result = manager.layouts.freeze(item(), MergeOutcome(ok=True, config_files=config))
+    assert [j.name for j in result.jobs] == ["lint", "unit", "integ", "new"]
+    same = {config_files_key("app", "main"): {".zuul.yaml": dedent(APP)}}
+    unchanged = manager.layouts.freeze(item(), MergeOutcome(ok=True, config_files=same))
+    assert [j.name for j in unchanged.jobs] == ["lint", "unit", "integ"]
+
+
+def test_a_freeze_error_is_reported_not_raised(
+    client: ZooKeeperClient, source: LayoutManagerSource
+) -> None:
+    manager, _ = source.open(client, TENANT, "post")
+    result = manager.layouts.freeze(item("lib"), MergeOutcome(ok=True))
+    assert result.errors == () and result.jobs == ()  # lib runs nothing in post
+
+
+def test_config_files_keys_split_on_the_tenants_project_names() -> None:
+    assert split_config_files_key("org/app@feature@x", ["org", "org/app"]) == (
+        "org/app",
+        "feature@x",
+    )
+    assert split_config_files_key("a@b@c", ["a", "a@b"]) == ("a@b", "c")
+    assert split_config_files_key("other@main", ["app"]) is None
+
+
+def _ref_updated(project: str, ref: str, **extra: str) -> dict[str, str]:
+    return {
+        "type": "ref-updated",
+        "connection": "git",
+        "project": project,
+        "ref": ref,
+        "oldrev": "1" * 40,
+        "newrev": "2" * 40,
+        **extra,
+    }
+
+
+def test_routing_follows_the_tenants_and_the_git_triggers(
+    client: ZooKeeperClient, source: LayoutManagerSource
+) -> None:
+    layouts = source.layouts
+    assert layouts is not None
+    assert layouts.tenants_for_project("git", "app") == [TENANT]
+    assert layouts.tenants_for_project("git", "lib") == [TENANT]  # "other" never reconfigured
+    assert layouts.tenants_for_project("elsewhere", "app") == []
+    route = layouts.pipelines_for_event
+    assert route(TENANT, _ref_updated("app", "refs/heads/main")) == ["check", "post"]
+    assert route(TENANT, _ref_updated("app", "main")) == ["check", "post"]
+    assert route(TENANT, _ref_updated("app", "refs/heads/dev", branch="dev")) == ["check"]
+    assert route(TENANT, _ref_updated("app", "refs/tags/v1")) == []  # check wants heads
+    assert route(TENANT, {**_ref_updated("app", "main"), "newrev": "0" * 40}) == []
+    assert route(TENANT, {**_ref_updated("app", "main"), "type": "other"}) == []
+    assert route(TENANT, _ref_updated("lib", "main")) == []  # lib has no jobs there
+    assert route(TENANT, _ref_updated("nope", "main")) == []

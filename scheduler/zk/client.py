@@ -78,6 +78,8 @@ class ZooKeeperClient:
         self._ping_pending = False
         self._stopping = threading.Event()
         self._watchdog: threading.Thread | None = None
+        # Ephemeral nodes a failed call may have left behind: (parent, name prefix).
+        self._leftovers: set[tuple[str, str]] = set()
         kazoo.add_listener(self._on_state)
 
     # ------------------------------------------------------------ state
@@ -119,11 +121,37 @@ class ZooKeeperClient:
         )
         self._watchdog.start()
 
+    def discard_later(self, parent: str, prefix: str) -> None:
+        """Delete our children of ``parent`` named ``prefix*`` once ZooKeeper answers again.
+
+        For ephemeral nodes a timed-out call may have created (a lock
+        contender whose create or cleanup got no answer): while the session
+        lives they would block others, so the watchdog removes them.
+        """
+        self._leftovers.add((parent, prefix))
+
+    def _discard_leftovers(self) -> None:
+        for parent, prefix in list(self._leftovers):
+            try:
+                names = self.get_children(parent)
+                for name in names:
+                    if name.startswith(prefix):
+                        with contextlib.suppress(NoNodeError):
+                            self.delete(f"{parent.rstrip('/')}/{name}")
+            except NoNodeError:
+                pass
+            except Exception as exc:  # still unreachable: try again next round
+                log.info("leftover %s/%s* not removed yet: %s", parent, prefix, exc)
+                continue
+            self._leftovers.discard((parent, prefix))
+
     def _watch(self) -> None:
         interval = self.session_timeout / 6.0
         while not self._stopping.wait(interval):
             if self._ping_pending or self.state != ConnectionState.CONNECTED:
                 continue
+            if self._leftovers and self.responsive():
+                self._discard_leftovers()
             self._ping_pending = True
             try:
                 self.kazoo.exists_async("/").rawlink(self._pong)

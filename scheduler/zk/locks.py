@@ -1,41 +1,49 @@
-"""Locks: kazoo ``Lock``, ``ReadLock``/``WriteLock`` and one-create side-channel claims.
+"""Locks: exclusive, read and write locks with deadlines, and one-create claims.
 
 Guarantees:
 
-* :func:`acquire` takes a kazoo lock recipe (exclusive, read or write) on a
-  lock directory and returns a :class:`HeldLock` whose
-  :attr:`HeldLock.context` names the holder's own ephemeral node. Writes
-  made through that context are fenced by it (:mod:`scheduler.zk.context`).
-  ``timeout`` bounds the wait; ``blocking=False`` tries once.
+* :func:`acquire` takes an exclusive, read or write lock on a lock
+  directory and returns a :class:`HeldLock` whose :attr:`HeldLock.context`
+  names the holder's own ephemeral node. Writes made through that context
+  are fenced by it (:mod:`scheduler.zk.context`). The algorithm and node
+  names are kazoo's ``Lock``/``ReadLock``/``WriteLock`` (sequential
+  ephemeral contenders ``<uuid>__lock__<seq>`` / ``<uuid>__rlock__<seq>``,
+  each watching its blocking predecessor), so kazoo tools see the same
+  contenders; but every call here has a deadline. kazoo's own recipe makes
+  calls without one and, measured here, blocks forever in its clean-up
+  when the server hangs. ``timeout`` bounds the whole acquire;
+  ``blocking=False`` tries once.
+* A contender node whose create or delete got no answer could block
+  everyone while our session lives; it is handed to the client's watchdog
+  (:meth:`~scheduler.zk.client.ZooKeeperClient.discard_later`), which
+  deletes it as soon as ZooKeeper answers again.
 * :func:`claim` is the cheap side-channel lock of the job request queues
   and the seed's ``locks/<uuid>``: one ephemeral create of a fixed path that
-  fails if it exists. It costs one round trip (the kazoo ``Lock`` recipe
-  costs about seven on a fresh path) and, living apart from the thing it
-  guards, it can be held while that thing is deleted.
+  fails if it exists. It costs one round trip and, living apart from the
+  thing it guards, it can be held while that thing is deleted.
 * Ephemeral nodes vanish when the holder's session expires, so a killed
   holder releases every lock within the session timeout.
 
 On SUSPENDED the holder must stop acting (its context is invalid) but may
 resume if the connection comes back within the session; on LOST every lock
-of the session is gone for good and the context refuses writes, although
-kazoo's ``Lock.is_acquired`` still says True. Release after LOST is a
-harmless no-op.
+of the session is gone for good and the context refuses writes. A waiter
+whose session is lost while waiting gets
+:class:`~scheduler.zk.errors.ZooKeeperUnavailableError`. Release after LOST
+is a harmless no-op.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
 from types import TracebackType
 
-from kazoo.exceptions import (
-    ConnectionLoss,
-    LockTimeout,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpiredError,
-)
-from kazoo.recipe.lock import Lock, ReadLock, WriteLock
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
@@ -44,6 +52,8 @@ from scheduler.zk.errors import ZooKeeperError, ZooKeeperUnavailableError
 
 log = logging.getLogger(__name__)
 
+_SEQUENCE = re.compile(r"(__lock__|__rlock__)(-?\d{10})$")
+
 
 class LockKind(enum.StrEnum):
     EXCLUSIVE = "exclusive"
@@ -51,20 +61,27 @@ class LockKind(enum.StrEnum):
     WRITE = "write"
 
 
-_RECIPES = {LockKind.EXCLUSIVE: Lock, LockKind.READ: ReadLock, LockKind.WRITE: WriteLock}
+# Node name of each kind, and the kinds of predecessors that block it (as kazoo).
+_NODE_NAME = {
+    LockKind.EXCLUSIVE: "__lock__",
+    LockKind.READ: "__rlock__",
+    LockKind.WRITE: "__lock__",
+}
+_BLOCKED_BY = {
+    LockKind.EXCLUSIVE: ("__lock__",),
+    LockKind.READ: ("__lock__",),
+    LockKind.WRITE: ("__lock__", "__rlock__"),
+}
 
 
 class HeldLock:
     """A lock this process holds; use :attr:`context` for every write it guards."""
 
-    def __init__(
-        self, client: ZooKeeperClient, path: str, node: str, recipe: Lock | None = None
-    ) -> None:
+    def __init__(self, client: ZooKeeperClient, path: str, node: str) -> None:
         self.client = client
         self.path = path
         self.node = node
         self.context = LockContext(client, node)
-        self._recipe = recipe
 
     @property
     def valid(self) -> bool:
@@ -72,15 +89,16 @@ class HeldLock:
 
     def release(self) -> None:
         """Let go (delete our node); harmless if the session already lost it."""
+        if self.context.lost_reason() == "the lock was released":
+            return
         self.context.mark_released()
-        if self._recipe is not None:
-            # kazoo's own release() makes calls without a deadline: do it here.
-            self._recipe.is_acquired = False
-            self._recipe.node = None
         try:
             self.client.delete(self.node)
-        except (NoNodeError, ZooKeeperError) as exc:
-            log.info("releasing %s: %s", self.node, exc)
+        except NoNodeError:
+            pass
+        except ZooKeeperError as exc:
+            log.warning("releasing %s: %s; the watchdog will retry", self.node, exc)
+            self.client.discard_later(self.path, paths.basename(self.node))
 
     def __enter__(self) -> HeldLock:
         return self
@@ -94,6 +112,23 @@ class HeldLock:
         self.release()
 
 
+def _blocker(children: list[str], mine: str, kind: LockKind) -> str | None:
+    """The nearest predecessor of ``mine`` that blocks a lock of ``kind``, or None."""
+    ours = _SEQUENCE.search(mine)
+    assert ours is not None
+    position = int(ours.group(2))
+    blocking = None
+    best = -1
+    for child in children:
+        match = _SEQUENCE.search(child)
+        if match is None or match.group(1) not in _BLOCKED_BY[kind]:
+            continue
+        sequence = int(match.group(2))
+        if best < sequence < position:
+            best, blocking = sequence, child
+    return blocking
+
+
 def acquire(
     client: ZooKeeperClient,
     path: str,
@@ -104,22 +139,93 @@ def acquire(
     blocking: bool = True,
 ) -> HeldLock | None:
     """Take the lock at ``path``; None if not obtained (non-blocking or timed out)."""
-    recipe = _RECIPES[kind](client.kazoo, path, identifier=identifier)
-    wait = client.call_timeout if timeout is None else timeout
+    deadline = time.monotonic() + (client.call_timeout if timeout is None else timeout)
+    prefix = uuid.uuid4().hex + _NODE_NAME[kind]
+    generation = client.session_generation
     try:
-        gotten = recipe.acquire(blocking=blocking, timeout=wait if blocking else None)
-    except LockTimeout:
-        return None
-    except (ConnectionLoss, SessionExpiredError) as exc:
-        raise ZooKeeperUnavailableError(f"locking {path}: {exc!r}") from exc
-    if not gotten:
-        return None
-    return HeldLock(client, path, paths.join(path, recipe.node), recipe)
+        node = client.create(
+            paths.join(path, prefix),
+            identifier.encode(),
+            ephemeral=True,
+            sequence=True,
+            makepath=True,
+        )
+    except ZooKeeperUnavailableError:
+        client.discard_later(path, prefix)  # it may exist: the answer was lost
+        raise
+    try:
+        if _wait_turn(
+            client,
+            path,
+            node,
+            kind=kind,
+            deadline=deadline,
+            blocking=blocking,
+            generation=generation,
+        ):
+            return HeldLock(client, path, node)
+    except ZooKeeperUnavailableError:
+        client.discard_later(path, prefix)
+        raise
+    try:
+        client.delete(node)
+    except NoNodeError:
+        pass
+    except ZooKeeperUnavailableError:
+        client.discard_later(path, prefix)
+    return None
+
+
+def _setter(event: threading.Event) -> Callable[[object], None]:
+    """A watch callback that sets ``event``."""
+    return lambda _watched: event.set()
+
+
+def _wait_turn(
+    client: ZooKeeperClient,
+    path: str,
+    node: str,
+    *,
+    kind: LockKind,
+    deadline: float,
+    blocking: bool,
+    generation: int,
+) -> bool:
+    """Wait until no predecessor blocks ``node``; False when not blocking or out of time."""
+    mine = paths.basename(node)
+    while True:
+        if client.session_generation != generation:
+            raise ZooKeeperUnavailableError(f"session lost while waiting for {path}")
+        blocker = _blocker(client.get_children(path), mine, kind)
+        if blocker is None:
+            return True
+        left = deadline - time.monotonic()
+        if not blocking or left <= 0:
+            return False
+        gone = threading.Event()
+        if client.exists(paths.join(path, blocker), watch=_setter(gone)) is None:
+            continue
+        # Wake up now and then to notice a lost session even without a watch event.
+        gone.wait(min(left, max(0.2, client.session_timeout / 3)))
 
 
 def contenders(client: ZooKeeperClient, path: str) -> list[str]:
-    """Identifiers of the processes holding or waiting for the lock at ``path``."""
-    return list(Lock(client.kazoo, path).contenders())
+    """Identifiers of the processes holding or waiting for the lock at ``path``, in order."""
+    try:
+        children = client.get_children(path)
+    except NoNodeError:
+        return []
+    ordered = sorted(
+        (int(m.group(2)), c) for c in children if (m := _SEQUENCE.search(c)) is not None
+    )
+    pending = [client.kazoo.get_async(paths.join(path, c)) for _, c in ordered]
+    found = []
+    for result in pending:
+        try:
+            found.append(client.wait(result)[0].decode(errors="replace"))
+        except NoNodeError:
+            continue
+    return found
 
 
 def claim(client: ZooKeeperClient, path: str, identifier: str = "") -> HeldLock | None:

@@ -210,3 +210,19 @@ def test_connect_without_a_server_fails_within_the_deadline() -> None:
     with pytest.raises(CallTimeoutError, match="could not reach"):
         connect(settings)
     assert time.monotonic() - started < 5
+
+
+def test_lock_acquire_is_bounded_when_the_server_hangs(
+    make_client: Callable[..., ZooKeeperClient], proxy: TcpProxy
+) -> None:
+    client = make_client(session_timeout=3.0, hosts=proxy.hosts, call_timeout=1.0)
+    client.ensure_path("/locks/pipeline/t/p")
+    proxy.freeze()
+    started = time.monotonic()
+    try:
+        held = locks.acquire(client, "/locks/pipeline/t/p", timeout=1.0)
+    except ZooKeeperUnavailableError:
+        held = None
+    assert held is None
+    assert time.monotonic() - started < 3.0 + 2.0
+    proxy.thaw()

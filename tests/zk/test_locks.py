@@ -115,9 +115,7 @@ def test_fenced_write_after_session_closed_from_a_second_client(
     stored.save(b.context, "/state", {"owner": "B"})
     wait_until(lambda: a_client.session_generation > generation, timeout=10, what="A sees LOST")
     wait_until(lambda: a_client.state.value == "CONNECTED", timeout=10, what="A reconnected")
-    # The trap: kazoo still believes it holds the lock.
-    assert a._recipe is not None and a._recipe.is_acquired
-    assert not a.valid
+    assert not a.valid  # (kazoo's Lock.is_acquired would still say True here)
     with pytest.raises(LockLostError):
         stored.save(a.context, "/state", {"owner": "A-stale"})
     raw = Transaction(a_client, fence=a.node)
@@ -154,3 +152,19 @@ def test_election_runs_one_leader_at_a_time(make_client: Callable[..., ZooKeeper
     for t in threads:
         t.join(10)
     assert sorted(leaders) == ["a", "b"]
+
+
+def test_lock_timeout_removes_our_contender(zk: ZooKeeperClient) -> None:
+    held = locks.acquire(zk, "/locks/busy", identifier="first")
+    assert held is not None
+    assert locks.acquire(zk, "/locks/busy", identifier="second", timeout=0.3) is None
+    assert locks.contenders(zk, "/locks/busy") == ["first"]
+    held.release()
+
+
+def test_watchdog_removes_leftover_contenders(make_client: Callable[..., ZooKeeperClient]) -> None:
+    client = make_client(session_timeout=3.0)
+    client.create("/locks/z/abc__lock__0000000007", b"", ephemeral=True, makepath=True)
+    client.create("/locks/z/other__lock__0000000008", b"", ephemeral=True)
+    client.discard_later("/locks/z", "abc")
+    wait_until(lambda: client.get_children("/locks/z") == ["other__lock__0000000008"], timeout=5)

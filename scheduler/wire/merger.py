@@ -421,11 +421,16 @@ def is_lost(data: Mapping[str, Any]) -> bool:
     return bool(data.get("result") == LOST_RESULT["result"])
 
 
+def failed_result(kind: JobKind | str, job_id: str, failure: Failure) -> MergerResult:
+    """A ``failed`` result of ``kind``'s result class with ``failure``."""
+    result_class = KIND_CLASSES[parse_kind(kind)][1]
+    return result_class(job_id=job_id, status=Status.FAILED, failure=failure)
+
+
 def lost_result(kind: JobKind | str, job_id: str = "") -> MergerResult:
     """The typed result of a request whose merger died: failed, failure kind :data:`LOST`."""
-    result_class = KIND_CLASSES[parse_kind(kind)][1]
     failure = Failure(LOST, "the merger running this request died; merge again")
-    return result_class(job_id=job_id, status=Status.FAILED, failure=failure)
+    return failed_result(kind, job_id, failure)
 
 
 def decode_result(

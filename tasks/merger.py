@@ -1,0 +1,48 @@
+"""The merge task: a nudge naming a merger request; the work is in the service.
+
+The service is :mod:`workers.merger.service`; docs/merger.md has the
+request's lifecycle in ZooKeeper.
+
+``acks_late=True`` (the default of short tasks, spelled out): a merge takes
+seconds, far below the broker's visibility timeout, and is idempotent by
+request id. A message whose worker died before the claim comes back and
+runs; one that comes back after the claim finds the request claimed or
+completed and returns (docs/celery.md, "Acknowledgement and redelivery").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task
+
+from scheduler import dispatch
+from scheduler.errors import SluiceError
+from scheduler.settings import load_settings
+from scheduler.zk.client import process_client
+from scheduler.zk.errors import ZooKeeperUnavailableError
+from tasks.app import app
+from workers.merger.service import execute, worker_name
+
+# Retries when ZooKeeper is unreachable (before the claim, or at completion
+# after the claim was released): back-off doubling from RETRY_DELAY seconds.
+MAX_RETRIES = 5
+RETRY_DELAY = 2.0
+
+
+class MergeRequestError(SluiceError):
+    """The task was sent with arguments that name no request."""
+
+
+@app.task(name=dispatch.MERGE_TASK, bind=True, acks_late=True, max_retries=MAX_RETRIES)
+def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
+    """Claim the merge request ``request_uuid``, run its job and store its result."""
+    if not isinstance(request_uuid, str) or not request_uuid:
+        raise MergeRequestError(f"{dispatch.MERGE_TASK}: request_uuid must be a non-empty string")
+    settings = load_settings()
+    try:
+        client = process_client(settings.zookeeper)
+        report = execute(settings, client, request_uuid, worker_name(self.request.hostname))
+    except ZooKeeperUnavailableError as exc:
+        raise self.retry(exc=exc, countdown=RETRY_DELAY * 2**self.request.retries) from exc
+    return report.to_dict()

@@ -1,0 +1,255 @@
+"""The merge task's ZooKeeper side: claim a merge request, run its job, store its result.
+
+:func:`execute_merge_request` is what the Celery task ``sluice.merger.run``
+(``tasks/merger.py``) calls; it is plain Python that tests drive against a
+real ZooKeeper without a broker. One call:
+
+1. **claim** the request on the merger queue: one transaction creates the
+   ephemeral ``locks/<uuid>`` node, sets REQUESTED -> RUNNING and queues the
+   ``request-started`` event. No claim (another delivery has it, or it is
+   completed, on hold or gone) returns :attr:`MergeOutcome.DUPLICATE` and
+   changes nothing: a duplicate Celery delivery has no effect (DESIGN.md
+   invariant 4).
+2. **read the params** ``{"kind": ..., "job": {...}}``
+   (:func:`scheduler.wire.merger.request_params`); params that are not
+   that complete the request with a failed result of kind ``invalid``.
+3. **run** the job with this process's :class:`RepoCache` (created on
+   first use in the process, so after the pool's fork). Errors are
+   results: the engine turns git problems into failures, and anything else
+   it raises (a bug, a full disk) becomes a failure of kind ``internal``,
+   logged with its traceback.
+4. **complete**: one fenced transaction stores the result data (the
+   result's ``to_dict()`` plus ``kind``; sharded by the ZooKeeper layer
+   when large), sets COMPLETED, queues ``request-completed`` in the
+   request's result queue and deletes the lock.
+
+A merge is short and deterministic, and the task is acknowledged late: a
+worker killed mid-merge leaves its request RUNNING with a lock that
+vanishes with its ZooKeeper session; the sweep completes it as lost and
+the scheduler merges again. A redelivered message finds the request
+claimed or completed and returns.
+
+Session loss while merging: the completion is fenced by the lock node, so
+a merger whose session expired cannot store its result
+(:attr:`MergeOutcome.LOCK_LOST`); its claim is released and the sweep
+records the request as lost. ZooKeeper unavailable at completion: retried
+a few times, then the claim is released (the request becomes lost rather
+than RUNNING forever under a live session) and the error propagates (the
+task retries; the retry finds nothing to claim).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.settings import Settings
+from scheduler.wire.merger import (
+    Failure,
+    InvalidRecordError,
+    JobKind,
+    failed_result,
+    parse_kind,
+    read_params,
+    result_data,
+)
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.errors import DecodeError, LockLostError, NoDataError, ZooKeeperUnavailableError
+from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
+from workers.merger.cache import RepoCache
+from workers.merger.dispatch import run_job
+
+log = logging.getLogger(__name__)
+
+# Attempts at the completion transaction while ZooKeeper is unavailable, and
+# the pause before the first retry (doubled each time).
+COMPLETE_ATTEMPTS = 4
+COMPLETE_BACKOFF = 0.5
+
+# Failure kind of an unexpected exception in the merger (a bug).
+INTERNAL = "internal"
+
+
+class MergeOutcome(enum.StrEnum):
+    """What one delivery of the merge task did."""
+
+    COMPLETED = "completed"  # ran and its result is stored
+    DUPLICATE = "duplicate"  # nothing to claim: another delivery has it, or it is done
+    REMOVED = "removed"  # the submitter removed the request while it ran; nothing stored
+    LOCK_LOST = "lock-lost"  # the claim was lost; the sweep records the request as lost
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """The task's return value: small, JSON-friendly, for Flower and tests."""
+
+    request_uuid: str
+    outcome: MergeOutcome
+    kind: str = ""
+    status: str = ""
+    worker: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request": self.request_uuid,
+            "outcome": self.outcome.value,
+            "kind": self.kind,
+            "status": self.status,
+            "worker": self.worker,
+        }
+
+
+def worker_name(node: str | None = None) -> str:
+    """How a claim names this process: the Celery node (or host) and the pid."""
+    return f"{node or socket.gethostname()}:{os.getpid()}"
+
+
+def open_queue(client: ZooKeeperClient) -> JobRequestQueue:
+    """The merger's job request queue."""
+    return JobRequestQueue(client, paths.merger_queue())
+
+
+# ---------------------------------------------------------------- the repo cache of a process
+
+_caches: dict[int, RepoCache] = {}
+_caches_lock = threading.Lock()
+
+
+def process_cache(settings: Settings) -> RepoCache:
+    """This process's repo cache for ``settings``, created on first use (after any fork).
+
+    One per process, so its per-process memo of changed files survives
+    from one merge to the next; replaced if the state dir or the
+    connections changed.
+    """
+    pid = os.getpid()
+    with _caches_lock:
+        cache = _caches.get(pid)
+        if (
+            cache is None
+            or cache.root != settings.state_dir / "git"
+            or cache.connections != settings.connections
+        ):
+            _caches.clear()  # a parent's cache is not ours
+            cache = _caches[pid] = RepoCache.from_settings(settings)
+        return cache
+
+
+# ---------------------------------------------------------------- one request
+
+CacheSource = RepoCache | Callable[[], RepoCache]
+
+
+def execute_merge_request(
+    queue: JobRequestQueue, request_uuid: str, worker: str, cache: CacheSource
+) -> MergeReport:
+    """Claim, run and complete one merge request; see the module docstring.
+
+    ``cache`` is the repo cache, or a callable that makes it (called only
+    once a request is claimed).
+    """
+    claimed = queue.claim(request_uuid, worker)
+    if claimed is None:
+        log.info("merge request %s: nothing to claim (duplicate delivery or done)", request_uuid)
+        return MergeReport(request_uuid, MergeOutcome.DUPLICATE, worker=worker)
+    log.info("merge request %s: claimed by %s", request_uuid, worker)
+    try:
+        kind, data = run_claimed(queue, claimed, cache)
+        outcome = _complete(queue, claimed, data)
+    except BaseException:
+        # Never leave a RUNNING request locked by a live session: released,
+        # it is found lost and recorded by the sweep.
+        queue.release(claimed)
+        raise
+    if outcome is MergeOutcome.LOCK_LOST:
+        queue.release(claimed)
+    status = str(data.get("status", ""))
+    log.info("merge request %s: %s, %s %s", request_uuid, outcome.value, kind.value, status)
+    return MergeReport(request_uuid, outcome, kind.value, status, worker)
+
+
+def run_claimed(
+    queue: JobRequestQueue, claimed: ClaimedRequest, cache: CacheSource
+) -> tuple[JobKind, dict[str, Any]]:
+    """The kind and the result data of a claimed request; never raises for a bad job."""
+    fallback = _kind_of_request(claimed)
+    try:
+        kind, job = read_params(queue.params(claimed.uuid))
+    except (InvalidRecordError, DecodeError, NoDataError) as exc:
+        log.error("merge request %s: unusable params: %s", claimed.uuid, exc)
+        failure = Failure("invalid", f"the merge request holds no valid job: {exc}")
+        result = failed_result(fallback, claimed.request.job_name, failure)
+        return fallback, result_data(fallback, result.to_dict())
+    try:
+        repos = cache if isinstance(cache, RepoCache) else cache()
+        result_dict = run_job(kind, job, repos)
+    except Exception as exc:  # a process boundary: errors are results, never crashes
+        log.exception("merge request %s: the merger failed", claimed.uuid)
+        failure = Failure(INTERNAL, f"the merger failed: {type(exc).__name__}: {exc}")
+        job_id = str(job.get("job_id", claimed.request.job_name))
+        result_dict = failed_result(kind, job_id, failure).to_dict()
+    return kind, result_data(kind, result_dict)
+
+
+def _kind_of_request(claimed: ClaimedRequest) -> JobKind:
+    try:
+        return parse_kind(claimed.request.info.get("kind", JobKind.MERGE.value))
+    except InvalidRecordError:
+        return JobKind.MERGE
+
+
+def _complete(
+    queue: JobRequestQueue, claimed: ClaimedRequest, data: Mapping[str, Any]
+) -> MergeOutcome:
+    delay = COMPLETE_BACKOFF
+    for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+        try:
+            stored = queue.complete(claimed, data)
+        except LockLostError as exc:
+            if attempt > 1 and _stored_before(queue, claimed, data):
+                return MergeOutcome.COMPLETED
+            log.warning("merge request %s: result not stored, claim lost: %s", claimed.uuid, exc)
+            return MergeOutcome.LOCK_LOST
+        except ZooKeeperUnavailableError as exc:
+            if attempt == COMPLETE_ATTEMPTS:
+                raise
+            log.warning(
+                "merge request %s: completing failed (%s), attempt %d of %d",
+                claimed.uuid,
+                exc,
+                attempt,
+                COMPLETE_ATTEMPTS,
+            )
+            time.sleep(delay)  # back-off before a retry, not synchronization
+            delay *= 2
+            continue
+        return MergeOutcome.COMPLETED if stored else MergeOutcome.REMOVED
+    raise AssertionError("unreachable")
+
+
+def _stored_before(
+    queue: JobRequestQueue, claimed: ClaimedRequest, data: Mapping[str, Any]
+) -> bool:
+    """Did an earlier, unanswered completion commit this very result?"""
+    try:
+        stored = queue.get_result(claimed.uuid)
+    except ZooKeeperUnavailableError:
+        return False  # unknown; either way safe (completed stays completed, lost is recorded)
+    return stored is not None and not stored.lost and stored.result == dict(data)
+
+
+def execute(
+    settings: Settings, client: ZooKeeperClient, request_uuid: str, worker: str
+) -> MergeReport:
+    """:func:`execute_merge_request` on the merger queue with this process's repo cache."""
+    return execute_merge_request(
+        open_queue(client), request_uuid, worker, lambda: process_cache(settings)
+    )

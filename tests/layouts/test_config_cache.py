@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import random
+import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -11,6 +13,7 @@ from scheduler.zk import config_cache as cc
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext
+from tests.fixtures.waiting import wait_until
 
 
 def _big_text(size: int) -> str:
@@ -91,3 +94,41 @@ def test_a_removed_branch_reads_as_absent(client: ZooKeeperClient) -> None:
     cc.remove_branch(context, "git", "app", "old")
     assert cc.read_branch(client, "git", "app", "old") is None
     assert cc.prune(context, "git", "app", "old") == 1
+
+
+def test_a_reader_never_sees_half_a_branch_update(
+    client: ZooKeeperClient, make_client: Callable[[], ZooKeeperClient]
+) -> None:
+    writer = LockContext(client)
+    reader = make_client()
+
+    def version(n: int) -> cc.BranchFiles:
+        files = {f"zuul.d/{i}.yaml": f"# version {n}\n" for i in range(4)}
+        return cc.BranchFiles("git", "app", "main", files)
+
+    cc.write_branch(writer, version(0))
+    seen: set[str] = set()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                got = cc.read_branch(reader, "git", "app", "main")
+                assert got is not None
+                texts = set(got[1].files.values())
+                assert len(texts) == 1, texts  # all files of one version
+                assert got[0].hash == got[1].content_hash()
+                seen.update(texts)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    for n in range(1, 30):
+        cc.write_branch(writer, version(n))
+        cc.prune(writer, "git", "app", "main")  # old versions vanish under the reader
+    wait_until(lambda: len(seen) > 3 or errors, what="the reader to see several versions")
+    stop.set()
+    thread.join(30)
+    assert not errors, errors

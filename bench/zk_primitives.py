@@ -4,7 +4,7 @@ Starts its own ZooKeeper (Debian's package) on a free port, then prints
 ops/s for:
 
 * event put+ack (:class:`scheduler.zk.event_queue.EventQueue`),
-* lock acquire+release (:func:`scheduler.zk.locks.acquire`, kazoo ``Lock``),
+* lock acquire+release (:func:`scheduler.zk.locks.acquire`, the kazoo ``Lock`` algorithm),
 * claim+release (:func:`scheduler.zk.locks.claim`, one create),
 * request lifecycle: submit, claim, complete, read result
   (:class:`scheduler.zk.job_requests.JobRequestQueue`),
@@ -137,7 +137,7 @@ def run(client: ZooKeeperClient, seconds: float) -> None:
     print(f"{'operation':36} {'ops/s':>7} {'raw ops/s':>10} {'ratio':>6}")
     for name, factory in (
         ("event put+read+ack", event_put_ack),
-        ("lock acquire+release (kazoo Lock)", lock_cycle),
+        ("lock acquire+release", lock_cycle),
         ("claim+release (one create)", claim_cycle),
         ("request submit+claim+complete+read", request_lifecycle),
     ):

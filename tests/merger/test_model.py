@@ -1,4 +1,4 @@
-"""Jobs and results as JSON: round trips, tolerance of other versions, bad input."""
+"""Jobs and results as JSON: round trips, tolerance of other versions, bad input; request params."""
 
 from __future__ import annotations
 
@@ -7,17 +7,30 @@ import json
 import pytest
 
 from scheduler.wire.merger import (
+    LOST,
+    BranchHeadsJob,
+    BranchHeadsResult,
     Change,
     ChangeResult,
     ConfigFiles,
+    ConfigJob,
+    ConfigResult,
     Failure,
+    FilesChangesJob,
     InvalidRecordError,
     MergeJob,
     MergeMode,
     MergeResult,
+    MergerJob,
     ProjectRef,
     ProjectState,
     Status,
+    decode_result,
+    job_kind,
+    read_job,
+    read_params,
+    request_params,
+    result_data,
 )
 
 
@@ -71,3 +84,44 @@ def test_other_versions_are_read() -> None:
 def test_malformed_input_is_an_invalid_job(data: dict[str, object]) -> None:
     with pytest.raises(InvalidRecordError):
         MergeJob.from_dict(data)
+
+
+def test_request_params_round_trip_for_every_kind() -> None:
+    change = Change("git", "org/a", "main", ref="refs/changes/1")
+    jobs: list[MergerJob] = [
+        MergeJob("m", (change,)),
+        FilesChangesJob("f", change),
+        ConfigJob("c", "git", "org/a", ("main",)),
+        BranchHeadsJob("h", "git", "org/a"),
+    ]
+    for job in jobs:
+        params = json.loads(json.dumps(request_params(job)))
+        assert params == {"kind": job_kind(job).value, "job": job.to_dict()}
+        assert read_params(params) == (job_kind(job), job.to_dict())
+        assert read_job(params) == job
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"kind": "merge"}, {"kind": "merge", "job": []}, {"kind": "rebase", "job": {}}],
+)
+def test_params_of_the_wrong_shape_are_invalid(params: dict[str, object]) -> None:
+    with pytest.raises(InvalidRecordError):
+        read_params(params)
+
+
+def test_result_data_decodes_to_the_kind_it_was_stored_as() -> None:
+    heads = BranchHeadsResult("h", Status.OK, ProjectState("git", "org/a", {"main": "a" * 40}))
+    data = json.loads(json.dumps(result_data("branch-heads", heads.to_dict())))
+    assert data["kind"] == "branch-heads"
+    assert decode_result(data) == heads
+    assert decode_result(data, kind="branch-heads") == heads
+    with pytest.raises(InvalidRecordError):
+        decode_result(data, kind="merge")
+
+
+def test_a_lost_result_is_a_failure_of_the_requested_kind() -> None:
+    lost = decode_result({"result": "LOST"}, lost=True, kind="config", job_id="c")
+    assert isinstance(lost, ConfigResult) and lost.status is Status.FAILED
+    assert lost.failure is not None and lost.failure.kind == LOST and lost.job_id == "c"
+    assert isinstance(decode_result({"result": "LOST"}), MergeResult)

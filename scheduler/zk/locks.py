@@ -229,7 +229,14 @@ def contenders(client: ZooKeeperClient, path: str) -> list[str]:
 
 
 def claim(client: ZooKeeperClient, path: str, identifier: str = "") -> HeldLock | None:
-    """One ephemeral create of ``path``; None if someone holds it already."""
+    """One ephemeral create of ``path``; None if someone holds it already.
+
+    The fence of a claim is weaker than a lock's: ZooKeeper's ``check``
+    proves that *a* node exists at the fixed path, not that it is ours, so
+    after our session expired a new claimer's node would pass it. Write
+    what a claim guards with a compare-and-set of its version as well (the
+    job request queue does: every update carries the request's version).
+    """
     try:
         node = client.create(path, identifier.encode(), ephemeral=True, makepath=True)
     except NodeExistsError:

@@ -200,7 +200,13 @@ def standard_steps(
     renudge_merges: bool = True,
     max_age: float = DEFAULT_REQUEST_MAX_AGE,
 ) -> list[SweepStep]:
-    """Steps for the merger queue, the unzoned executor queue and every zone found."""
+    """Steps for the merger queue, the unzoned executor queue and every zone found.
+
+    Merge requests are re-nudged with ``sluice.merger.run`` on the ``merger``
+    queue (:func:`scheduler.dispatch.send_merge`); ``renudge_merges=False``
+    leaves them alone (an app that has no merge task registered). Lost
+    merges are completed as LOST like builds; the scheduler merges again.
+    """
     min_age = settings.sweep_interval
     merger = JobRequestQueue(client, paths.merger_queue())
     merge_nudge: Nudge | None = None

@@ -97,7 +97,8 @@ def renudge_pending(
     at least one message per such request, none is re-sent: the nudges are
     most likely all there, and a backlog must not grow by one duplicate per
     request and sweep. Once executors drain the queue below that number,
-    every one is re-sent.
+    every one is re-sent: a re-nudge would have waited behind those messages
+    anyway (FIFO), so skipping it delays it by at most one more interval.
     """
     cutoff = time.time() - min_age
     waiting = [r for r in queue.pending() if r.created <= cutoff]
@@ -182,7 +183,9 @@ def _executor_steps(
         # No worker can consume such a zone's Celery queue: still record its
         # lost requests and clean it up, so one bad name never stops a sweep.
         log.error("executor zone %r: %s; its requests are not re-nudged", zone, exc)
-        return request_queue_steps(f"executor.{zone}", queue, None, min_age=min_age)
+        return request_queue_steps(
+            f"executor.{zone}", queue, None, min_age=min_age, max_age=max_age
+        )
     return request_queue_steps(
         name,
         queue,

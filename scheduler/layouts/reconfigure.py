@@ -147,8 +147,7 @@ def _reconfigure(context: LockContext, tenant: Tenant, fetch: Fetch) -> Reconfig
         kept=kept,
     )
     record = cc.save_layout_state(context, tenant.name, data, used)
-    for branch in fetched:
-        cc.prune(context, branch.connection, branch.project, branch.branch)
+    cc.prune_branches(context, [(b.connection, b.project, b.branch) for b in fetched])
     state = LayoutState.from_record(record)
     log.info("tenant %s: layout %s (%s)", tenant.name, state.uuid, layout_hash[:12])
     return ReconfigureResult(state, result.layout, errors, outcome.kept, changed=True)

@@ -268,12 +268,17 @@ def read_branch(
 # ---------------------------------------------------------------- writing
 
 
+def _complete(stat: Any) -> bool:
+    return stat is not None and int(stat.dataLength) > 0
+
+
 def _write_missing(client: ZooKeeperClient, branch: BranchFiles) -> None:
     """Write the file nodes of ``branch`` that do not exist yet (immutable, by digest)."""
     by_digest = {file_digest(text): text for text in branch.files.values()}
     nodes = {d: _file_node(branch.connection, branch.project, branch.branch, d) for d in by_digest}
     checks = [(d, client.kazoo.exists_async(nodes[d])) for d in sorted(nodes)]
-    missing = [d for d, result in checks if client.wait(result) is None]
+    # An empty node is a placeholder a crashed writer may have left: write it.
+    missing = [d for d, result in checks if not _complete(client.wait(result))]
     if missing:
         client.ensure_path(_files_dir(branch.connection, branch.project, branch.branch))
     for digest in missing:
@@ -458,21 +463,29 @@ def save_layout_state(
 # ---------------------------------------------------------------- pruning
 
 
-def _referenced(
-    client: ZooKeeperClient, connection: str, project: str, branch: str
-) -> tuple[int, set[str]]:
-    """The ``layout`` node version and the digests any layout state names for a branch."""
-    root = _layout_root()
-    stat = client.exists(root)
+BranchKey = tuple[str, str, str]  # connection, project, branch
+
+
+@dataclass(frozen=True)
+class References:
+    """The files every layout state names, and the ``layout`` version they were read at."""
+
+    epoch: int
+    digests: Mapping[BranchKey, frozenset[str]]
+
+
+def references(client: ZooKeeperClient) -> References:
+    """Read every layout state's sources (the version first, so a later write is noticed)."""
+    stat = client.exists(_layout_root())
     if stat is None:
-        return -1, set()
-    keep: set[str] = set()
+        return References(-1, {})
+    found: dict[BranchKey, set[str]] = {}
     for tenant in layout_tenants(client):
         record = load_layout_state(client, tenant)
         for source in record.sources if record else ():
-            if (source.connection, source.project, source.branch) == (connection, project, branch):
-                keep.update(source.digests.values())
-    return int(stat.version), keep
+            key = (source.connection, source.project, source.branch)
+            found.setdefault(key, set()).update(source.digests.values())
+    return References(int(stat.version), {k: frozenset(v) for k, v in found.items()})
 
 
 def prune(
@@ -480,11 +493,14 @@ def prune(
     connection: str,
     project: str,
     branch: str,
+    *,
     keep: Iterable[str] = (),
+    refs: References | None = None,
 ) -> int:
     """Delete the branch's file nodes no index and no layout state names; returns how many.
 
-    ``keep`` adds digests the caller is about to use. Gives up quietly
+    ``keep`` adds digests the caller is about to use; ``refs`` saves reading
+    the layout states again when pruning several branches. Gives up quietly
     (returns 0) when the index or a layout state changed meanwhile: the
     next prune collects what is left.
     """
@@ -494,24 +510,31 @@ def prune(
         children = client.get_children(_files_dir(connection, project, branch))
     except (NoDataError, NoNodeError):
         return 0
-    epoch, referenced = _referenced(client, connection, project, branch)
+    refs = references(client) if refs is None else refs
+    referenced = set(refs.digests.get((connection, project, branch), ()))
     referenced.update(index.digests.values(), keep)
-    doomed = [c for c in children if c not in referenced]
-    txn = context.transaction()
-    txn.check(paths.config_branch(connection, project, branch), index.version)
-    if epoch >= 0:
-        txn.check(_layout_root(), epoch)
-    for digest in doomed[:PRUNE_BATCH]:
-        sharding.delete_ops(client, _file_node(connection, project, branch, digest), txn)
+    doomed = [c for c in children if c not in referenced][:PRUNE_BATCH]
     if not doomed:
         return 0
+    txn = context.transaction()
+    txn.check(paths.config_branch(connection, project, branch), index.version)
+    if refs.epoch >= 0:
+        txn.check(_layout_root(), refs.epoch)
+    for digest in doomed:
+        sharding.delete_ops(client, _file_node(connection, project, branch, digest), txn)
     try:
         txn.commit()
     except OpFailedError as exc:
         if exc.reason in (BAD_VERSION, NO_NODE):
             return 0
         raise
-    return min(len(doomed), PRUNE_BATCH)
+    return len(doomed)
+
+
+def prune_branches(context: LockContext, branches: Iterable[BranchKey]) -> int:
+    """:func:`prune` several branches, reading the layout states once."""
+    refs = references(context.client)
+    return sum(prune(context, *key, refs=refs) for key in branches)
 
 
 __all__ = [
@@ -519,6 +542,7 @@ __all__ = [
     "BranchIndex",
     "CacheMissError",
     "LayoutStateRecord",
+    "References",
     "SourceRef",
     "cached_branches",
     "file_digest",
@@ -527,9 +551,11 @@ __all__ = [
     "layout_tenants",
     "load_layout_state",
     "prune",
+    "prune_branches",
     "read_branch",
     "read_files",
     "read_index",
+    "references",
     "remove_branch",
     "save_layout_state",
     "write_branch",

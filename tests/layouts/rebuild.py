@@ -17,7 +17,8 @@ def main(hosts: str, root: str, tenant: str) -> None:
     client = connect(ZooKeeperSettings(hosts=hosts, root=root))
     try:
         built = TenantLayouts(client).get(tenant)
-        sys.stdout.write(built.layout.to_json() + "\n" + built.state.uuid + "\n")
+        errors = [e.describe() for e in built.result.errors]
+        sys.stdout.write("\n".join([built.layout.to_json(), built.state.uuid, *errors]) + "\n")
     finally:
         client.stop()
         client.close()

@@ -82,7 +82,9 @@ def test_two_processes_rebuild_byte_identical_layouts_from_zookeeper_alone(
     first = _rebuild_in_process(zookeeper, "1")
     second = _rebuild_in_process(zookeeper, "2")
     assert first == second
-    assert first == result.layout.to_json() + "\n" + result.state.uuid + "\n"
+    expected = [result.layout.to_json(), result.state.uuid, *result.messages]
+    assert first == "\n".join(expected) + "\n"
+    assert list(result.state.errors) == result.messages
 
 
 def test_a_broken_branch_update_keeps_the_last_good_layout_and_says_why(

@@ -181,3 +181,25 @@ def test_a_vanished_branch_leaves_the_layout(client: ZooKeeperClient, world: Wor
     without = reconfigure_tenant(client, world.settings, TENANT, world.repos.fetch)
     assert without.layout.branches["app"] == ("main",)
     assert cc.read_branch(client, "git", "app", "stable/1") is None
+
+
+LIB_GOOD = "- job: {name: libjob}\n- project:\n    check:\n      jobs: [libjob]\n"
+LIB_BROKEN = "- project:\n    check:\n      jobs: [missing]\n"
+
+
+def test_files_another_tenant_still_uses_survive_a_reconfiguration(
+    client: ZooKeeperClient, world: World, make_client: Callable[[], ZooKeeperClient]
+) -> None:
+    world.repos.commit("lib", "main", {".zuul.yaml": LIB_GOOD})
+    reconfigure_tenant(client, world.settings, "other", world.repos.fetch)
+    world.repos.commit("lib", "main", {".zuul.yaml": LIB_BROKEN})
+    other = reconfigure_tenant(client, world.settings, "other", world.repos.fetch)
+    assert [(k.project, k.branch) for k in other.state.kept] == [("lib", "main")]
+    world.repos.commit("lib", "main", {".zuul.yaml": LIB_GOOD + "- job: {name: more}\n"})
+    example = reconfigure_tenant(client, world.settings, TENANT, world.repos.fetch)
+    assert "more" in example.layout.jobs and example.state.kept == ()
+    # example's prune removed the broken version, not the one "other" still uses
+    files = client.get_children(paths.parent(paths.config_file("git", "lib", "main", "-")))
+    assert len(files) == 2
+    rebuilt = TenantLayouts(make_client()).get("other")
+    assert rebuilt.state.uuid == other.state.uuid and "libjob" in rebuilt.layout.jobs

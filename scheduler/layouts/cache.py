@@ -90,6 +90,8 @@ class TenantLayouts:
         self.rebuilds = 0  # how many layouts this process built (for tests and metrics)
         self._layouts: dict[str, TenantLayout] = {}
         self._states: dict[str, LayoutState] = {}
+        # every tenant's state, valid while the layout epoch is unchanged
+        self._all: tuple[int, tuple[LayoutState, ...]] | None = None
         self._lock = threading.Lock()
 
     # -- layouts ---------------------------------------------------------------
@@ -131,6 +133,7 @@ class TenantLayouts:
 
     def invalidate(self, tenant: str | None = None) -> None:
         with self._lock:
+            self._all = None
             if tenant is None:
                 self._layouts.clear()
                 self._states.clear()
@@ -162,16 +165,25 @@ class TenantLayouts:
 
     # -- routing (scheduler.processing.forwarding.Routing) --------------------
 
+    def all_states(self) -> tuple[LayoutState, ...]:
+        """Every tenant's layout state; one call when none changed (the layout epoch)."""
+        epoch = cc.layout_epoch(self.client)
+        with self._lock:
+            cached = self._all
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        states = tuple(s for t in self.tenants() if (s := self.state(t)) is not None)
+        with self._lock:
+            self._all = (epoch, states)
+        return states
+
     def tenants_for_project(self, connection: str, project: str) -> list[str]:
         """Tenants whose definition holds ``project`` of ``connection``."""
         found: list[str] = []
-        for tenant in self.tenants():
-            state = self.state(tenant)
-            if state is None:
-                continue
+        for state in self.all_states():
             held = state.tenant.project(project)
             if held is not None and held.connection == connection:
-                found.append(tenant)
+                found.append(state.name)
         return found
 
     def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]:

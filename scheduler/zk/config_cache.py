@@ -411,6 +411,12 @@ def layout_state_mzxid(client: ZooKeeperClient, tenant: str) -> int | None:
     return None if stat is None else int(stat.mzxid)
 
 
+def layout_epoch(client: ZooKeeperClient) -> int:
+    """The version of the ``layout`` node: it changes whenever any layout state does."""
+    stat = client.exists(_layout_root())
+    return -1 if stat is None else int(stat.version)
+
+
 def layout_tenants(client: ZooKeeperClient) -> list[str]:
     """Tenants that have a layout state."""
     try:
@@ -547,6 +553,7 @@ __all__ = [
     "cached_branches",
     "file_digest",
     "index_hash",
+    "layout_epoch",
     "layout_state_mzxid",
     "layout_tenants",
     "load_layout_state",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -119,13 +120,15 @@ def _ref_updated(project: str, ref: str, **extra: str) -> dict[str, str]:
 
 
 def test_routing_follows_the_tenants_and_the_git_triggers(
-    client: ZooKeeperClient, source: LayoutManagerSource
+    source: LayoutManagerSource, world: World, make_client: Callable[[], ZooKeeperClient]
 ) -> None:
     layouts = source.layouts
     assert layouts is not None
     assert layouts.tenants_for_project("git", "app") == [TENANT]
     assert layouts.tenants_for_project("git", "lib") == [TENANT]  # "other" never reconfigured
     assert layouts.tenants_for_project("elsewhere", "app") == []
+    reconfigure_tenant(make_client(), world.settings, "other", world.repos.fetch)
+    assert layouts.tenants_for_project("git", "lib") == [TENANT, "other"]  # the epoch moved
     route = layouts.pipelines_for_event
     assert route(TENANT, _ref_updated("app", "refs/heads/main")) == ["check", "post"]
     assert route(TENANT, _ref_updated("app", "main")) == ["check", "post"]

@@ -17,6 +17,8 @@ from typing import TypeVar
 
 import pytest
 
+import celeryconfig
+from scheduler.dispatch import DispatchError, executor_queue_name
 from scheduler.sweep import (
     SweepReport,
     SweepStep,
@@ -226,3 +228,17 @@ def test_zones_are_found_in_the_tree(builds: Builds) -> None:
     names = [step.name for step in standard_steps(builds.client, builds.settings)]
     assert "executor.east/1:lost" in names and "executor:renudge" in names
     assert "merger:lost" in names
+
+
+def test_zoned_queue_names() -> None:
+    assert executor_queue_name() == "executor"
+    assert executor_queue_name("east") == "executor.east"
+    for bad in ("", "a,b", "a b"):
+        with pytest.raises(DispatchError):
+            executor_queue_name(bad)
+
+
+def test_the_beat_schedule_runs_the_sweep_every_interval() -> None:
+    entry = celeryconfig.beat_schedule["sluice-sweep"]
+    assert entry["task"] == "sluice.maintenance.sweep"
+    assert entry["schedule"] == celeryconfig._settings.sweep_interval

@@ -138,7 +138,7 @@ def process_cache(settings: Settings) -> RepoCache:
             or cache.root != settings.state_dir / "git"
             or cache.connections != settings.connections
         ):
-            _caches.clear()  # a parent's cache is not ours
+            _caches.clear()  # one per process: drop a parent's (after a fork) or a stale one
             cache = _caches[pid] = RepoCache.from_settings(settings)
         return cache
 

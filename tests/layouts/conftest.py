@@ -13,12 +13,12 @@ from tests.layouts.gitrepos import GitRepos
 
 
 @pytest.fixture
-def make_client(zookeeper: ZooKeeperTarget) -> Iterator[Callable[[], ZooKeeperClient]]:
+def make_client(zookeeper: ZooKeeperTarget) -> Iterator[Callable[..., ZooKeeperClient]]:
     """Connect clients to the test's chroot; all are closed at the end."""
     clients: list[ZooKeeperClient] = []
 
-    def make() -> ZooKeeperClient:
-        client = connect(zookeeper.settings(session_timeout=10.0))
+    def make(session_timeout: float = 10.0) -> ZooKeeperClient:
+        client = connect(zookeeper.settings(session_timeout=session_timeout))
         clients.append(client)
         return client
 
@@ -29,7 +29,7 @@ def make_client(zookeeper: ZooKeeperTarget) -> Iterator[Callable[[], ZooKeeperCl
 
 
 @pytest.fixture
-def client(make_client: Callable[[], ZooKeeperClient]) -> ZooKeeperClient:
+def client(make_client: Callable[..., ZooKeeperClient]) -> ZooKeeperClient:
     return make_client()
 
 

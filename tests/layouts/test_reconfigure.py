@@ -22,7 +22,8 @@ from scheduler.layouts import (
 )
 from scheduler.zk import config_cache as cc
 from scheduler.zk import locks, paths
-from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.errors import LockLostError, ZooKeeperError
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.waiting import wait_until
 from tests.layouts.gitrepos import GitRepos
@@ -203,3 +204,43 @@ def test_files_another_tenant_still_uses_survive_a_reconfiguration(
     assert len(files) == 2
     rebuilt = TenantLayouts(make_client()).get("other")
     assert rebuilt.state.uuid == other.state.uuid and "libjob" in rebuilt.layout.jobs
+
+
+def test_a_reconfiguration_that_lost_its_lock_records_nothing(
+    world: World, make_client: Callable[..., ZooKeeperClient]
+) -> None:
+    stale_client = make_client(session_timeout=1.0)
+    successor = make_client()
+    reconfigure_tenant(successor, world.settings, TENANT, world.repos.fetch)
+    inside, release = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def slow_fetch(connection: str, project: str) -> Mapping[str, Mapping[str, str]]:
+        inside.set()
+        assert release.wait(30)
+        return world.repos.fetch(connection, project)
+
+    def stale() -> None:
+        try:
+            reconfigure_tenant(stale_client, world.settings, TENANT, slow_fetch)
+        except ZooKeeperError as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=stale)
+    thread.start()
+    wait_until(inside.is_set, what="the first reconfiguration to hold the write lock")
+    generation = stale_client.session_generation
+    twin = attach(stale_client.settings, *stale_client.kazoo.client_id)
+    twin.stop()
+    twin.close()  # the server ends the stale holder's session: its lock node is gone
+    world.repos.commit("app", "main", {".zuul.yaml": dedent(APP) + "- job: {name: extra}\n"})
+    newer = reconfigure_tenant(
+        successor, world.settings, TENANT, world.repos.fetch, lock_timeout=20
+    )
+    wait_until(lambda: stale_client.session_generation > generation, what="the stale LOST")
+    wait_until(lambda: stale_client.state.value == "CONNECTED", what="a new stale session")
+    release.set()
+    thread.join(30)
+    assert len(failure) == 1 and isinstance(failure[0], LockLostError), failure
+    state = cc.load_layout_state(successor, TENANT)
+    assert state is not None and state.data["uuid"] == newer.state.uuid

@@ -61,16 +61,18 @@ class ReconfigureResult:
 
     state: LayoutState
     layout: Layout
-    # every error of the layout's configuration (kept branches' new errors included)
+    # the errors of the configuration the layout was built from
     errors: tuple[ConfigError, ...]
+    # branches whose update was rejected (they kept their last good files), and why
     kept: tuple[KeptBranch, ...]
     # False when the layout and its files were the same as before (nothing written)
     changed: bool
 
     @property
     def messages(self) -> list[str]:
-        """The errors as users read them: ``project@branch: file:line: ...``."""
-        return [e.describe() for e in self.errors]
+        """Every error as users read them (``project@branch: file:line: ...``), kept last."""
+        rejected = [e.describe() for k in self.kept for e in k.errors]
+        return [e.describe() for e in self.errors] + rejected
 
 
 def load_tenant(settings: Settings, tenant_name: str) -> Tenant:

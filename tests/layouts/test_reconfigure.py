@@ -83,9 +83,9 @@ def test_two_processes_rebuild_byte_identical_layouts_from_zookeeper_alone(
     first = _rebuild_in_process(zookeeper, "1")
     second = _rebuild_in_process(zookeeper, "2")
     assert first == second
-    expected = [result.layout.to_json(), result.state.uuid, *result.messages]
-    assert first == "\n".join(expected) + "\n"
-    assert list(result.state.errors) == result.messages
+    messages = [e.describe() for e in result.errors]
+    assert first == "\n".join([result.layout.to_json(), result.state.uuid, *messages]) + "\n"
+    assert list(result.state.errors) == messages == result.messages  # nothing kept here
 
 
 def test_a_broken_branch_update_keeps_the_last_good_layout_and_says_why(
@@ -96,6 +96,7 @@ def test_a_broken_branch_update_keeps_the_last_good_layout_and_says_why(
     broken = reconfigure_tenant(client, world.settings, TENANT, world.repos.fetch)
     assert broken.changed
     assert broken.layout.content_hash() == good.layout.content_hash()
+    assert broken.messages == list(broken.state.kept[0].errors)
     (kept,) = broken.state.kept
     assert (kept.project, kept.branch) == ("app", "main")
     assert kept.errors == (

@@ -12,4 +12,8 @@ imports ``workers/`` (DESIGN.md: imports run from ``workers/`` to
 
 * :mod:`scheduler.wire.merger` — merger jobs and results, and the params of
   a merge request.
+* :mod:`scheduler.wire.build_spec`, :mod:`scheduler.wire.build_result` — the
+  parameters of a build request (:class:`BuildSpec`) and the result an
+  executor writes; :mod:`scheduler.wire.build_from_job` makes a spec from a
+  frozen job and a buildset's repo state.
 """

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.stack.process import is_alive
+from scheduler.wire.build_spec import JobStep
 from workers.executor import BuildControl, BuildResult, BuildSpec, RunnerOptions, run_build
-from workers.executor.spec import JobStep
 
 
 def git(repo: Path, *args: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 from scheduler.config.freeze import FrozenJob
 from scheduler.config.model import Playbook, RequiredProject
+from scheduler.wire.build_from_job import spec_for_job
 from tests.executor.helpers import Repo
 from workers.executor import (
     BaseControl,
@@ -19,7 +20,6 @@ from workers.executor import (
     RunnerOptions,
     run_build,
 )
-from workers.executor.from_job import spec_for_job
 
 
 def frozen(**changes: object) -> FrozenJob:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from scheduler.wire.build_result import StepOutcome, StepRun
+from scheduler.wire.build_spec import JobStep
 from workers.executor import BuildResult, BuildSpec, BuildSpecError, Phase, ResultCode
-from workers.executor.result import StepOutcome, StepRun
-from workers.executor.spec import JobStep
 
 COMMIT = "a" * 40
 

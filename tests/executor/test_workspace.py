@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.wire.build_spec import JobStep
 from tests.executor.helpers import Repo, git, make_spec
 from workers.executor import BaseControl, LocalControl, ResultCode, RunnerOptions, run_build
-from workers.executor.spec import JobStep
 
 SHOW_CHECKOUTS = """
 for p in org/project org/lib; do

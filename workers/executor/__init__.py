@@ -10,9 +10,9 @@ plain Python that tests drive directly.
 
 Modules, one job each:
 
-* :mod:`~workers.executor.spec`: the build spec and its JSON form;
-  :mod:`~workers.executor.from_job` makes one from a frozen job.
-* :mod:`~workers.executor.result`: result codes, steps, the build result.
+* :mod:`~scheduler.wire.build_spec`: the build spec and its JSON form;
+  :mod:`~scheduler.wire.build_from_job` makes one from a frozen job.
+* :mod:`~scheduler.wire.build_result`: result codes, steps, the build result.
 * :mod:`~workers.executor.control`: the control hooks (a protocol and two
   implementations).
 * :mod:`~workers.executor.workspace`: folders, git checkouts, safe paths.
@@ -30,6 +30,8 @@ See ``docs/executor.md``.
 
 from __future__ import annotations
 
+from scheduler.wire.build_result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
+from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.control import BaseControl, BuildControl, LocalControl, StartedInfo
 from workers.executor.errors import (
     BuildSpecError,
@@ -38,9 +40,7 @@ from workers.executor.errors import (
     ResultDataError,
     WorkspaceError,
 )
-from workers.executor.result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
 from workers.executor.runner import RunnerOptions, run_build
-from workers.executor.spec import BuildSpec, JobStep
 
 __all__ = [
     "BaseControl",

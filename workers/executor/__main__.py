@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from scheduler.wire.build_result import ResultCode
+from scheduler.wire.build_spec import BuildSpec
 from workers.executor.control import LocalControl, StartedInfo
 from workers.executor.errors import BuildSpecError
-from workers.executor.result import ResultCode
 from workers.executor.runner import RunnerOptions, run_build
-from workers.executor.spec import BuildSpec
 
 
 class _CliControl(LocalControl):

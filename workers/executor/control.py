@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from workers.executor.result import Phase
+from scheduler.wire.build_result import Phase
 
 
 @dataclass(frozen=True)

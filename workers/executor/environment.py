@@ -42,9 +42,9 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scheduler.wire.build_result import Phase
+from scheduler.wire.build_spec import BuildSpec
 from workers.executor.errors import ResultDataError
-from workers.executor.result import Phase
-from workers.executor.spec import BuildSpec
 from workers.executor.workspace import BuildLayout
 
 DEFAULT_PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ")

@@ -1,4 +1,4 @@
-"""Errors of the executor's job runner.
+"""Errors of the executor's job runner (``BuildSpecError`` comes with the spec format).
 
 Each one is a known, explained failure: the runner turns them into a build
 result with a readable message (a refusal gives ``ERROR``, a broken
@@ -8,14 +8,11 @@ workspace gives ``RETRY``); none of them escapes :func:`run_build`.
 from __future__ import annotations
 
 from scheduler.errors import SluiceError
+from scheduler.wire.build_spec import BuildSpecError
 
 
 class ExecutorError(SluiceError):
     """Base of the executor's errors."""
-
-
-class BuildSpecError(ExecutorError):
-    """A build spec (or its JSON form) is malformed."""
 
 
 class RefusedError(ExecutorError):
@@ -44,3 +41,14 @@ class ResultDataError(ExecutorError):
 
 class ProcessCleanupError(ExecutorError):
     """Processes of a job survived SIGKILL (should not happen; logged loudly)."""
+
+
+__all__ = [
+    "BuildCancelledError",
+    "BuildSpecError",
+    "ExecutorError",
+    "ProcessCleanupError",
+    "RefusedError",
+    "ResultDataError",
+    "WorkspaceError",
+]

@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from scheduler.wire.build_result import StepOutcome
 from workers.executor.errors import ProcessCleanupError
 from workers.executor.joblog import LineSplitter
-from workers.executor.result import StepOutcome
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ A build goes through named steps, each a method of :class:`BuildRun`:
    phase's executable resolved (and refused if it must be: ``ERROR``). A
    workspace that cannot be prepared gives ``RETRY``.
 2. ``run_phases``: pre-run, run and post-run in order, with Zuul's rules
-   (see :mod:`workers.executor.result`), the job's ``timeout`` over pre-run
+   (see :mod:`scheduler.wire.build_result`), the job's ``timeout`` over pre-run
    and run, ``post_timeout`` for each post-run executable, a pause after
    run when the job asks for one, and cancel checked throughout.
 3. ``collect_result``: read and validate the result data, write the final
@@ -31,6 +31,8 @@ from typing import Any
 
 from scheduler.errors import SettingsError
 from scheduler.settings import Settings
+from scheduler.wire.build_result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
+from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.control import BuildControl, StartedInfo
 from workers.executor.environment import (
     DEFAULT_PASS_ENV,
@@ -48,8 +50,6 @@ from workers.executor.errors import (
 )
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.process import StepLimits, cancel_requested, run_step
-from workers.executor.result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
-from workers.executor.spec import BuildSpec, JobStep
 from workers.executor.workspace import (
     BuildLayout,
     StepLocator,

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.settings import Settings
+from scheduler.wire.build_result import BuildResult, ResultCode
+from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
 from scheduler.zk.client import WATCHDOG_FRACTION, ConnectionState, ZooKeeperClient
 from scheduler.zk.errors import (
@@ -63,9 +65,7 @@ from scheduler.zk.errors import (
 from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
 from workers.executor.control import BaseControl, StartedInfo
 from workers.executor.errors import BuildSpecError
-from workers.executor.result import BuildResult, ResultCode
 from workers.executor.runner import RunnerOptions, run_build
-from workers.executor.spec import BuildSpec
 
 log = logging.getLogger(__name__)
 

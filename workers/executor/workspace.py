@@ -38,8 +38,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.errors import BuildCancelledError, RefusedError, WorkspaceError
-from workers.executor.spec import BuildSpec, JobStep
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 GIT_TIMEOUT = 300.0

@@ -20,7 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.executor.errors import BuildSpecError
+from scheduler.errors import SluiceError
+
+
+class BuildSpecError(SluiceError):
+    """A build spec (or its JSON form) is malformed."""
+
 
 SPEC_SCHEMA = 1
 

@@ -25,8 +25,7 @@ from typing import Any
 
 from scheduler.config.freeze import FrozenJob
 from scheduler.config.model import Playbook
-from workers.executor.errors import BuildSpecError
-from workers.executor.spec import BuildSpec, JobStep
+from scheduler.wire.build_spec import BuildSpec, BuildSpecError, JobStep
 
 
 def spec_for_job(

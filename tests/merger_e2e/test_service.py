@@ -33,6 +33,7 @@ from scheduler.wire.merger import (
     Status,
 )
 from scheduler.zk.client import ZooKeeperClient, attach, connect
+from scheduler.zk.context import Transaction
 from scheduler.zk.job_requests import JobRequest, RequestState
 from tests.merger.gitrepos import Remotes
 from tests.merger_e2e.conftest import RESULTS, Merges
@@ -83,6 +84,29 @@ def test_a_request_runs_once_and_duplicates_have_no_effect(
     assert len(merges.events()) == 2
     stored = queue.get_result(request.uuid)
     assert stored is not None and stored.result["kind"] == "branch-heads"
+
+
+def test_a_request_created_in_a_pipeline_transaction_runs(
+    merges: Merges, remotes: Remotes, cache: RepoCache
+) -> None:
+    job = heads_job(remotes)
+    request, params = new_request(
+        job, tenant="t", pipeline="gate", buildset="bs-1", result_queue=RESULTS
+    )
+    queue = open_queue(merges.client)
+    txn = Transaction(merges.client)  # the pass's transaction, with its other writes
+    queue.submit_ops(request, params, txn)
+    txn.commit()
+
+    report = execute_merge_request(queue, request.uuid, "w", cache)
+
+    assert report.outcome is MergeOutcome.COMPLETED and report.status == "ok"
+    events = [e for e in merges.events() if e[1] == request.uuid]
+    assert [kind for kind, _ in events] == ["request-started", "request-completed"]
+    stored = queue.get_result(request.uuid)
+    assert stored is not None
+    result = read_result(stored, queue.get(request.uuid))
+    assert isinstance(result, BranchHeadsResult) and result.job_id == job.job_id
 
 
 def test_params_that_hold_no_job_complete_with_an_invalid_failure(

@@ -216,3 +216,35 @@ def test_lost_request_with_a_half_written_result_is_recovered(zk: ZooKeeperClien
     result = queue.get_result(request.uuid)
     assert result is not None and result.lost
     assert zk.get_children(data_path) == []  # the dead attempt's shard is cleaned up
+
+
+def test_lifecycle_costs_a_handful_of_round_trips_and_lists_nothing(
+    zk: ZooKeeperClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    first = queue.submit(new_request(), {})  # first use creates the directories ...
+    claimed = queue.claim(first.uuid, "e1")  # ... and the result queue
+    assert claimed is not None
+    queue.complete(claimed, {})
+    waits: list[str] = []
+    listings: list[str] = []
+    real_wait, real_list = zk.wait, zk.kazoo.get_children_async
+
+    def counting_wait(result: object, timeout: float | None = None) -> object:
+        waits.append("wait")
+        return real_wait(result, timeout)
+
+    def counting_list(path: str, *args: object, **kwargs: object) -> object:
+        listings.append(path)
+        return real_list(path, *args, **kwargs)
+
+    monkeypatch.setattr(zk, "wait", counting_wait)
+    monkeypatch.setattr(zk.kazoo, "get_children_async", counting_list)
+    request = queue.submit(new_request(), {"vars": {}})
+    claimed = queue.claim(request.uuid, "e1")
+    assert claimed is not None
+    assert queue.complete(claimed, {"result": "SUCCESS"})
+    assert queue.get_result(request.uuid) is not None
+    # submit 1, claim 2, complete 1, result 2 answers awaited (sent together: one round trip)
+    assert len(waits) <= 6, waits
+    assert listings == []

@@ -68,6 +68,10 @@ class ConnectionSettings:
     baseurl: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
 
+    def project_url(self, project: str) -> str:
+        """Where ``project`` of this connection lives: ``<baseurl>/<project>``."""
+        return self.baseurl.rstrip("/") + "/" + project
+
 
 @dataclass(frozen=True)
 class ExecutorSettings:

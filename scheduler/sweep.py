@@ -41,9 +41,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scheduler import dispatch
+from scheduler import dispatch, idle, tasknames
 from scheduler.settings import Settings
-from scheduler.zk import locks, paths
+from scheduler.zk import inventory, locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 
@@ -151,15 +151,6 @@ def request_queue_steps(
 # ---------------------------------------------------------------- which queues
 
 
-def executor_zones(client: ZooKeeperClient) -> list[str]:
-    """Zones that have an executor queue in ZooKeeper (created by a first submit)."""
-    # The zones' parent, through the path builder (the queue of any zone).
-    zones_root = paths.parent(paths.executor_queue("zone"))
-    if client.exists(zones_root) is None:
-        return []
-    return sorted(paths.unsegment(child) for child in client.get_children(zones_root))
-
-
 def _build_nudge(zone: str | None, settings: Settings) -> Nudge:
     return lambda request: dispatch.send_build(request.uuid, zone, settings=settings)
 
@@ -226,7 +217,7 @@ def standard_steps(
         max_age=max_age,
         queued=_broker_count("merger", settings),
     )
-    for zone in [None, *executor_zones(client)]:
+    for zone in [None, *inventory.executor_zones(client)]:
         steps += _executor_steps(client, settings, zone, min_age=min_age, max_age=max_age)
     return steps
 
@@ -275,3 +266,40 @@ def run_sweep(
     if acted or report.failed:
         log.info("sweep: %s; failed: %s", acted, report.failed)
     return report
+
+
+# ---------------------------------------------------------------- scheduler work
+
+
+def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepStep]:
+    """Re-nudge every connection, tenant and pipeline that ZooKeeper says has work.
+
+    A purged broker or a scheduler worker killed mid-pass leaves events
+    queued or a dirty flag raised; these steps send the nudge again, so the
+    work is delayed by at most one sweep interval (DESIGN.md invariant 2).
+    A nudge for work that another worker is doing coalesces harmlessly.
+    """
+
+    def connections() -> list[str]:
+        found = idle.connections_with_events(client)
+        for name in found:
+            dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, name, settings=settings)
+        return found
+
+    def tenants() -> list[str]:
+        found = idle.tenants_with_events(client)
+        for name in found:
+            dispatch.send(tasknames.PROCESS_TENANT, name, settings=settings)
+        return found
+
+    def pipelines() -> list[str]:
+        found = idle.pipelines_to_process(client)
+        for tenant, pipeline in found:
+            dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
+        return [f"{tenant}/{pipeline}" for tenant, pipeline in found]
+
+    return [
+        SweepStep("connections", connections),
+        SweepStep("tenants", tenants),
+        SweepStep("pipelines", pipelines),
+    ]

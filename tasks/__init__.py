@@ -5,7 +5,7 @@ and call plain functions in ``scheduler/`` or ``workers/``. Nothing imports
 this package; code that must send a task uses :mod:`scheduler.dispatch`.
 """
 
-from tasks import executor, maintenance, merger, system  # noqa: F401  (registers the tasks)
+from tasks import executor, maintenance, merger, scheduler, system  # noqa: F401  (registers the tasks)
 from tasks.app import app
 
 __all__ = ["app"]

@@ -11,18 +11,22 @@ from typing import Any
 
 from scheduler import dispatch
 from scheduler.settings import load_settings
-from scheduler.sweep import run_sweep, standard_steps
+from scheduler.sweep import run_sweep, scheduler_steps, standard_steps
 from scheduler.zk.client import process_client
 from tasks.app import app
 
 
 @app.task(name=dispatch.SWEEP_TASK)
 def sweep() -> dict[str, Any]:
-    """Re-nudge pending requests, record lost ones, clean up old ones."""
+    """Re-nudge pending requests and scheduler work, record lost requests, clean up."""
     settings = load_settings()
     client = process_client(settings.zookeeper)
     renudge_merges = dispatch.MERGE_TASK in app.tasks
     report = run_sweep(
-        client, lambda: standard_steps(client, settings, renudge_merges=renudge_merges)
+        client,
+        lambda: [
+            *standard_steps(client, settings, renudge_merges=renudge_merges),
+            *scheduler_steps(client, settings),
+        ],
     )
     return report.to_dict()

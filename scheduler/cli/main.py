@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from scheduler.cli.history import builds, buildsets
+from scheduler.cli.manage import dequeue, enqueue, reconfigure_command
 from scheduler.cli.stack import stack
 from scheduler.cli.state import status, wait
 from scheduler.cli.system import demo
@@ -36,7 +37,17 @@ def cli(config: Path | None) -> None:
         os.environ["SLUICE_CONFIG"] = str(config.resolve())
 
 
-for command in (stack, demo, status, wait, builds, buildsets):
+for command in (
+    stack,
+    demo,
+    status,
+    wait,
+    builds,
+    buildsets,
+    enqueue,
+    dequeue,
+    reconfigure_command,
+):
     cli.add_command(command)
 
 

@@ -174,7 +174,7 @@ class PipelineManager:
         return item
 
     def dequeue_change(self, state: PipelineState, change: Change) -> list[QueueItem]:
-        items = state.find(change)
+        items = state.find_for_dequeue(change)
         for item in items:
             self.dequeue(state, item, "dequeued by request", report=True)
         return items

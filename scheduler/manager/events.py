@@ -100,11 +100,11 @@ def _text(data: Mapping[str, Any], key: str) -> str:
     return value
 
 
-def _change(data: Mapping[str, Any]) -> Change:
+def _change(data: Mapping[str, Any], keys: tuple[str, ...] = ("branch",)) -> Change:
     raw = data.get("change")
     if not isinstance(raw, Mapping):
         raise MalformedEventError(f"'change' must be a mapping, got {raw!r}")
-    for key in ("connection", "project", "branch", "ref"):
+    for key in ("connection", "project", "ref", *keys):
         _text(raw, key)
     return Change.from_dict(dict(raw))
 
@@ -118,7 +118,10 @@ def _enqueue(data: Mapping[str, Any]) -> PipelineEvent:
 
 
 def _dequeue(data: Mapping[str, Any]) -> PipelineEvent:
-    return Dequeue(_change(data), str(data.get("event_id", "")), str(data.get("result_id", "")))
+    # A dequeue may leave the branch empty: any target branch of the ref.
+    return Dequeue(
+        _change(data, keys=()), str(data.get("event_id", "")), str(data.get("result_id", ""))
+    )
 
 
 def _build_started(data: Mapping[str, Any]) -> PipelineEvent:

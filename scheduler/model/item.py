@@ -174,6 +174,18 @@ class PipelineState:
             if not item.dequeued and item.change.same_change(change)
         ]
 
+    def find_for_dequeue(self, change: Change) -> list[QueueItem]:
+        """Live items of ``change``'s ref; an empty branch matches any target branch."""
+        return [
+            item
+            for item in self.items.values()
+            if not item.dequeued
+            and item.change.connection == change.connection
+            and item.change.project == change.project
+            and item.change.ref == change.ref
+            and (not change.branch or item.change.branch == change.branch)
+        ]
+
     def queue_of(self, item: QueueItem) -> ChangeQueue:
         return self.queues[item.queue]
 

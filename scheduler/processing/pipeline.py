@@ -119,7 +119,11 @@ class PipelinePass:
                 self.consumed.append((queue, event))
                 decoded = self._decode(state, event)
                 if decoded is not None:
-                    live = state.find(decoded.change) if isinstance(decoded, ev.Dequeue) else []
+                    live = (
+                        state.find_for_dequeue(decoded.change)
+                        if isinstance(decoded, ev.Dequeue)
+                        else []
+                    )
                     manager.apply(state, decoded)
                     self._record_outcome(state, decoded, [i.uuid for i in live])
 

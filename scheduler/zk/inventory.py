@@ -25,6 +25,12 @@ def connections(client: ZooKeeperClient) -> list[str]:
     return sorted(_names(client, paths.connection_events_root()))
 
 
+def executor_zones(client: ZooKeeperClient) -> list[str]:
+    """Zones that have an executor queue (created by a first submit)."""
+    # The zones' parent, through the path builder (the queue of any zone).
+    return sorted(_names(client, paths.parent(paths.executor_queue("zone"))))
+
+
 def tenants(client: ZooKeeperClient) -> list[str]:
     """Tenants that have event queues or pipeline state."""
     return sorted(_names(client, paths.tenant_events_root()) | _names(client, paths.tenants_root()))

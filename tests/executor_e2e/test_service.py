@@ -22,13 +22,12 @@ from scheduler.dispatch import DispatchError, executor_queue_name
 from scheduler.sweep import (
     SweepReport,
     SweepStep,
-    executor_zones,
     renudge_pending,
     run_steps,
     run_sweep,
     standard_steps,
 )
-from scheduler.zk import locks, paths
+from scheduler.zk import inventory, locks, paths
 from scheduler.zk.client import ZooKeeperClient, attach, connect
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue, RequestEvent, RequestState
 from tests.executor.helpers import Repo, make_spec
@@ -222,9 +221,9 @@ def test_a_failing_step_does_not_stop_the_others() -> None:
 
 
 def test_zones_are_found_in_the_tree(builds: Builds) -> None:
-    assert executor_zones(builds.client) == []
+    assert inventory.executor_zones(builds.client) == []
     builds.queue("east/1").submit(JobRequest(uuid=uuid.uuid4().hex), {})
-    assert executor_zones(builds.client) == ["east/1"]
+    assert inventory.executor_zones(builds.client) == ["east/1"]
     names = [step.name for step in standard_steps(builds.client, builds.settings)]
     assert "executor.east/1:lost" in names and "executor:renudge" in names
     assert "merger:lost" in names

@@ -123,7 +123,7 @@ class RepoCache:
         if not settings.baseurl:
             raise InvalidJobError(f"connection {connection!r} has no baseurl")
         encode_project(project)
-        return settings.baseurl.rstrip("/") + "/" + project
+        return settings.project_url(project)
 
     def repo_path(self, connection: str, project: str) -> Path:
         if not _CONNECTION_NAME.match(connection):

@@ -1,0 +1,140 @@
+"""The real request formats: merge jobs for the merger, build specs for executors.
+
+Implements :class:`~scheduler.processing.environment.RequestFormats` with
+the wire types of :mod:`scheduler.wire`. Where a build fetches its git
+objects from is the caller's business (``sources``): on one host it is the
+merger's repo cache, which holds the speculative merge commits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from scheduler.config import FrozenJob
+from scheduler.layouts.source import config_files_key
+from scheduler.manager.base import BuildIntent, MergeIntent
+from scheduler.manager.events import MergeOutcome
+from scheduler.model.change import Change
+from scheduler.model.item import QueueItem
+from scheduler.model.results import Result
+from scheduler.processing.environment import BuildOutcome, NewRequest
+from scheduler.wire import merger as wire
+from scheduler.wire.build_from_job import spec_for_job
+from scheduler.wire.build_result import BuildResult
+from scheduler.wire.build_spec import BuildSpecError
+from scheduler.wire.merge_requests import new_request
+from scheduler.zk import paths
+from scheduler.zk.job_requests import JobRequest, JobResult
+
+# (connection, project) -> where an executor fetches that project's commits
+Sources = Callable[[str, str], str]
+
+
+def _wire_change(change: Change) -> wire.Change:
+    return wire.Change(
+        connection=change.connection,
+        project=change.project,
+        branch=change.branch,
+        ref="" if change.commit else change.ref,
+        commit=change.commit,
+        change_id=change.key,
+    )
+
+
+def _repo_state(result: wire.MergeResult) -> dict[str, dict[str, str]]:
+    return {state.project: dict(state.branches) for state in result.repo_state}
+
+
+def _failure_text(failure: wire.Failure | None) -> str:
+    if failure is None:
+        return "the merge failed"
+    files = f" ({', '.join(failure.files)})" if failure.files else ""
+    where = f"{failure.project} {failure.ref}".strip()
+    return f"{failure.kind}: {where}: {failure.message}{files}" if where else failure.message
+
+
+class WireFormats:
+    def __init__(self, connection_of: Callable[[str, str], str], sources: Sources) -> None:
+        # (tenant, project name) -> the project's connection
+        self.connection_of = connection_of
+        self.sources = sources
+
+    def merge(self, tenant: str, pipeline: str, item: QueueItem, intent: MergeIntent) -> NewRequest:
+        job = wire.MergeJob(
+            job_id=intent.request,
+            changes=tuple(_wire_change(c) for c in intent.changes),
+            read_config=True,
+        )
+        request, params = new_request(
+            job,
+            tenant=tenant,
+            pipeline=pipeline,
+            buildset=intent.buildset,
+            result_queue=paths.pipeline_result_queue(tenant, pipeline),
+            event_id=item.event_id,
+            request_uuid=intent.request,
+        )
+        return NewRequest(request, params, paths.merger_queue())
+
+    def merge_outcome(self, result: JobResult) -> MergeOutcome:
+        decoded = wire.decode_result(result.result, lost=result.lost, kind=wire.JobKind.MERGE)
+        assert isinstance(decoded, wire.MergeResult)
+        if decoded.failure is not None and decoded.failure.kind == wire.LOST:
+            return MergeOutcome(ok=False, lost=True)
+        if not decoded.ok:
+            return MergeOutcome(ok=False, error=_failure_text(decoded.failure))
+        files = decoded.changes[-1].files if decoded.changes else ()
+        config = {config_files_key(c.project, c.branch): dict(c.files) for c in decoded.config}
+        return MergeOutcome(
+            ok=True, repo_state=_repo_state(decoded), files=tuple(files), config_files=config
+        )
+
+    def build(self, tenant: str, pipeline: str, item: QueueItem, intent: BuildIntent) -> NewRequest:
+        request = JobRequest(
+            uuid=intent.build.uuid,
+            tenant=tenant,
+            pipeline=pipeline,
+            buildset_uuid=intent.buildset,
+            job_name=intent.job.name,
+            event_id=item.event_id,
+            result_queue=paths.pipeline_result_queue(tenant, pipeline),
+            info={"zone": intent.job.zone} if intent.job.zone else {},
+        )
+        repo_state = item.buildset.repo_state or {}
+        sources = {
+            project: self.sources(self.connection_of(tenant, project), project)
+            for project in repo_state
+        }
+        params: dict[str, object]
+        try:
+            spec = spec_for_job(
+                FrozenJob.from_json(json.dumps(dict(intent.job.spec))),
+                tenant=tenant,
+                ref=item.change.ref,
+                build_uuid=intent.build.uuid,
+                repo_state=repo_state,
+                sources=sources,
+                parent_data=intent.parent_data,
+            )
+            params = spec.to_dict()
+        except BuildSpecError as exc:
+            # The executor answers a spec it cannot read with ERROR: the
+            # build ends with this message instead of the pass failing.
+            params = {"invalid": str(exc)}
+        root = paths.executor_queue(intent.job.zone or None)
+        return NewRequest(request, params, root)
+
+    def build_outcome(self, result: JobResult) -> BuildOutcome:
+        data = result.result
+        if result.lost or data.get("result") == Result.LOST.value:
+            return BuildOutcome(Result.LOST, "the executor was lost")
+        build = BuildResult.from_dict(data)
+        return BuildOutcome(
+            Result(build.result.value),
+            build.message,
+            build.started_at,
+            build.ended_at,
+            dict(build.result_data),
+            build.log_path,
+        )

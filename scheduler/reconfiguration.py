@@ -1,0 +1,80 @@
+"""Reconfiguring tenants with the config files mergers read at branch heads.
+
+:func:`merger_fetch` is the ``fetch`` of :func:`scheduler.layouts.reconfigure_tenant`
+for a real system: per project one branch-heads job and one config job,
+run by merger workers (the scheduler never clones a repository itself).
+:func:`reconfigure` does every tenant of ``main.yaml`` (or one).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from scheduler.config import parse_tenant_config
+from scheduler.errors import SluiceError
+from scheduler.layouts import reconfigure_tenant
+from scheduler.layouts.reconfigure import ReconfigureResult
+from scheduler.settings import Settings
+from scheduler.wire import merger as wire
+from scheduler.wire.merge_requests import merge_and_wait
+from scheduler.zk.client import ZooKeeperClient
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[str, str], dict[str, dict[str, str]]]
+
+
+class ReconfigurationError(SluiceError):
+    """The configuration could not be read (no merger answered, a merge job failed)."""
+
+
+def merger_fetch(client: ZooKeeperClient, settings: Settings, timeout: float = 120.0) -> Fetch:
+    """Read config files at every branch head of a project through merger jobs."""
+
+    def run(job: wire.MergerJob) -> wire.MergerResult:
+        result = merge_and_wait(client, job, timeout, settings=settings)
+        if result is None:
+            raise ReconfigurationError(
+                f"no merger answered within {timeout:.0f}s; is a merger worker running?"
+            )
+        if result.failure is not None:
+            failure = result.failure
+            raise ReconfigurationError(f"{failure.project} {failure.ref}: {failure.message}")
+        return result
+
+    def fetch(connection: str, project: str) -> dict[str, dict[str, str]]:
+        heads = run(wire.BranchHeadsJob(uuid.uuid4().hex, connection, project))
+        assert isinstance(heads, wire.BranchHeadsResult)
+        branches = tuple(sorted(heads.state.branches)) if heads.state else ()
+        if not branches:
+            return {}
+        config = run(wire.ConfigJob(uuid.uuid4().hex, connection, project, branches))
+        assert isinstance(config, wire.ConfigResult)
+        found: dict[str, dict[str, str]] = {branch: {} for branch in branches}
+        found.update({c.branch: dict(c.files) for c in config.config})
+        return found
+
+    return fetch
+
+
+def tenant_names(settings: Settings) -> list[str]:
+    path = Path(settings.tenant_config)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReconfigurationError(f"{path}: cannot read the tenant config: {exc}") from None
+    config = parse_tenant_config(text, path.name, settings.connections)
+    for error in config.errors:
+        log.error("%s", error)
+    return [tenant.name for tenant in config.tenants]
+
+
+def reconfigure(
+    client: ZooKeeperClient, settings: Settings, fetch: Fetch, tenant: str | None = None
+) -> dict[str, ReconfigureResult]:
+    """Reconfigure one tenant or all of ``main.yaml``; results by tenant name."""
+    names = [tenant] if tenant else tenant_names(settings)
+    return {name: reconfigure_tenant(client, settings, name, fetch) for name in names}

@@ -12,8 +12,10 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
+from scheduler import tasknames
 from scheduler.errors import SluiceError
 from scheduler.settings import Settings, load_settings
+from scheduler.zk.job_requests import JobRequest
 
 
 class DispatchError(SluiceError, ValueError):
@@ -93,3 +95,16 @@ def queued_messages(queue: str, *, settings: Settings | None = None) -> int:
         except connection.channel_errors:
             return 0
         return int(declared.message_count)
+
+
+# ---------------------------------------------------------------- result events
+
+
+def notify_pipeline(request: JobRequest, settings: Settings | None = None) -> None:
+    """Nudge the pipeline that gets ``request``'s events (after one was emitted).
+
+    The event itself is already committed in ZooKeeper; if this nudge is lost
+    the sweep finds the pipeline's queued events and sends it again.
+    """
+    if request.tenant and request.pipeline and request.result_queue:
+        send(tasknames.PROCESS_PIPELINE, request.tenant, request.pipeline, settings=settings)

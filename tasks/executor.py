@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Task
 
+from scheduler import dispatch
 from scheduler.errors import SluiceError
 from scheduler.settings import load_settings
 from scheduler.zk.client import process_client
@@ -57,7 +58,14 @@ def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> d
     settings = load_settings()
     try:
         client = process_client(settings.zookeeper)
-        report = execute(settings, client, uuid, zone_name, worker_name(self.request.hostname))
+        report = execute(
+            settings,
+            client,
+            uuid,
+            zone_name,
+            worker_name(self.request.hostname),
+            notify=lambda request: dispatch.notify_pipeline(request, settings),
+        )
     except ZooKeeperUnavailableError as exc:
         raise self.retry(exc=exc, countdown=RETRY_DELAY * 2**self.request.retries) from exc
     return report.to_dict()

@@ -42,7 +42,13 @@ def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
     settings = load_settings()
     try:
         client = process_client(settings.zookeeper)
-        report = execute(settings, client, request_uuid, worker_name(self.request.hostname))
+        report = execute(
+            settings,
+            client,
+            request_uuid,
+            worker_name(self.request.hostname),
+            notify=lambda request: dispatch.notify_pipeline(request, settings),
+        )
     except ZooKeeperUnavailableError as exc:
         raise self.retry(exc=exc, countdown=RETRY_DELAY * 2**self.request.retries) from exc
     return report.to_dict()

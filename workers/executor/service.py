@@ -47,7 +47,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,7 @@ from scheduler.zk.errors import (
     NoDataError,
     ZooKeeperUnavailableError,
 )
-from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
+from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
 from workers.executor.control import BaseControl, StartedInfo
 from workers.executor.errors import BuildSpecError
 from workers.executor.runner import RunnerOptions, run_build
@@ -200,6 +200,20 @@ class RequestControl(BaseControl):
             log.info("build request %s: resumed", self.claimed.uuid)
 
 
+Notify = Callable[[JobRequest], None]
+
+
+def _no_notify(_request: JobRequest) -> None:
+    return None
+
+
+def _notify(notify: Notify, request: JobRequest) -> None:
+    try:
+        notify(request)
+    except Exception:  # a lost nudge is re-sent by the sweep; never fail the build for it
+        log.exception("build request %s: nudging its pipeline failed", request.uuid)
+
+
 def refused_result(build_uuid: str, message: str) -> BuildResult:
     """An ``ERROR`` result for a request that cannot run at all."""
     now = time.time()
@@ -207,17 +221,28 @@ def refused_result(build_uuid: str, message: str) -> BuildResult:
 
 
 def execute_request(
-    queue: JobRequestQueue, request_uuid: str, worker: str, options: RunnerOptions
+    queue: JobRequestQueue,
+    request_uuid: str,
+    worker: str,
+    options: RunnerOptions,
+    notify: Notify = _no_notify,
 ) -> ExecutionReport:
-    """Claim, run and complete one build request; see the module docstring."""
+    """Claim, run and complete one build request; see the module docstring.
+
+    ``notify`` is called after each event the request emits (started,
+    completed), so the pipeline that gets them is nudged.
+    """
     claimed = queue.claim(request_uuid, worker)
     if claimed is None:
         log.info("build request %s: nothing to claim (duplicate delivery or done)", request_uuid)
         return ExecutionReport(request_uuid, BuildOutcome.DUPLICATE, worker=worker)
     log.info("build request %s: claimed by %s", request_uuid, worker)
+    _notify(notify, claimed.request)
     try:
         result = _run_claimed(queue, claimed, options)
         outcome = _complete(queue, claimed, result)
+        if outcome is BuildOutcome.COMPLETED:
+            _notify(notify, claimed.request)
     except BaseException:
         # Never leave a RUNNING request locked by a live session: released,
         # it is found lost and recorded by the sweep.
@@ -299,7 +324,9 @@ def execute(
     request_uuid: str,
     zone: str | None,
     worker: str,
+    *,
+    notify: Notify = _no_notify,
 ) -> ExecutionReport:
     """:func:`execute_request` on the queue of ``zone`` with this worker's runner options."""
     options = runner_options(settings)
-    return execute_request(open_queue(client, zone), request_uuid, worker, options)
+    return execute_request(open_queue(client, zone), request_uuid, worker, options, notify)

@@ -63,7 +63,7 @@ from scheduler.wire.merger import (
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import DecodeError, LockLostError, NoDataError, ZooKeeperUnavailableError
-from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
+from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
 from workers.merger.cache import RepoCache
 from workers.merger.dispatch import run_job
 
@@ -148,8 +148,26 @@ def process_cache(settings: Settings) -> RepoCache:
 CacheSource = RepoCache | Callable[[], RepoCache]
 
 
+Notify = Callable[[JobRequest], None]
+
+
+def _no_notify(_request: JobRequest) -> None:
+    return None
+
+
+def _notify(notify: Notify, request: JobRequest) -> None:
+    try:
+        notify(request)
+    except Exception:  # a lost nudge is re-sent by the sweep; never fail the merge for it
+        log.exception("merge request %s: nudging its pipeline failed", request.uuid)
+
+
 def execute_merge_request(
-    queue: JobRequestQueue, request_uuid: str, worker: str, cache: CacheSource
+    queue: JobRequestQueue,
+    request_uuid: str,
+    worker: str,
+    cache: CacheSource,
+    notify: Notify = _no_notify,
 ) -> MergeReport:
     """Claim, run and complete one merge request; see the module docstring.
 
@@ -164,6 +182,8 @@ def execute_merge_request(
     try:
         kind, data = run_claimed(queue, claimed, cache)
         outcome = _complete(queue, claimed, data)
+        if outcome is MergeOutcome.COMPLETED:
+            _notify(notify, claimed.request)
     except BaseException:
         # Never leave a RUNNING request locked by a live session: released,
         # it is found lost and recorded by the sweep.
@@ -247,9 +267,14 @@ def _stored_before(
 
 
 def execute(
-    settings: Settings, client: ZooKeeperClient, request_uuid: str, worker: str
+    settings: Settings,
+    client: ZooKeeperClient,
+    request_uuid: str,
+    worker: str,
+    *,
+    notify: Notify = _no_notify,
 ) -> MergeReport:
     """:func:`execute_merge_request` on the merger queue with this process's repo cache."""
     return execute_merge_request(
-        open_queue(client), request_uuid, worker, lambda: process_cache(settings)
+        open_queue(client), request_uuid, worker, lambda: process_cache(settings), notify
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kombu import Queue
 
+from scheduler import tasknames
 from scheduler.settings import load_settings
 
 _settings = load_settings()
@@ -63,7 +64,7 @@ task_routes = {
 # message older than one interval is dropped, the next one is on its way.
 beat_schedule = {
     "sluice-sweep": {
-        "task": "sluice.maintenance.sweep",
+        "task": tasknames.SWEEP,
         "schedule": _settings.sweep_interval,
         "options": {"expires": _settings.sweep_interval},
     },

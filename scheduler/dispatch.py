@@ -42,13 +42,7 @@ def send(name: str, *args: Any, settings: Settings | None = None, **options: Any
 
 
 # ---------------------------------------------------------------- builds and merges
-# Task names, so senders (the scheduler, the sweep) never import tasks/.
-
-BUILD_TASK = "sluice.executor.build"
-# The merge task of the merger's task adapter; the sweep re-nudges merge
-# requests with it once a worker has it registered.
-MERGE_TASK = "sluice.merger.run"
-SWEEP_TASK = "sluice.maintenance.sweep"
+# By task name (scheduler.tasknames), so senders never import tasks/.
 
 EXECUTOR_QUEUE = "executor"
 
@@ -73,13 +67,13 @@ def send_build(
     """
     kwargs = {"zone": zone} if zone is not None else {}
     return client_app(settings).send_task(
-        BUILD_TASK, args=[request_uuid], kwargs=kwargs, queue=executor_queue_name(zone)
+        tasknames.BUILD, args=[request_uuid], kwargs=kwargs, queue=executor_queue_name(zone)
     )
 
 
 def send_merge(request_uuid: str, *, settings: Settings | None = None) -> Any:
     """Nudge a merger to run the merge request ``request_uuid`` (queue ``merger``)."""
-    return client_app(settings).send_task(MERGE_TASK, args=[request_uuid], queue="merger")
+    return client_app(settings).send_task(tasknames.MERGE, args=[request_uuid], queue="merger")
 
 
 def queued_messages(queue: str, *, settings: Settings | None = None) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Task
 
-from scheduler import dispatch
+from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
 from scheduler.settings import load_settings
 from scheduler.zk.client import process_client
@@ -51,7 +51,7 @@ def _zone(value: object) -> str | None:
     return value
 
 
-@app.task(name="sluice.executor.build", bind=True, acks_late=False, max_retries=MAX_RETRIES)
+@app.task(name=tasknames.BUILD, bind=True, acks_late=False, max_retries=MAX_RETRIES)
 def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> dict[str, Any]:
     """Claim the build request ``request_uuid`` of ``zone``, run it and store its result."""
     uuid, zone_name = _request_uuid(request_uuid), _zone(zone)

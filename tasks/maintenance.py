@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import dispatch
+from scheduler import tasknames
 from scheduler.settings import load_settings
 from scheduler.sweep import run_sweep, scheduler_steps, standard_steps
 from scheduler.zk.client import process_client
 from tasks.app import app
 
 
-@app.task(name=dispatch.SWEEP_TASK)
+@app.task(name=tasknames.SWEEP)
 def sweep() -> dict[str, Any]:
     """Re-nudge pending requests and scheduler work, record lost requests, clean up."""
     settings = load_settings()
     client = process_client(settings.zookeeper)
-    renudge_merges = dispatch.MERGE_TASK in app.tasks
+    renudge_merges = tasknames.MERGE in app.tasks
     report = run_sweep(
         client,
         lambda: [

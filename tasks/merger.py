@@ -16,7 +16,7 @@ from typing import Any
 
 from celery import Task
 
-from scheduler import dispatch
+from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
 from scheduler.settings import load_settings
 from scheduler.zk.client import process_client
@@ -34,11 +34,11 @@ class MergeRequestError(SluiceError):
     """The task was sent with arguments that name no request."""
 
 
-@app.task(name=dispatch.MERGE_TASK, bind=True, acks_late=True, max_retries=MAX_RETRIES)
+@app.task(name=tasknames.MERGE, bind=True, acks_late=True, max_retries=MAX_RETRIES)
 def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
     """Claim the merge request ``request_uuid``, run its job and store its result."""
     if not isinstance(request_uuid, str) or not request_uuid:
-        raise MergeRequestError(f"{dispatch.MERGE_TASK}: request_uuid must be a non-empty string")
+        raise MergeRequestError(f"{tasknames.MERGE}: request_uuid must be a non-empty string")
     settings = load_settings()
     try:
         client = process_client(settings.zookeeper)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from scheduler import tasknames
 from scheduler.settings import load_settings
 from scheduler.zk.client import process_client
 from scheduler.zk.roundtrip import roundtrip as zk_roundtrip
@@ -15,7 +16,7 @@ from tasks.app import app
 MAX_HOLD_SECONDS = 5.0
 
 
-@app.task(name="sluice.system.roundtrip")
+@app.task(name=tasknames.ROUNDTRIP)
 def roundtrip(token: str, hold: float = 0.0) -> dict[str, Any]:
     """Read and write ZooKeeper from a worker process and report what it saw."""
     settings = load_settings()

@@ -11,7 +11,7 @@ import uuid
 
 import click
 
-from scheduler import dispatch
+from scheduler import dispatch, tasknames
 from scheduler.cli.common import clear_errors, settings
 
 
@@ -23,7 +23,7 @@ def demo(timeout: float) -> None:
     conf = settings()
     token = uuid.uuid4().hex
     click.echo(f"sending sluice.system.roundtrip({token}) via {conf.broker_url}")
-    result = dispatch.send("sluice.system.roundtrip", token, settings=conf)
+    result = dispatch.send(tasknames.ROUNDTRIP, token, settings=conf)
     try:
         reply = result.get(timeout=timeout)
     except Exception as exc:  # the broker or worker failed: name it

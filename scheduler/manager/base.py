@@ -12,6 +12,21 @@ finished gets its result and stays in the pipeline; the processor runs the
 reporters (idempotent by uuid) after the commit, then calls
 :meth:`PipelineManager.finish_reported` to remove it.
 
+Gating pipelines that merge (``PipelineSettings.merge_on_success``) add a
+phase before the report: a head item that passed is listed in
+``Intents.merges_to_push`` (its ``push`` is ``PENDING``) on every pass until
+the processing layer answers with :meth:`PipelineManager.merge_pushed` (the
+tested merge, ``item.buildset.repo_state``, is on the target branch; the
+next pass reports the item SUCCESS) or :meth:`PipelineManager.merge_failed`
+(the item fails with the message; the next pass resets the items behind it
+and reports it). A push must be idempotent: a branch that already points at
+the tested commit is a success (a crash between the push and the commit of
+its answer pushes again).
+
+Fail-fast (``BuildSet.fail_fast``, frozen with the jobs from the project's
+pipeline config) holds in every manager: the first voting job that fails
+cancels the item's other builds and fails the item at once.
+
 Subclasses (independent, dependent, serial, supercedent) change how items
 are queued and which changes a merge stacks; the rest is shared.
 """
@@ -26,12 +41,28 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from scheduler.manager import events as ev
+from scheduler.manager.window import WindowSettings
 from scheduler.model.build import Build, BuildState, JobInfo, JobState
 from scheduler.model.change import Change
-from scheduler.model.item import BuildSet, ChangeQueue, MergeState, PipelineState, QueueItem
+from scheduler.model.item import (
+    BuildSet,
+    ChangeQueue,
+    MergeState,
+    PipelineState,
+    PushState,
+    QueueItem,
+)
 from scheduler.model.results import Result
 
 log = logging.getLogger(__name__)
+
+
+# (project, branch) -> (shared queue name, per branch), None for a project of its own
+QueueNamer = Callable[[str, str], "tuple[str, bool] | None"]
+
+
+def no_shared_queues(project: str, branch: str) -> tuple[str, bool] | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -41,6 +72,12 @@ class PipelineSettings:
     name: str
     manager: str = "independent"
     dequeue_on_new_patchset: bool = True
+    # dependent pipelines: the window of each shared queue
+    window: WindowSettings = field(default_factory=WindowSettings)
+    # gating: which shared queue a project's items join (Layout.queue_for)
+    queue_for: QueueNamer = no_shared_queues
+    # a success reporter says ``merge: true``: a passed head item is pushed first
+    merge_on_success: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +86,8 @@ class FreezeResult:
 
     jobs: tuple[JobInfo, ...] = ()
     errors: tuple[str, ...] = ()
+    # the project's ``fail-fast`` in this pipeline (the last stanza that sets it)
+    fail_fast: bool = False
 
 
 class LayoutProvider(Protocol):
@@ -95,9 +134,14 @@ class Intents:
     builds: list[BuildIntent] = field(default_factory=list)
     cancels: list[CancelIntent] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
+    # uuids of head items whose tested merge the processing layer must push,
+    # answering each with merge_pushed or merge_failed (see the module docstring)
+    merges_to_push: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.merges or self.builds or self.cancels or self.reports)
+        return bool(
+            self.merges or self.builds or self.cancels or self.reports or self.merges_to_push
+        )
 
 
 def new_uuid() -> str:
@@ -137,6 +181,18 @@ class PipelineManager:
     def ready_to_merge(self, state: PipelineState, item: QueueItem) -> bool:
         return item.active
 
+    def can_start_builds(self, item: QueueItem) -> bool:
+        """Whether new builds may start for ``item`` (running ones always finish)."""
+        return True
+
+    def supersedes(self, existing: QueueItem, change: Change) -> bool:
+        """Whether a new commit ``change`` of ``existing``'s change dequeues it."""
+        return self.settings.dequeue_on_new_patchset
+
+    def place(self, state: PipelineState, queue: ChangeQueue, item: QueueItem) -> None:
+        """Put a new item into its queue (at the end)."""
+        queue.items.append(item.uuid)
+
     # -- events ----------------------------------------------------------------
 
     def apply(self, state: PipelineState, event: ev.PipelineEvent) -> None:
@@ -157,7 +213,7 @@ class PipelineManager:
         for existing in state.find(change):
             if existing.change.commit == change.commit:
                 return existing
-            if self.settings.dequeue_on_new_patchset:
+            if self.supersedes(existing, change):
                 self.dequeue(state, existing, "superseded by a newer commit", report=True)
         queue = self.queue_for(state, change)
         item = QueueItem(
@@ -169,7 +225,7 @@ class PipelineManager:
             event_id=event_id,
         )
         state.items[item.uuid] = item
-        queue.items.append(item.uuid)
+        self.place(state, queue, item)
         log.info("%s: enqueued %s as item %s", self.settings.name, change.key, item.uuid)
         return item
 
@@ -232,6 +288,7 @@ class PipelineManager:
         if frozen.errors:
             buildset.config_errors = list(frozen.errors)
             return
+        buildset.fail_fast = frozen.fail_fast
         buildset.jobs = {job.name: JobState(info=job) for job in frozen.jobs}
         if not frozen.jobs:
             # Zuul's rule: a change with no jobs in this pipeline is not reported.
@@ -291,8 +348,10 @@ class PipelineManager:
                 self._finish(item)
             else:
                 self.advance_item(state, item)
+                self._finish(item)
 
     def advance_item(self, state: PipelineState, item: QueueItem) -> None:
+        """Merge, freeze and run ``item`` as far as it goes; set its result when done."""
         buildset = item.buildset
         if buildset.merge_state is MergeState.NEW:
             if self.ready_to_merge(state, item):
@@ -306,7 +365,6 @@ class PipelineManager:
             self.set_result(item, Result.CONFIG_ERROR, "\n".join(buildset.config_errors))
         else:
             self._run_jobs(item)
-        self._finish(item)
 
     def _request_merge(self, state: PipelineState, item: QueueItem) -> None:
         request = self.make_uuid()
@@ -316,16 +374,39 @@ class PipelineManager:
         self.intents.merges.append(MergeIntent(item.uuid, item.buildset.uuid, request, changes))
 
     def _run_jobs(self, item: QueueItem) -> None:
+        if self._fail_fast(item):
+            return
         graph = item.buildset.graph
+        start = self.can_start_builds(item)
         for job in graph:
             if job.result is not None or job.running:
                 continue
             if job.current is None and graph.blocked_by_failure(job):
                 job.skipped = Result.SKIPPED
-            elif job.needs_retry or (job.current is None and graph.ready(job)):
+            elif start and (job.needs_retry or (job.current is None and graph.ready(job))):
                 self._start_build(item, job)
         if graph.complete and item.result is None:
             self.item_completed(item)
+
+    def _fail_fast(self, item: QueueItem) -> bool:
+        """Zuul's fail-fast: a voting failure cancels the rest and fails the item now."""
+        if not item.buildset.fail_fast or item.result is not None:
+            return False
+        failed = self.voting_failures(item)
+        if not failed:
+            return False
+        message = "failed: " + ", ".join(failed) + " (fail-fast: remaining builds cancelled)"
+        self.set_result(item, Result.FAILURE, message)
+        self.abort_builds(item)
+        return True
+
+    def voting_failures(self, item: QueueItem) -> list[str]:
+        """Names of the voting jobs that ended without success (sorted)."""
+        return sorted(
+            job.name
+            for job in item.buildset.graph
+            if job.info.voting and job.result not in (None, Result.SUCCESS, Result.SKIPPED)
+        )
 
     def _start_build(self, item: QueueItem, job: JobState) -> None:
         holder = self._semaphore_holder(item, job)
@@ -356,13 +437,9 @@ class PipelineManager:
 
     def item_completed(self, item: QueueItem) -> None:
         """Every job has a result: decide the item's."""
-        failed = [
-            job.name
-            for job in item.buildset.graph
-            if job.info.voting and job.result not in (Result.SUCCESS, Result.SKIPPED)
-        ]
+        failed = self.voting_failures(item)
         if failed:
-            self.set_result(item, Result.FAILURE, "failed: " + ", ".join(sorted(failed)))
+            self.set_result(item, Result.FAILURE, "failed: " + ", ".join(failed))
         else:
             self.set_result(item, Result.SUCCESS, "")
 
@@ -376,6 +453,28 @@ class PipelineManager:
     def _finish(self, item: QueueItem) -> None:
         if item.result is not None and not item.reported:
             self.intents.reports.append(item.uuid)
+
+    # -- the merge push (gating pipelines that merge) ---------------------------
+
+    def merge_pushed(self, state: PipelineState, item_uuid: str) -> None:
+        """The processing layer pushed the item's tested merge: report it next pass."""
+        item = state.items.get(item_uuid)
+        if item is not None and item.push is PushState.PENDING:
+            item.push = PushState.PUSHED
+
+    def merge_failed(self, state: PipelineState, item_uuid: str, message: str) -> None:
+        """The push was refused (e.g. the branch moved): the item fails with ``message``.
+
+        The next pass resets the items tested on top of it and reports it.
+        """
+        item = state.items.get(item_uuid)
+        if item is None or item.push is not PushState.PENDING:
+            return
+        item.push = PushState.FAILED
+        item.result = Result.FAILURE
+        item.message = f"merge failed: {message}"
+        item.buildset.result = item.result
+        item.buildset.message = item.message
 
     def finish_reported(self, state: PipelineState, item_uuids: Iterable[str]) -> None:
         """Reporters ran for these items: they leave the pipeline."""

@@ -18,6 +18,15 @@ class MergeState(enum.StrEnum):
     COMPLETE = "COMPLETE"  # merged (or failed: see BuildSet.merge_error)
 
 
+class PushState(enum.StrEnum):
+    """Pushing a passed head item's tested merge to its target branch (gating)."""
+
+    NONE = "NONE"  # nothing to push (yet, or the pipeline does not merge)
+    PENDING = "PENDING"  # the processing layer is asked to push (Intents.merges_to_push)
+    PUSHED = "PUSHED"  # the push landed: the item is reported SUCCESS
+    FAILED = "FAILED"  # the push was refused: the item failed
+
+
 @dataclass
 class BuildSet:
     """One attempt at testing an item; a reset replaces it with a new uuid."""
@@ -34,6 +43,9 @@ class BuildSet:
     jobs: dict[str, JobState] | None = None
     result: Result | None = None
     message: str = ""
+    # fail-fast (the project's pipeline config, frozen with the jobs): the first
+    # voting failure cancels the remaining builds and fails the item at once
+    fail_fast: bool = False
 
     @property
     def graph(self) -> JobGraph:
@@ -51,6 +63,7 @@ class BuildSet:
             "frozen": self.jobs is not None,
             "result": self.result.value if self.result else None,
             "message": self.message,
+            "fail_fast": self.fail_fast,
         }
 
     @classmethod
@@ -72,6 +85,7 @@ class BuildSet:
             jobs=jobs if data.get("frozen") else None,
             result=Result(result) if result else None,
             message=str(data.get("message", "")),
+            fail_fast=bool(data.get("fail_fast", False)),
         )
 
 
@@ -93,6 +107,8 @@ class QueueItem:
     reported: bool = False
     result: Result | None = None
     message: str = ""
+    # gating pipelines that merge: where the push of the tested merge stands
+    push: PushState = PushState.NONE
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +124,7 @@ class QueueItem:
             "reported": self.reported,
             "result": self.result.value if self.result else None,
             "message": self.message,
+            "push": self.push.value,
         }
 
     @classmethod
@@ -126,6 +143,7 @@ class QueueItem:
             reported=bool(data.get("reported", False)),
             result=Result(result) if result else None,
             message=str(data.get("message", "")),
+            push=PushState(data.get("push", PushState.NONE.value)),
         )
 
 
@@ -136,9 +154,16 @@ class ChangeQueue:
     name: str
     items: list[str] = field(default_factory=list)
     window: int = 0  # 0: unlimited
+    # removed with its last item (independent and supercedent queues)
+    dynamic: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "items": list(self.items), "window": self.window}
+        return {
+            "name": self.name,
+            "items": list(self.items),
+            "window": self.window,
+            "dynamic": self.dynamic,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChangeQueue:
@@ -146,6 +171,7 @@ class ChangeQueue:
             name=str(data["name"]),
             items=[str(i) for i in data.get("items", [])],
             window=int(data.get("window", 0)),
+            dynamic=bool(data.get("dynamic", False)),
         )
 
 
@@ -193,7 +219,7 @@ class PipelineState:
         queue = self.queues.get(item.queue)
         if queue is not None and item.uuid in queue.items:
             queue.items.remove(item.uuid)
-            if not queue.items and queue.name.startswith("item:"):
+            if not queue.items and (queue.dynamic or queue.name.startswith("item:")):
                 del self.queues[queue.name]
         self.items.pop(item.uuid, None)
 

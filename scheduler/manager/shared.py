@@ -1,0 +1,180 @@
+"""Shared change queues: the rules the dependent, serial and supercedent managers share.
+
+Items of a queue are processed in queue order by :meth:`SharedQueueManager.advance`
+(Zuul's *nearest non-failing item* walk):
+
+* An item is **active** while its position (items awaiting a DEQUEUED
+  report not counted) is inside the queue's window; only active items merge
+  and start builds. Running builds of an item that fell out of the window
+  finish.
+* A **speculative** manager (dependent) tests each item on top of the
+  nearest non-failing item ahead of it (``QueueItem.ahead``); its merge
+  stacks the changes of that whole chain (:meth:`changes_to_merge`). When
+  the item an item was tested on is no longer the nearest non-failing one
+  (it failed), the item is moved onto the nearest non-failing item and
+  reset with its subtree (:mod:`scheduler.manager.reset`). A failing item
+  keeps its place and its results; it is retested only if it is moved
+  (an item ahead of it failed too).
+* An item with nothing ahead of it is at the **head**: once it has a result
+  it is reported (and, for SUCCESS in a pipeline that merges, pushed first:
+  ``Intents.merges_to_push``) and then removed by ``finish_reported``, which
+  moves the items behind it onto what it was on (without a reset when it
+  merged) and grows or shrinks the window.
+* A **dequeue** (by hand, a new patchset, no jobs) moves the items behind
+  the dequeued item onto what it was on and resets them.
+
+Non-speculative managers (serial, supercedent) test every item alone on
+its branch tip (``ahead`` is always None) with a window of one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from scheduler.manager import reset
+from scheduler.manager.base import PipelineManager
+from scheduler.manager.window import in_window
+from scheduler.model.change import Change
+from scheduler.model.item import ChangeQueue, PipelineState, PushState, QueueItem
+from scheduler.model.results import Result
+
+log = logging.getLogger(__name__)
+
+
+class SharedQueueManager(PipelineManager):
+    """Items in shared queues, reported from the head in queue order."""
+
+    kind = "shared"
+    # each item is tested on the items ahead of it
+    speculative = True
+    # the window follows results at the head
+    adjusts_window = True
+
+    # -- queueing ---------------------------------------------------------------
+
+    def queue_name(self, change: Change) -> str:
+        """The project's shared queue (per branch if it says so), else the project (Zuul)."""
+        found = self.settings.queue_for(change.project, change.branch)
+        if found is None:
+            return change.project
+        name, per_branch = found
+        return f"{name}@{change.branch}" if per_branch else name
+
+    def initial_window(self) -> int:
+        return self.settings.window.window
+
+    def new_queue(self, name: str) -> ChangeQueue:
+        return ChangeQueue(name=name, window=self.initial_window())
+
+    def queue_for(self, state: PipelineState, change: Change) -> ChangeQueue:
+        name = self.queue_name(change)
+        queue = state.queues.get(name)
+        if queue is None:
+            queue = state.queues[name] = self.new_queue(name)
+        return queue
+
+    def place(self, state: PipelineState, queue: ChangeQueue, item: QueueItem) -> None:
+        if self.speculative:
+            live = self.live_items(state, queue)
+            item.ahead = live[-1].uuid if live else None
+        queue.items.append(item.uuid)
+
+    def live_items(self, state: PipelineState, queue: ChangeQueue) -> list[QueueItem]:
+        found = [state.items.get(uuid) for uuid in queue.items]
+        return [item for item in found if item is not None and not item.dequeued]
+
+    def changes_to_merge(self, state: PipelineState, item: QueueItem) -> tuple[Change, ...]:
+        chain = reversed(reset.items_ahead(state, item))
+        return (*(ahead.change for ahead in chain), item.change)
+
+    def can_start_builds(self, item: QueueItem) -> bool:
+        return item.active
+
+    # -- dequeue -----------------------------------------------------------------
+
+    def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None:
+        if not item.dequeued:
+            reset.detach_behind(
+                self, state, item, reset=True, why=f"item {item.uuid} ahead was dequeued"
+            )
+        super().dequeue(state, item, why, report)
+
+    # -- the walk ----------------------------------------------------------------
+
+    def advance(self, state: PipelineState) -> None:
+        for queue in list(state.queues.values()):
+            self.process_queue(state, queue)
+
+    def process_queue(self, state: PipelineState, queue: ChangeQueue) -> None:
+        nnfi: QueueItem | None = None  # the nearest non-failing item so far
+        position = 0
+        for uuid in list(queue.items):
+            item = state.items.get(uuid)
+            if item is None:
+                continue
+            if item.dequeued:
+                self._leave(state, item)
+                continue
+            item.active = in_window(queue.window, position)
+            position += 1
+            self._reparent(state, item, nnfi)
+            self.advance_item(state, item)
+            if item.ahead is None:
+                self._at_head(item)
+            if not self.failing(item):
+                nnfi = item
+
+    def _leave(self, state: PipelineState, item: QueueItem) -> None:
+        if item.reported:
+            state.remove(item)  # leaves without a report (no jobs to run)
+        else:
+            self._finish(item)
+
+    def _reparent(self, state: PipelineState, item: QueueItem, nnfi: QueueItem | None) -> None:
+        expected = nnfi.uuid if nnfi is not None and self.speculative else None
+        if item.ahead == expected:
+            return
+        why = f"the item it was tested on is not the nearest non-failing item ({expected})"
+        reset.move_item(self, state, item, expected, why)
+
+    def failing(self, item: QueueItem) -> bool:
+        """The item will not merge as tested (Zuul's failing reasons)."""
+        if item.result is not None:
+            return item.result is not Result.SUCCESS
+        return bool(self.voting_failures(item))
+
+    def _at_head(self, item: QueueItem) -> None:
+        """Report a finished head item; a passed one is pushed first where the pipeline merges."""
+        if item.result is None:
+            return
+        needs_push = (
+            item.result is Result.SUCCESS
+            and self.settings.merge_on_success
+            and item.push is not PushState.PUSHED
+        )
+        if needs_push:
+            item.push = PushState.PENDING
+            if item.uuid not in self.intents.merges_to_push:
+                self.intents.merges_to_push.append(item.uuid)
+        else:
+            self._finish(item)
+
+    # -- leaving the head ----------------------------------------------------------
+
+    def finish_reported(self, state: PipelineState, item_uuids: Iterable[str]) -> None:
+        item_uuids = list(item_uuids)
+        for item_uuid in item_uuids:
+            item = state.items.get(item_uuid)
+            if item is not None and not item.dequeued:
+                self._left_head(state, item)
+        super().finish_reported(state, item_uuids)
+
+    def _left_head(self, state: PipelineState, item: QueueItem) -> None:
+        passed = item.result is Result.SUCCESS
+        queue = state.queues.get(item.queue)
+        if queue is not None and self.adjusts_window:
+            window = self.settings.window
+            queue.window = window.grow(queue.window) if passed else window.shrink(queue.window)
+        why = f"item {item.uuid} ahead failed"
+        reset.detach_behind(self, state, item, reset=not passed, why=why)

@@ -32,6 +32,7 @@ from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
+from scheduler.processing import testhooks
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state.store import PipelineStore
@@ -103,6 +104,7 @@ class PipelinePass:
             path = paths.management_result(result_id)
             self.env.client.ensure_path(paths.parent(path))
             txn.create(path, stored.encode(outcome))
+        testhooks.hold_before_commit()
         tree = store.write(self.held.context, tree, state, extra=txn)
         self._after_commit(manager)
         if intents.reports:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,10 +104,36 @@ class SluiceSystem:
         (self.root / "main.yaml").write_text(dedent(text))
 
     def start_workers(self, count: int = 1) -> list[WorkerProcess]:
-        extra = {"SLUICE_CONFIG": str(self.config)}
-        for _ in range(count):
-            self.started.append(self.workers.start(concurrency=2, extra_env=extra))
-        return self.started
+        """``count`` workers for every queue."""
+        return [self.start_worker() for _ in range(count)]
+
+    def start_worker(
+        self,
+        queues: tuple[str, ...] = ("scheduler", "merger", "executor", "maintenance"),
+        *,
+        concurrency: int = 2,
+        env: dict[str, str] | None = None,
+        beat: bool = False,
+    ) -> WorkerProcess:
+        """One worker; ``beat`` runs the sweep timer in it (schedule under the state dir)."""
+        extra = {"SLUICE_CONFIG": str(self.config), **(env or {})}
+        args: list[str] = []
+        if beat:
+            args = ["--beat", "--schedule", str(self.root / f"beat-{len(self.started)}")]
+        worker = self.workers.start(
+            list(queues), concurrency=concurrency, extra_env=extra, extra_args=args
+        )
+        self.started.append(worker)
+        return worker
+
+    def sluice_process(self, *args: str) -> subprocess.Popen[str]:
+        """``sluice ARGS`` as a separate process (the installed console script)."""
+        command = str(Path(sys.executable).parent / "sluice")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+        env.update(self.env())
+        return subprocess.Popen(
+            [command, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     def sluice(self, *args: str, expect: int = 0) -> str:
         """Run ``sluice ARGS`` in-process with this system's settings."""

@@ -8,8 +8,11 @@ validated against ZooKeeper on every ``open``), and a
 :class:`~scheduler.processing.semaphores.TxnLedger` with the layout's
 semaphore maxima.
 
-The manager's :class:`LayoutFreezer` freezes an item's job graph after its
-merge. When the merge's config files differ from the branch files the
+The manager's settings come from the layout (:func:`pipeline_settings`):
+the window, the shared queue of a project (``Layout.queue_for``) and
+whether a success reporter merges (``merge: true``). Its
+:class:`LayoutFreezer` freezes an item's job graph after its merge, with
+the project's ``fail-fast``. When the merge's config files differ from the branch files the
 layout was built from, the item runs with a speculative layout and the
 errors its files introduce become the item's result
 (``FreezeResult.errors``, each ``file:line: ...``); the tenant's layout is
@@ -29,7 +32,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.config import ConfigError, FrozenJob, JobGraph, Layout, UnparsedBranch
+from scheduler.config import (
+    ConfigError,
+    FrozenJob,
+    JobGraph,
+    Layout,
+    Pipeline,
+    UnparsedBranch,
+    Window,
+)
 from scheduler.config import speculative_layout as build_speculative
 from scheduler.config.checkout import candidate_paths
 from scheduler.layouts.cache import TenantLayout, TenantLayouts
@@ -37,6 +48,7 @@ from scheduler.layouts.errors import UnknownPipelineError, UnsupportedManagerErr
 from scheduler.manager import manager_class
 from scheduler.manager.base import FreezeResult, PipelineManager, PipelineSettings
 from scheduler.manager.events import MergeOutcome
+from scheduler.manager.window import WindowSettings
 from scheduler.model.build import Dependency, JobInfo
 from scheduler.model.item import QueueItem
 from scheduler.processing.semaphores import TxnLedger
@@ -118,7 +130,57 @@ class LayoutFreezer:
             )
         except ConfigError as exc:
             return FreezeResult(errors=(exc.text(),))
-        return FreezeResult(jobs=tuple(job_info(job, graph) for job in graph.jobs))
+        return FreezeResult(
+            jobs=tuple(job_info(job, graph) for job in graph.jobs),
+            fail_fast=fail_fast(layout, change.project, change.branch, self.pipeline),
+        )
+
+
+def fail_fast(layout: Layout, project: str, branch: str, pipeline: str) -> bool:
+    """The project's ``fail-fast`` in ``pipeline``: the last stanza that sets it wins."""
+    value = False
+    for _, project_pipeline in layout.project_pipelines(project, branch, pipeline):
+        if project_pipeline.fail_fast is not None:
+            value = project_pipeline.fail_fast
+    return value
+
+
+def window_settings(window: Window | None) -> WindowSettings:
+    """A dependent pipeline's window (Zuul's defaults when it sets none)."""
+    window = window or Window()
+    return WindowSettings(
+        window=window.window,
+        floor=window.floor,
+        ceiling=window.ceiling,
+        increase_type=window.increase_type,
+        increase_factor=window.increase_factor,
+        decrease_type=window.decrease_type,
+        decrease_factor=window.decrease_factor,
+    )
+
+
+def merges_on_success(config: Pipeline) -> bool:
+    """A success reporter of the pipeline says ``merge: true`` (git, GitHub, GitLab)."""
+    return any(
+        isinstance(options, Mapping) and options.get("merge") is True
+        for options in config.reporters.get("success", {}).values()
+    )
+
+
+def pipeline_settings(layout: Layout, config: Pipeline) -> PipelineSettings:
+    """What the pipeline's manager needs of the layout."""
+
+    def queue_for(project: str, branch: str) -> tuple[str, bool] | None:
+        return layout.queue_for(project, branch, config.name)
+
+    return PipelineSettings(
+        name=config.name,
+        manager=config.manager,
+        dequeue_on_new_patchset=config.dequeue_on_new_patchset,
+        window=window_settings(config.window),
+        queue_for=queue_for,
+        merge_on_success=merges_on_success(config),
+    )
 
 
 class LayoutManagerSource:
@@ -151,11 +213,7 @@ class LayoutManagerSource:
                 f"pipeline {pipeline!r} of tenant {tenant!r}: manager {config.manager!r} "
                 "is not implemented in this Sluice yet"
             ) from None
-        settings = PipelineSettings(
-            name=config.name,
-            manager=config.manager,
-            dequeue_on_new_patchset=config.dequeue_on_new_patchset,
-        )
+        settings = pipeline_settings(layout.layout, config)
         maxima = {name: sem.max for name, sem in layout.layout.semaphores.items()}
         ledger = TxnLedger(client, tenant, maxima, self.global_semaphores)
         return kind(settings, LayoutFreezer(layout, pipeline), ledger), ledger

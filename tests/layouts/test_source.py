@@ -11,13 +11,14 @@ from scheduler.layouts import (
     LayoutManagerSource,
     TenantLayouts,
     UnknownPipelineError,
-    UnsupportedManagerError,
     config_files_key,
     reconfigure_tenant,
     split_config_files_key,
 )
+from scheduler.manager.dependent import DependentManager
 from scheduler.manager.events import MergeOutcome
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.window import WindowSettings
 from scheduler.model.build import Dependency
 from scheduler.zk.client import ZooKeeperClient
 from tests.fixtures.services import ZooKeeperTarget
@@ -45,8 +46,10 @@ def test_open_gives_the_pipelines_manager_and_a_ledger_with_the_layouts_maxima(
     assert dict(ledger.maxima) == {"db": 2} and ledger.tenant == TENANT
     with pytest.raises(UnknownPipelineError, match="'nope'"):
         source.open(client, TENANT, "nope")
-    with pytest.raises(UnsupportedManagerError, match="'dependent' is not implemented"):
-        source.open(client, TENANT, "gate")
+    gate, _ = source.open(client, TENANT, "gate")
+    assert isinstance(gate, DependentManager)
+    assert gate.settings.window == WindowSettings() and not gate.settings.merge_on_success
+    assert gate.settings.queue_for("app", "main") is None
 
 
 def test_freeze_gives_jobs_with_dependencies_voting_and_semaphores(

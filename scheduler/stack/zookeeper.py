@@ -4,11 +4,17 @@ The server gets its own data dir, port and config; four-letter words are
 enabled so readiness is probed with ``ruok`` (never by sleeping) and tests
 can read ``mntr``/``srvr``. Members of a local ensemble are the same class
 with a ``myid`` and the peer list.
+
+With :class:`ServerTLS` the server listens on a TLS-only client port
+(``secureClientPort``, Netty) and has no plaintext client port at all; the
+readiness probe then sends its four-letter words over TLS, presenting the
+probe's client certificate.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +24,26 @@ from scheduler.stack import process
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 # Jars beyond zookeeper.jar's own manifest Class-Path: a logger binding, and
-# netty-codec which the Netty connection factory (TLS) needs.
+# netty-codec which the Netty connection factory (TLS) needs. Nothing else is
+# missing for TLS (tests/zk/test_tls.py): Netty falls back from epoll (whose
+# netty-transport-native-unix-common is not on the Class-Path) to NIO.
 EXTRA_JARS = ("slf4j-simple.jar", "netty-codec.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 
-def four_letter(host: str, port: int, word: str, timeout: float = 2.0) -> str:
-    """Send a four-letter word (``ruok``, ``srvr``, ``mntr``) and return the reply."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+def four_letter(
+    host: str,
+    port: int,
+    word: str,
+    timeout: float = 2.0,
+    tls: ssl.SSLContext | None = None,
+) -> str:
+    """Send a four-letter word (``ruok``, ``srvr``, ``mntr``) and return the reply.
+
+    ``tls`` wraps the connection first (a server with a TLS-only client port).
+    """
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        sock = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
         sock.sendall(word.encode())
         chunks = []
         while True:
@@ -36,14 +54,58 @@ def four_letter(host: str, port: int, word: str, timeout: float = 2.0) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def is_healthy(host: str, port: int) -> bool:
+def is_healthy(host: str, port: int, tls: ssl.SSLContext | None = None) -> bool:
     """True if the server answers ``ruok`` and serves clients (not mid-election)."""
     try:
-        if four_letter(host, port, "ruok") != "imok":
+        if four_letter(host, port, "ruok", tls=tls) != "imok":
             return False
-        return "Mode:" in four_letter(host, port, "srvr")
-    except OSError:
+        return "Mode:" in four_letter(host, port, "srvr", tls=tls)
+    except OSError:  # ssl.SSLError included
         return False
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """A TLS-only client port: key and trust stores, and what the probe presents.
+
+    ``keystore`` holds the server's key and certificate chain, ``truststore``
+    the CA certificates whose clients are accepted (for PKCS12 made by
+    ``keytool``: an ``openssl pkcs12 -nokeys`` file loads as an empty trust
+    store in Java). ``client_auth`` is ZooKeeper's ``ssl.clientAuth``:
+    ``need``, ``want`` or ``none``. ``probe_ca`` verifies the server's
+    certificate and ``probe_cert``/``probe_key`` is the client certificate
+    the readiness probe shows.
+    """
+
+    keystore: Path
+    truststore: Path
+    password: str
+    probe_ca: Path
+    probe_cert: Path | None = None
+    probe_key: Path | None = None
+    client_auth: str = "need"
+    store_type: str = "PKCS12"
+
+    def config(self) -> dict[str, str]:
+        """The zoo.cfg lines (the port lines are the server's)."""
+        return {
+            "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+            "ssl.keyStore.location": str(self.keystore),
+            "ssl.keyStore.password": self.password,
+            "ssl.keyStore.type": self.store_type,
+            "ssl.trustStore.location": str(self.truststore),
+            "ssl.trustStore.password": self.password,
+            "ssl.trustStore.type": self.store_type,
+            "ssl.clientAuth": self.client_auth,
+        }
+
+    def probe_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.probe_ca))
+        context.check_hostname = False  # the chain is verified; probes go to 127.0.0.1
+        if self.probe_cert is not None:
+            key = None if self.probe_key is None else str(self.probe_key)
+            context.load_cert_chain(str(self.probe_cert), key)
+        return context
 
 
 @dataclass
@@ -63,6 +125,8 @@ class ZooKeeperServer:
     myid: int = 0
     peers: Sequence[tuple[int, int, int]] = ()
     extra_config: dict[str, str] = field(default_factory=dict)
+    # TLS-only client port: ``port`` becomes the secureClientPort.
+    tls: ServerTLS | None = None
     proc_pid: int | None = None
 
     @property
@@ -79,13 +143,15 @@ class ZooKeeperServer:
 
     def write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # A TLS server has no plaintext client port at all.
+        port_key = "clientPort" if self.tls is None else "secureClientPort"
         lines = {
             "tickTime": str(self.tick_ms),
             "initLimit": "20",
             "syncLimit": "10",
             "dataDir": str(self.data_dir / "data"),
-            "clientPort": str(self.port),
-            "clientPortAddress": self.host,
+            port_key: str(self.port),
+            f"{port_key}Address": self.host,
             "minSessionTimeout": str(self.min_session_ms),
             "maxSessionTimeout": str(self.max_session_ms),
             "4lw.commands.whitelist": "*",
@@ -95,6 +161,8 @@ class ZooKeeperServer:
         }
         for myid, quorum_port, election_port in self.peers:
             lines[f"server.{myid}"] = f"{self.host}:{quorum_port}:{election_port}"
+        if self.tls is not None:
+            lines.update(self.tls.config())
         lines.update(self.extra_config)
         self.config_file.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         (self.data_dir / "data").mkdir(exist_ok=True)
@@ -133,8 +201,9 @@ class ZooKeeperServer:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         pid = self.proc_pid
+        probe = None if self.tls is None else self.tls.probe_context()
         process.wait_for(
-            lambda: is_healthy(self.host, self.port),
+            lambda: is_healthy(self.host, self.port, probe),
             timeout,
             f"ZooKeeper on {self.hosts}",
             log_file=self.log_file,

@@ -20,6 +20,13 @@ configured root and adds what kazoo leaves to its users:
   thirds of the session timeout, and lock holders stop acting on their
   locks (see :mod:`scheduler.zk.context`).
 
+* **Why a connection failed.** kazoo retries a refused connection until
+  the deadline and only logs why; :func:`connect` puts the last reason in
+  its error. A TLS refusal (no or untrusted client certificate, untrusted
+  server certificate) raises :class:`~scheduler.zk.errors.AccessDeniedError`:
+  retrying cannot help. With auth configured, every node the client creates
+  carries a creator-only digest ACL (``default_acl``), recipes included.
+
 A kazoo client must never cross a ``fork()``: a client created in a parent
 hangs in the child. :func:`process_client` therefore keys the client by the
 process id and builds a fresh one lazily in each process (Celery prefork
@@ -49,6 +56,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
+from scheduler.errors import SluiceError
 from scheduler.settings import ZooKeeperSettings
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError, ZooKeeperUnavailableError
 
@@ -62,6 +70,59 @@ class ConnectionState(enum.StrEnum):
     CONNECTED = "CONNECTED"
     SUSPENDED = "SUSPENDED"
     LOST = "LOST"
+
+
+class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
+    """kazoo's logger for one client, remembering why the last connection attempt failed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self.last_failure: str | None = None
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level >= logging.WARNING and isinstance(msg, str) and msg.startswith("Connection "):
+            self.last_failure = msg % args if args else msg
+        super().log(level, msg, *args, **kwargs)
+
+    def warn(self, msg: object, *args: Any, **kwargs: Any) -> None:  # kazoo still calls it
+        self.log(logging.WARNING, msg, *args, **kwargs)
+
+
+# What a connection failure means, for the error message: (text in kazoo's reason, meaning).
+_TLS_REFUSALS = (
+    ("BAD_CERTIFICATE", "the server wants a client certificate (tls.cert, tls.key)"),
+    ("CERTIFICATE_REQUIRED", "the server wants a client certificate (tls.cert, tls.key)"),
+    ("CERTIFICATE_UNKNOWN", "the server does not trust our client certificate"),
+    ("UNKNOWN_CA", "the server does not trust our client certificate"),
+    ("CERTIFICATE_VERIFY_FAILED", "we do not trust the server's certificate (tls.ca)"),
+    ("WRONG_VERSION_NUMBER", "the server does not speak TLS on this port"),
+)
+_PLAINTEXT_HINT = (
+    "the server closed the connection; a TLS-only port does this to a plaintext client"
+)
+
+
+def _start(kazoo: KazooClient, settings: ZooKeeperSettings, what: str) -> None:
+    """Start ``kazoo`` within the call deadline, or raise a SluiceError saying why not."""
+    try:
+        kazoo.start(timeout=settings.call_timeout)
+    except KazooTimeoutError:
+        pass
+    else:
+        return
+    reason = kazoo.logger.last_failure if isinstance(kazoo.logger, _ConnectionLog) else None
+    message = f"{what} ZooKeeper at {settings.hosts} within {settings.call_timeout:.1f}s"
+    if reason is None:
+        raise CallTimeoutError(message) from None
+    message += f": {reason}"
+    for needle, meaning in _TLS_REFUSALS:
+        if needle in reason.upper():
+            log.error("%s (%s)", message, meaning)
+            raise AccessDeniedError(f"{message} ({meaning})") from None
+    if settings.tls is None and reason.endswith("socket connection broken"):
+        message += f" ({_PLAINTEXT_HINT})"
+    log.error("%s", message)
+    raise CallTimeoutError(message) from None
 
 
 class ZooKeeperClient:
@@ -268,6 +329,7 @@ def _make_kazoo(
         default_acl=default_acl,
         connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
         client_id=client_id,
+        logger=_ConnectionLog(),
         **kwargs,
     )
 
@@ -278,7 +340,7 @@ def _ensure_root(settings: ZooKeeperSettings) -> None:
         return
     bare = _make_kazoo(settings, settings.hosts)
     try:
-        bare.start(timeout=settings.call_timeout)
+        _start(bare, settings, "could not reach")
         bare.ensure_path_async(settings.root).get(timeout=settings.call_timeout)
     except KazooTimeoutError:
         raise CallTimeoutError(f"could not reach ZooKeeper at {settings.hosts}") from None
@@ -293,10 +355,10 @@ def connect(settings: ZooKeeperSettings) -> ZooKeeperClient:
     kazoo = _make_kazoo(settings, _hosts_with_chroot(settings))
     client = ZooKeeperClient(settings, kazoo)
     try:
-        kazoo.start(timeout=settings.call_timeout)
-    except KazooTimeoutError:
+        _start(kazoo, settings, "could not connect to")
+    except SluiceError:
         kazoo.close()
-        raise CallTimeoutError(f"could not connect to ZooKeeper at {settings.hosts}") from None
+        raise
     client._start_watchdog()
     return client
 

@@ -1,0 +1,1 @@
+"""Tests of docker/: its structure here, smoke tests where Docker exists."""

@@ -1,0 +1,585 @@
+"""The structure of docker/: checked here, where no Docker engine exists.
+
+Every command a container runs must be one the project has (parsed by the
+real Celery, Flower and ``sluice`` command lines), every environment
+variable one that something reads, every volume, network and dependency
+declared, the ZooKeeper nodes one ensemble, the shared ``sluice.yaml``
+valid, and Flower never open without a password. The smoke tests in
+``test_smoke.py`` bring the same file up where Docker exists.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from celery import Celery
+from celery.bin.base import CLIContext
+from celery.bin.celery import celery as celery_cli
+from sqlalchemy.engine import make_url
+
+from scheduler import dispatch, settings
+from scheduler.cli.main import cli as sluice_cli
+from scheduler.config import parse_tenant_config
+from tests.docker.deployment import (
+    COMPOSE_FILE,
+    DOCKER_DIR,
+    DOCKER_README,
+    DOCKERFILE,
+    ROOT,
+    dockerfile_instructions,
+    environment,
+    image_command,
+    interpolate,
+    interpolations,
+    is_sluice,
+    load_compose,
+    mounts,
+    service_argv,
+    services,
+    worker_node_prefix,
+    worker_queues,
+    worker_services,
+)
+
+# Environment variables of the third-party images, as their documentation
+# names them (the official zookeeper and postgres images on Docker Hub).
+ZOOKEEPER_IMAGE_ENV = {
+    "ZOO_MY_ID",
+    "ZOO_SERVERS",
+    "ZOO_4LW_COMMANDS_WHITELIST",
+    "ZOO_STANDALONE_ENABLED",
+    "ZOO_ADMINSERVER_ENABLED",
+    "ZOO_AUTOPURGE_PURGEINTERVAL",
+    "ZOO_AUTOPURGE_SNAPRETAINCOUNT",
+    "ZOO_TICK_TIME",
+    "ZOO_INIT_LIMIT",
+    "ZOO_SYNC_LIMIT",
+    "ZOO_MAX_CLIENT_CNXNS",
+    "ZOO_CFG_EXTRA",
+    "JVMFLAGS",
+}
+POSTGRES_IMAGE_ENV = {
+    "POSTGRES_USER",
+    "POSTGRES_PASSWORD",
+    "POSTGRES_DB",
+    "POSTGRES_INITDB_ARGS",
+    "PGDATA",
+}
+# Read by libraries inside the Sluice image: libpq (through psycopg).
+LIBRARY_ENV = {"PGPASSWORD"}
+
+SLUICE_CONFIG_PATH = "/etc/sluice/sluice.yaml"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load_compose()
+
+
+@pytest.fixture(scope="module")
+def celery_app() -> Celery:
+    from tasks.app import app
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def sluice_settings() -> settings.Settings:
+    path = DOCKER_DIR / "sluice.yaml"
+    # Parsed as it is inside the containers: relative paths against /etc/sluice.
+    return settings.parse_settings(path.read_text(), str(path), Path(SLUICE_CONFIG_PATH).parent)
+
+
+def zookeeper_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        name: service
+        for name, service in services(compose).items()
+        if str(service.get("image", "")).startswith("zookeeper:")
+    }
+
+
+def sluice_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: service for name, service in services(compose).items() if is_sluice(service)}
+
+
+def healthcheck_command(service: dict[str, Any]) -> str:
+    test = service["healthcheck"]["test"]
+    if isinstance(test, str):
+        return test
+    assert test[0] in ("CMD", "CMD-SHELL"), f"healthcheck test {test!r}"
+    return " ".join(test[1:]) if test[0] == "CMD-SHELL" else shlex.join(test[1:])
+
+
+# --------------------------------------------------------------------------
+# Commands: checked by the command lines that will run them
+
+
+def check_celery_command(argv: list[str], app: Celery) -> click.Context:
+    """Parse ``celery -A tasks <sub> ...`` with Celery's own CLI; raises on any unknown part."""
+    assert argv[:3] == ["celery", "-A", "tasks"], f"expected `celery -A tasks ...`: {argv}"
+    import tasks
+
+    assert tasks.app is app
+    parent = click.Context(celery_cli, info_name="celery", obj=CLIContext(app, True, None, True))
+    name, rest = argv[3], argv[4:]
+    command = celery_cli.get_command(parent, name)
+    assert command is not None, f"`celery {name}` is no Celery command: {argv}"
+    context = command.make_context(name, list(rest), parent=parent)
+    if name == "flower":
+        check_flower_options(context.params["tornado_argv"])
+    return context
+
+
+def check_flower_options(arguments: tuple[str, ...]) -> None:
+    from flower.options import options
+
+    for argument in arguments:
+        assert argument.startswith("--"), f"flower argument {argument!r}"
+        name = argument[2:].partition("=")[0]
+        assert name.replace("_", "-") in options._options, f"flower has no option --{name}"
+        assert name != "unauthenticated-api", "Flower must not run unauthenticated"
+
+
+def check_sluice_command(argv: list[str]) -> None:
+    """Parse ``sluice [--config F] <command> ...`` with the project's click CLI (groups too)."""
+    assert argv[0] == "sluice", argv
+    rest = argv[1:]
+    if rest[:1] == ["--config"]:
+        rest = rest[2:]
+    group: click.Group = sluice_cli
+    context = click.Context(sluice_cli, info_name="sluice")
+    while True:
+        assert rest, f"`{shlex.join(argv)}` names no command"
+        command = group.get_command(context, rest[0])
+        assert command is not None, f"`sluice`: no command {rest[0]!r} in {shlex.join(argv)}"
+        if not isinstance(command, click.Group):
+            command.make_context(rest[0], list(rest[1:]), parent=context)
+            return
+        context = click.Context(command, info_name=rest[0], parent=context)
+        group, rest = command, rest[1:]
+
+
+def test_the_worker_commands_parse_with_celery(compose: dict[str, Any], celery_app: Celery) -> None:
+    workers = worker_services(compose)
+    assert workers, "no worker services"
+    for name, argv in workers.items():
+        context = check_celery_command(argv, celery_app)
+        assert context.params["queues"], f"{name}: a worker must name its queues (-Q)"
+
+
+def test_every_sluice_service_runs_a_project_command(
+    compose: dict[str, Any], celery_app: Celery
+) -> None:
+    for name, service in sluice_services(compose).items():
+        argv = service_argv(name, service)
+        assert argv, f"{name}: runs nothing"
+        if argv[0] == "celery":
+            check_celery_command(argv, celery_app)
+        elif argv[0] == "sluice":
+            check_sluice_command(argv)
+        else:
+            pytest.fail(f"{name}: runs {argv[0]!r}, neither celery -A tasks nor sluice")
+
+
+def test_the_images_own_command_exists(celery_app: Celery) -> None:
+    entrypoint, cmd = image_command()
+    argv = [*entrypoint, *cmd]
+    assert argv, "the Dockerfile has no CMD"
+    check_celery_command(argv, celery_app)
+
+
+def test_the_command_checks_refuse_what_does_not_exist(celery_app: Celery) -> None:
+    bad = ["celery", "-A", "tasks", "worker", "-Q", "scheduler", "--no-such-option"]
+    with pytest.raises(click.NoSuchOption):
+        check_celery_command(bad, celery_app)
+    with pytest.raises(AssertionError):
+        check_celery_command(["celery", "-A", "tasks", "no-such-command"], celery_app)
+    with pytest.raises(AssertionError):
+        check_sluice_command(["sluice", "no-such-command"])
+    with pytest.raises(click.NoSuchOption):
+        check_sluice_command(["sluice", "status", "--no-such-option"])
+    with pytest.raises(AssertionError, match="unauthenticated"):
+        check_flower_options(("--unauthenticated-api",))
+
+
+# --------------------------------------------------------------------------
+# Queues
+
+
+def test_worker_queues_are_queues_the_project_defines(
+    compose: dict[str, Any], celery_app: Celery
+) -> None:
+    defined = {queue.name for queue in celery_app.conf.task_queues}
+    for name, argv in worker_services(compose).items():
+        for queue in worker_queues(argv):
+            if queue in defined:
+                continue
+            zone = queue.removeprefix(f"{dispatch.EXECUTOR_QUEUE}.")
+            assert zone != queue, f"{name}: queue {queue!r} is not one celeryconfig defines"
+            # The exact name the scheduler sends a zone's builds to.
+            assert dispatch.executor_queue_name(zone) == queue, f"{name}: queue {queue!r}"
+
+
+def test_every_task_has_a_worker_and_zones_have_their_own_service(
+    compose: dict[str, Any], celery_app: Celery
+) -> None:
+    consumed: dict[str, list[str]] = {}
+    for name, argv in worker_services(compose).items():
+        for queue in worker_queues(argv):
+            consumed.setdefault(queue, []).append(name)
+    sluice_tasks = [name for name in celery_app.tasks if name.startswith("sluice.")]
+    assert sluice_tasks
+    for task in sluice_tasks:
+        queue = celery_app.amqp.router.route({}, task)["queue"].name
+        assert queue in consumed, f"no service consumes {queue!r}, where {task} is routed"
+    zoned = [q for q in consumed if q.startswith(f"{dispatch.EXECUTOR_QUEUE}.")]
+    assert zoned, "no executor zone service (-Q executor.<zone>)"
+    for queue in zoned:
+        for name in consumed[queue]:
+            queues = worker_queues(worker_services(compose)[name])
+            assert queues == [queue], f"{name}: a zone's service consumes its zone only"
+
+
+def test_one_maintenance_worker_runs_the_timer(compose: dict[str, Any]) -> None:
+    with_beat = {name: argv for name, argv in worker_services(compose).items() if "--beat" in argv}
+    assert list(with_beat) == ["maintenance"], f"the timer runs in {sorted(with_beat)}"
+    argv = with_beat["maintenance"]
+    assert worker_queues(argv) == ["maintenance"]
+    service = services(compose)["maintenance"]
+    assert service.get("deploy", {}).get("replicas", 1) == 1
+    schedule = argv[argv.index("--schedule") + 1]
+    state = {m.target for m in mounts(service) if m.is_named_volume and not m.read_only}
+    assert any(schedule.startswith(target + "/") for target in state), (
+        f"the timer's schedule file {schedule} is not on a writable volume"
+    )
+
+
+def test_workers_have_unique_node_names_and_can_be_scaled(compose: dict[str, Any]) -> None:
+    prefixes: dict[str, str] = {}
+    for name, argv in worker_services(compose).items():
+        node = argv[argv.index("-n") + 1] if "-n" in argv else ""
+        assert node.endswith("@%h"), f"{name}: node name {node!r} must end in @%h (per replica)"
+        prefix = worker_node_prefix(argv)
+        assert prefix and prefix not in prefixes, f"{name}: node prefix {prefix!r} reused"
+        prefixes[prefix] = name
+        service = services(compose)[name]
+        if name == "maintenance":
+            continue
+        for key in ("container_name", "hostname", "ports"):
+            assert key not in service, f"{name}: {key} prevents `--scale {name}=N`"
+
+
+# --------------------------------------------------------------------------
+# ZooKeeper
+
+
+_ZOO_SERVER = re.compile(r"server\.(\d+)=([^:;]+):(\d+):(\d+)(?::\w+)?;(?:[^:;]+:)?(\d+)")
+
+
+def _zoo_servers(value: str) -> dict[int, tuple[str, int]]:
+    """``server.N=host:peer:election;client`` entries -> {N: (host, client port)}."""
+    servers = {}
+    for entry in value.split():
+        match = re.fullmatch(
+            r"server\.(\d+)=([^:;]+):(\d+):(\d+)(?::\w+)?;(?:[^:;]+:)?(\d+)", entry
+        )
+        assert match, f"ZOO_SERVERS entry {entry!r} (expected server.N=host:2888:3888;2181)"
+        servers[int(match[1])] = (match[2], int(match[5]))
+    return servers
+
+
+def test_three_zookeeper_nodes_form_one_ensemble(
+    compose: dict[str, Any], sluice_settings: settings.Settings
+) -> None:
+    nodes = zookeeper_services(compose)
+    assert len(nodes) == 3, f"expected a three-node ensemble, found {sorted(nodes)}"
+    ids: dict[int, str] = {}
+    server_lists = set()
+    for name, service in nodes.items():
+        assert service["image"] == "zookeeper:3.8", f"{name}: {service['image']}"
+        env = environment(service)
+        my_id = int(env["ZOO_MY_ID"])
+        assert my_id not in ids, f"{name} and {ids.get(my_id)} share ZOO_MY_ID {my_id}"
+        ids[my_id] = name
+        server_lists.add(env["ZOO_SERVERS"])
+        whitelist = env["ZOO_4LW_COMMANDS_WHITELIST"].split(",")
+        assert "ruok" in whitelist and "srvr" in whitelist, f"{name}: 4lw whitelist {whitelist}"
+        assert env.get("ZOO_STANDALONE_ENABLED", "false") == "false"
+    assert len(server_lists) == 1, "the nodes disagree on ZOO_SERVERS"
+    servers = _zoo_servers(server_lists.pop())
+    assert set(servers) == set(ids), (
+        f"ZOO_SERVERS ids {sorted(servers)} != ZOO_MY_IDs {sorted(ids)}"
+    )
+    for my_id, (host, _) in servers.items():
+        service = nodes[ids[my_id]]
+        assert host in (ids[my_id], service.get("hostname")), (
+            f"server.{my_id} is {host}, but ZOO_MY_ID {my_id} is service {ids[my_id]}"
+        )
+    # Sluice connects to every node of the ensemble.
+    clients = {f"{host}:{port}" for host, port in servers.values()}
+    assert set(sluice_settings.zookeeper.hosts.split(",")) == clients
+
+
+def test_zookeeper_volumes_are_per_node(compose: dict[str, Any]) -> None:
+    seen: dict[str, str] = {}
+    for name, service in zookeeper_services(compose).items():
+        targets = {m.target: m.source for m in mounts(service)}
+        assert {"/data", "/datalog"} <= set(targets), f"{name}: /data and /datalog volumes"
+        for source in targets.values():
+            assert source not in seen, f"{name} and {seen[source]} share volume {source}"
+            seen[source] = name
+
+
+# --------------------------------------------------------------------------
+# Health checks and start order
+
+
+def test_health_checks(compose: dict[str, Any], celery_app: Celery) -> None:
+    every = services(compose)
+    for name in zookeeper_services(compose):
+        assert "ruok" in healthcheck_command(every[name]), f"{name}: health is ruok"
+    assert "redis-cli ping" in healthcheck_command(every["redis"]).lower()
+    assert "pg_isready" in healthcheck_command(every["postgres"])
+    for name, argv in worker_services(compose).items():
+        command = healthcheck_command(every[name])
+        # $$ is compose's escape of $: the shell in the container sees $HOSTNAME.
+        expanded = interpolate(command)
+        prefix = worker_node_prefix(argv)
+        ping = ["celery", "-A", "tasks", "inspect", "ping", "-d", f"{prefix}@$HOSTNAME"]
+        assert shlex.split(expanded)[: len(ping)] == ping, f"{name}: healthcheck {command!r}"
+        check_celery_command(shlex.split(expanded.replace("$HOSTNAME", "host")), celery_app)
+
+
+def test_dependencies_exist_and_wait_for_health(compose: dict[str, Any]) -> None:
+    every = services(compose)
+    conditions = {"service_started", "service_healthy", "service_completed_successfully"}
+    for name, service in every.items():
+        depends = service.get("depends_on") or {}
+        if isinstance(depends, list):
+            depends = {target: {"condition": "service_started"} for target in depends}
+        for target, spec in depends.items():
+            assert target in every, f"{name} depends on undeclared service {target!r}"
+            condition = spec.get("condition", "service_started")
+            assert condition in conditions, f"{name} -> {target}: condition {condition!r}"
+            if condition == "service_healthy":
+                assert "healthcheck" in every[target], f"{target} has no healthcheck to wait for"
+    for name, service in sluice_services(compose).items():
+        if name == "flower":
+            continue
+        depends = service["depends_on"]
+        for target in [*zookeeper_services(compose), "redis", "postgres"]:
+            assert depends[target]["condition"] == "service_healthy", f"{name} -> {target}"
+    assert services(compose)["flower"]["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+# --------------------------------------------------------------------------
+# Volumes, networks, the shared sluice.yaml
+
+
+def test_volumes_and_networks_are_declared(compose: dict[str, Any]) -> None:
+    declared_volumes = set(compose.get("volumes") or {})
+    declared_networks = set(compose.get("networks") or {})
+    used_volumes = set()
+    for name, service in services(compose).items():
+        for mount in mounts(service):
+            if mount.is_named_volume:
+                assert mount.source in declared_volumes, f"{name}: volume {mount.source} undeclared"
+                used_volumes.add(mount.source)
+            else:
+                source = (DOCKER_DIR / mount.source).resolve()
+                assert source.exists(), f"{name}: bind mount {mount.source} does not exist"
+        networks = service.get("networks") or []
+        for network in networks if isinstance(networks, list) else list(networks):
+            assert network in declared_networks, f"{name}: network {network} undeclared"
+    assert declared_volumes == used_volumes, f"unused volumes {declared_volumes - used_volumes}"
+
+
+def test_each_worker_has_its_own_state_dir(
+    compose: dict[str, Any], sluice_settings: settings.Settings
+) -> None:
+    state_dir = str(sluice_settings.state_dir)
+    owners: dict[str, str] = {}
+    for name in worker_services(compose):
+        service = services(compose)[name]
+        state = [m for m in mounts(service) if m.target == state_dir]
+        assert len(state) == 1 and state[0].is_named_volume, f"{name}: no state volume"
+        assert not state[0].read_only
+        assert state[0].source not in owners, f"{name} shares {owners.get(state[0].source)}'s state"
+        owners[state[0].source] = name
+
+
+def test_executors_see_the_mergers_repo_cache_at_the_same_path(
+    compose: dict[str, Any], sluice_settings: settings.Settings
+) -> None:
+    # The scheduler names the merger's cache path (<state_dir>/git/...) as the
+    # source of a build's commits; an executor must find it there
+    # (docker/README.md, "Current limitation").
+    cache = str(sluice_settings.state_dir / "git")
+    workers = worker_services(compose)
+    merger_cache = {
+        m.source
+        for name in workers
+        for m in mounts(services(compose)[name])
+        if m.target == cache and "merger" in worker_queues(workers[name])
+    }
+    assert len(merger_cache) == 1, "the merger needs a repo cache volume"
+    for name, argv in workers.items():
+        if any(q.split(".")[0] == dispatch.EXECUTOR_QUEUE for q in worker_queues(argv)):
+            sources = {m.source for m in mounts(services(compose)[name]) if m.target == cache}
+            assert sources == merger_cache, f"{name}: the merger's repo cache at {cache}"
+    readme = DOCKER_README.read_text()
+    assert "Current limitation" in readme and "co-locate" in readme.lower()
+
+
+def test_sluice_yaml_parses_and_names_the_services(
+    compose: dict[str, Any], sluice_settings: settings.Settings
+) -> None:
+    every = services(compose)
+    broker = make_url(sluice_settings.broker_url)
+    assert broker.drivername == "redis" and broker.host in every
+    database = make_url(sluice_settings.database_url)
+    assert database.get_backend_name() == "postgresql", "SQLite cannot be shared across hosts"
+    assert database.host in every and database.password is None, "no password in sluice.yaml"
+    database.get_dialect()  # the driver is importable (psycopg: installed in the image)
+    postgres = environment(every[database.host])
+    assert postgres["POSTGRES_USER"] == database.username
+    assert postgres["POSTGRES_DB"] == database.database
+    # The tenant config it names parses against its connections.
+    main_yaml = DOCKER_DIR / "main.yaml"
+    tenants = parse_tenant_config(main_yaml.read_text(), "main.yaml", sluice_settings.connections)
+    assert tenants.errors == () and tenants.tenants
+
+
+def test_every_sluice_service_mounts_the_shared_config_read_only(
+    compose: dict[str, Any], sluice_settings: settings.Settings
+) -> None:
+    for name, service in sluice_services(compose).items():
+        env = environment(service)
+        assert env.get(settings.CONFIG_ENV, SLUICE_CONFIG_PATH) == SLUICE_CONFIG_PATH
+        by_target = {m.target: m for m in mounts(service)}
+        config = by_target.get(SLUICE_CONFIG_PATH)
+        assert config and config.read_only, f"{name}: sluice.yaml must be mounted read-only"
+        assert (DOCKER_DIR / config.source).resolve() == DOCKER_DIR / "sluice.yaml"
+        if name in worker_services(compose) or name == "cli":
+            tenant = by_target.get(str(sluice_settings.tenant_config))
+            assert tenant and tenant.read_only, f"{name}: main.yaml must be mounted read-only"
+
+
+# --------------------------------------------------------------------------
+# Environment
+
+
+def test_every_environment_variable_is_read_by_something(compose: dict[str, Any]) -> None:
+    from flower.options import options as flower_options
+
+    sluice_env = {settings.CONFIG_ENV, *settings._ENV_OVERRIDES}
+    for name, service in services(compose).items():
+        env = environment(service)
+        if is_sluice(service):
+            for variable in env:
+                if variable.startswith("FLOWER_"):
+                    option = variable.removeprefix("FLOWER_").lower()
+                    known = {option, option.replace("_", "-")} & set(flower_options._options)
+                    assert known, f"{name}: Flower has no option for {variable}"
+                else:
+                    assert variable in sluice_env | LIBRARY_ENV, (
+                        f"{name}: nothing in Sluice reads {variable}"
+                    )
+        elif name in zookeeper_services(compose):
+            assert set(env) <= ZOOKEEPER_IMAGE_ENV, f"{name}: {set(env) - ZOOKEEPER_IMAGE_ENV}"
+        elif str(service.get("image", "")).startswith("postgres:"):
+            assert set(env) <= POSTGRES_IMAGE_ENV, f"{name}: {set(env) - POSTGRES_IMAGE_ENV}"
+        else:
+            assert not env, f"{name}: unexpected environment {sorted(env)}"
+
+
+def test_secrets_come_from_the_environment(compose: dict[str, Any]) -> None:
+    every = services(compose)
+    password = environment(every["postgres"])["POSTGRES_PASSWORD"]
+    assert [(n, op) for n, op, _ in interpolations(password)] == [("POSTGRES_PASSWORD", ":?")]
+    for name, service in sluice_services(compose).items():
+        if "PGPASSWORD" in environment(service):
+            assert environment(service)["PGPASSWORD"] == password, name
+
+
+def test_every_compose_variable_is_documented(compose: dict[str, Any]) -> None:
+    text = COMPOSE_FILE.read_text()
+    names = {name for name, _, _ in interpolations(text)}
+    readme = DOCKER_README.read_text()
+    for name in sorted(names):
+        assert f"`{name}`" in readme or f"{name}=" in readme, f"docker/README.md: explain {name}"
+
+
+# --------------------------------------------------------------------------
+# Flower
+
+
+def test_flower_is_never_unauthenticated(compose: dict[str, Any], celery_app: Celery) -> None:
+    every = services(compose)
+    flowers = [
+        name
+        for name in sluice_services(compose)
+        if service_argv(name, every[name])[3:4] == ["flower"]
+    ]
+    assert flowers == ["flower"]
+    service = every["flower"]
+    env = environment(service)
+    argv = service_argv("flower", service)
+    # Basic auth from a variable compose refuses to run without (no default).
+    assert [(n, op) for n, op, _ in interpolations(env["FLOWER_BASIC_AUTH"])] == [
+        ("FLOWER_BASIC_AUTH", ":?")
+    ]
+    with pytest.raises(KeyError):
+        interpolate(env["FLOWER_BASIC_AUTH"], {})
+    with pytest.raises(KeyError):
+        interpolate(env["FLOWER_BASIC_AUTH"], {"FLOWER_BASIC_AUTH": ""})
+    assert "FLOWER_UNAUTHENTICATED_API" not in env
+    assert not any("unauthenticated" in part for part in argv)
+    for other in every.values():
+        assert "FLOWER_UNAUTHENTICATED_API" not in environment(other)
+
+
+# --------------------------------------------------------------------------
+# The Dockerfile
+
+
+def test_the_dockerfile_installs_the_project_as_a_non_root_user() -> None:
+    instructions = dockerfile_instructions()
+    keywords = [i.keyword for i in instructions]
+    assert instructions[0].keyword == "FROM" and "python:3.1" in instructions[0].arguments
+    runs = " ".join(i.arguments for i in instructions if i.keyword == "RUN")
+    assert re.search(r"apt-get install\b.*\bgit\b", runs), "git must be in the image"
+    assert re.search(r"pip install \.(\s|$)", runs), "the project must be installed"
+    assert "psycopg" in runs, "the PostgreSQL driver sluice.yaml's database_url needs"
+    users = [i for i in instructions if i.keyword == "USER"]
+    assert users, "the image must not run as root"
+    user = users[-1].arguments.split(":")[0]
+    assert user not in ("root", "0")
+    assert keywords.index("USER") > max(i for i, k in enumerate(keywords) if k == "RUN")
+
+
+def test_the_image_contains_every_package_a_worker_imports() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    setuptools = project["tool"]["setuptools"]
+    packages = {p.rstrip("*") for p in setuptools["packages"]["find"]["include"]}
+    modules = {f"{m}.py" for m in setuptools.get("py-modules", [])}
+    copied: set[str] = set()
+    for instruction in dockerfile_instructions():
+        if instruction.keyword == "COPY":
+            copied.update(instruction.arguments.split()[:-1])
+    needed = packages | modules | {"pyproject.toml", project["project"]["readme"]}
+    assert needed <= copied, f"the Dockerfile does not copy {sorted(needed - copied)}"
+    ignore_file = DOCKERFILE.parent / "Dockerfile.dockerignore"
+    lines = (line.strip() for line in ignore_file.read_text().splitlines())
+    ignore = {line for line in lines if line and not line.startswith("#")}
+    assert not needed & ignore, "Dockerfile.dockerignore excludes what the image needs"
+    # The worker's own imports: the modules Celery loads (-A tasks, the config).
+    for package in packages:
+        assert (ROOT / package / "__init__.py").is_file()

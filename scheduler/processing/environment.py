@@ -53,7 +53,13 @@ class RequestFormats(Protocol):
     def build(self, tenant: str, pipeline: str, item: QueueItem, intent: BuildIntent) -> NewRequest:
         """The executor request (and its parameters) for a build intent."""
 
+    def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
+        """The merger request that pushes an item's tested merge to its branch."""
+
     def merge_outcome(self, result: JobResult) -> MergeOutcome: ...
+
+    def push_outcome(self, result: JobResult) -> tuple[bool, str]:
+        """(pushed, why not) of a completed push request."""
 
     def build_outcome(self, result: JobResult) -> BuildOutcome: ...
 

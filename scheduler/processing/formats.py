@@ -90,6 +90,27 @@ class WireFormats:
             ok=True, repo_state=_repo_state(decoded), files=tuple(files), config_files=config
         )
 
+    def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
+        change = item.change
+        commit = (item.buildset.repo_state or {}).get(change.project, {}).get(change.branch, "")
+        job = wire.PushJob(request_uuid, change.connection, change.project, change.branch, commit)
+        request, params = new_request(
+            job,
+            tenant=tenant,
+            pipeline=pipeline,
+            buildset=item.buildset.uuid,
+            result_queue=paths.pipeline_result_queue(tenant, pipeline),
+            event_id=item.event_id,
+            request_uuid=request_uuid,
+        )
+        return NewRequest(request, params, paths.merger_queue())
+
+    def push_outcome(self, result: JobResult) -> tuple[bool, str]:
+        decoded = wire.decode_result(result.result, lost=result.lost, kind=wire.JobKind.PUSH)
+        if decoded.failure is None:
+            return True, ""
+        return False, _failure_text(decoded.failure)
+
     def build(self, tenant: str, pipeline: str, item: QueueItem, intent: BuildIntent) -> NewRequest:
         request = JobRequest(
             uuid=intent.build.uuid,

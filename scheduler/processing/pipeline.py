@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -93,12 +94,12 @@ class PipelinePass:
         self._apply_events(manager, state)
         manager.advance(state)
         intents = manager.intents
-        if not self.consumed and not intents:
-            return False
         txn = Transaction(self.env.client)
+        self._request_ops(manager, state, txn)
+        if not (self.consumed or self.requests or intents.cancels or intents.reports):
+            return False  # nothing new (a push may be pending: its result will wake us)
         for queue, event in self.consumed:
             queue.ack_ops(event, txn)
-        self._request_ops(manager, state, txn)
         ledger.add_ops(txn)
         for result_id, outcome in self.outcomes.items():
             path = paths.management_result(result_id)
@@ -120,7 +121,12 @@ class PipelinePass:
             for event in queue.read(limit=EVENTS_PER_PASS):
                 self.consumed.append((queue, event))
                 decoded = self._decode(state, event)
-                if decoded is not None:
+                if isinstance(decoded, PushOutcome):
+                    if decoded.pushed:
+                        manager.merge_pushed(state, decoded.item)
+                    else:
+                        manager.merge_failed(state, decoded.item, decoded.message)
+                elif decoded is not None:
                     live = (
                         state.find_for_dequeue(decoded.change)
                         if isinstance(decoded, ev.Dequeue)
@@ -145,7 +151,7 @@ class PipelinePass:
             )
         self.outcomes[event.result_id] = outcome
 
-    def _decode(self, state: PipelineState, event: Event) -> ev.PipelineEvent | None:
+    def _decode(self, state: PipelineState, event: Event) -> ev.PipelineEvent | PushOutcome | None:
         payload = event.payload
         try:
             if str(payload.get("type", "")).startswith("request-"):
@@ -157,7 +163,7 @@ class PipelinePass:
 
     def _request_event(
         self, state: PipelineState, payload: dict[str, object]
-    ) -> ev.PipelineEvent | None:
+    ) -> ev.PipelineEvent | PushOutcome | None:
         queue_root = str(payload.get("queue", ""))
         request = str(payload.get("request", ""))
         buildset = str(payload.get("buildset", ""))
@@ -192,12 +198,17 @@ class PipelinePass:
 
     def _merge_event(
         self, requests: JobRequestQueue, kind: object, item: QueueItem, request: str
-    ) -> ev.PipelineEvent | None:
+    ) -> ev.PipelineEvent | PushOutcome | None:
         if kind != RequestEvent.COMPLETED.value:
             return None
         result = requests.get_result(request)
         if result is None:
             return None
+        if request == push_request_uuid(item):
+            if result.lost:
+                return PushOutcome(item.uuid, False, "the merger pushing it was lost")
+            pushed, why = self.env.formats.push_outcome(result)
+            return PushOutcome(item.uuid, pushed, why)
         outcome = (
             ev.MergeOutcome(ok=False, lost=True)
             if result.lost
@@ -218,6 +229,14 @@ class PipelinePass:
             self.requests.append(
                 self.env.formats.build(self.tenant, self.pipeline, state.items[build.item], build)
             )
+        merger = self._queue(paths.merger_queue())
+        for item_uuid in manager.intents.merges_to_push:
+            item = state.items[item_uuid]
+            request_uuid = push_request_uuid(item)
+            if merger.get(request_uuid) is None:  # pushed once per buildset, not per pass
+                self.requests.append(
+                    self.env.formats.push(self.tenant, self.pipeline, item, request_uuid)
+                )
         for new in self.requests:
             self._queue(new.queue_root).submit_ops(new.request, new.params, txn)
 
@@ -247,6 +266,23 @@ class PipelinePass:
             item = state.items.get(item_uuid)
             if item is not None and item.result is not Result.SKIPPED:
                 self.env.report(self.tenant, self.pipeline, item)
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """The answer to an item's merge push (applied with merge_pushed / merge_failed)."""
+
+    item: str
+    pushed: bool
+    message: str = ""
+
+
+_PUSH_NAMESPACE = uuid.UUID("6f1d9a4e-54a3-4d3c-9c0e-2b7f1c5d9a10")
+
+
+def push_request_uuid(item: QueueItem) -> str:
+    """The push request of an item's buildset: one per buildset, whatever the passes."""
+    return uuid.uuid5(_PUSH_NAMESPACE, item.buildset.uuid).hex
 
 
 def _item_of_buildset(items: Iterable[QueueItem], buildset: str) -> QueueItem | None:

@@ -345,6 +345,36 @@ class BranchHeadsResult(Record):
 # Merge requests: params and result data
 
 
+@dataclasses.dataclass(frozen=True)
+class PushJob(Record):
+    """Push a tested commit to a branch of the connection's repository (the merge queue).
+
+    Fast-forward only: a branch that moved outside Sluice refuses the push
+    (failure kind :data:`NOT_FAST_FORWARD`). A branch already at ``commit``
+    is a success, so a push repeated after a crash is harmless. The commit
+    must be in this host's repo cache (the merge that produced it ran here).
+    """
+
+    job_id: str
+    connection: str
+    project: str
+    branch: str
+    commit: str
+    schema: int = SCHEMA
+
+
+@dataclasses.dataclass(frozen=True)
+class PushResult(Record):
+    job_id: str
+    status: Status
+    failure: Failure | None = None
+    schema: int = SCHEMA
+
+
+# Failure kind of a push the target branch refused because it moved.
+NOT_FAST_FORWARD = "not-fast-forward"
+
+
 class JobKind(enum.StrEnum):
     """What a merge request asks for; each kind has one job and one result class."""
 
@@ -352,10 +382,11 @@ class JobKind(enum.StrEnum):
     FILES_CHANGES = "files-changes"
     CONFIG = "config"
     BRANCH_HEADS = "branch-heads"
+    PUSH = "push"
 
 
-MergerJob = MergeJob | FilesChangesJob | ConfigJob | BranchHeadsJob
-MergerResult = MergeResult | FilesChangesResult | ConfigResult | BranchHeadsResult
+MergerJob = MergeJob | FilesChangesJob | ConfigJob | BranchHeadsJob | PushJob
+MergerResult = MergeResult | FilesChangesResult | ConfigResult | BranchHeadsResult | PushResult
 
 # kind -> (job class, result class)
 KIND_CLASSES: Mapping[JobKind, tuple[type[MergerJob], type[MergerResult]]] = {
@@ -363,6 +394,7 @@ KIND_CLASSES: Mapping[JobKind, tuple[type[MergerJob], type[MergerResult]]] = {
     JobKind.FILES_CHANGES: (FilesChangesJob, FilesChangesResult),
     JobKind.CONFIG: (ConfigJob, ConfigResult),
     JobKind.BRANCH_HEADS: (BranchHeadsJob, BranchHeadsResult),
+    JobKind.PUSH: (PushJob, PushResult),
 }
 
 _KINDS = frozenset(kind.value for kind in JobKind)

@@ -25,6 +25,7 @@ from workers.merger.cache import RepoCache
 from workers.merger.errors import InvalidJobError
 from workers.merger.jobs import run_branch_heads_job, run_config_job, run_files_changes_job
 from workers.merger.merge import failure_of, run_merge_job
+from workers.merger.push import run_push_job
 
 Runner = Callable[[Any, RepoCache], MergerResult]
 
@@ -34,6 +35,7 @@ JOB_KINDS: Mapping[JobKind, Runner] = {
     JobKind.FILES_CHANGES: run_files_changes_job,
     JobKind.CONFIG: run_config_job,
     JobKind.BRANCH_HEADS: run_branch_heads_job,
+    JobKind.PUSH: run_push_job,
 }
 
 

@@ -60,6 +60,9 @@ class Repos:
         if not path.exists():
             path.mkdir(parents=True)
             self.git(project, "init", "-q", "-b", branch)
+            # The merge queue pushes to this repository while a test has a
+            # branch checked out: update that worktree instead of refusing.
+            self.git(project, "config", "receive.denyCurrentBranch", "updateInstead")
         elif base:
             self.git(project, "checkout", "-q", "-B", branch, base)
         else:

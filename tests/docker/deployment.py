@@ -66,9 +66,8 @@ def is_sluice(service: dict[str, Any]) -> bool:
     """A service built from docker/Dockerfile (a Sluice process)."""
     build = service.get("build")
     if isinstance(build, dict):
-        return (
-            DOCKER_DIR / build.get("context", ".") / build.get("dockerfile", "Dockerfile")
-        ).resolve() == DOCKERFILE
+        context = DOCKER_DIR / str(build.get("context", "."))
+        return (context / str(build.get("dockerfile", "Dockerfile"))).resolve() == DOCKERFILE
     if isinstance(build, str):
         return (DOCKER_DIR / build / "Dockerfile").resolve() == DOCKERFILE
     return False

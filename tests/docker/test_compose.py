@@ -136,7 +136,7 @@ def check_celery_command(argv: list[str], app: Celery) -> click.Context:
 
 
 def check_flower_options(arguments: tuple[str, ...]) -> None:
-    from flower.options import options
+    from flower.options import options  # type: ignore[import-untyped]
 
     for argument in arguments:
         assert argument.startswith("--"), f"flower argument {argument!r}"

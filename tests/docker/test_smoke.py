@@ -18,6 +18,7 @@ Docker engine the tests fail: they never skip.
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import secrets
 import shutil
@@ -160,8 +161,8 @@ def client_app(deployment: Deployment) -> Iterator[Celery]:
 
 @pytest.fixture(scope="module")
 def docker_client() -> Any:
-    import docker  # docker-py, brought by pytest-celery
-
+    # docker-py, brought by pytest-celery (imported by name: ./docker is not it)
+    docker = importlib.import_module("docker")
     return docker.from_env()
 
 
@@ -181,7 +182,7 @@ class WorkerNode:
 def worker_nodes(
     deployment: Deployment, docker_client: Any, app: Celery, service: str
 ) -> list[WorkerNode]:
-    from pytest_celery import CeleryTestContainer, CeleryTestNode
+    from pytest_celery import CeleryTestContainer, CeleryTestNode  # type: ignore[import-not-found]
 
     nodes = []
     for container_id in deployment.container_ids(service):
@@ -233,7 +234,7 @@ def test_every_worker_answers_a_ping_under_its_node_name(
         prefix = argv[argv.index("-n") + 1].partition("@")[0]
         for worker in worker_nodes(deployment, docker_client, client_app, service):
             name = f"{prefix}@{worker.hostname}"
-            replies = client_app.control.ping(destination=[name], timeout=5)
+            replies = client_app.control.ping(destination=[name], timeout=5) or []
             assert any(name in reply for reply in replies), f"{service}: no pong from {name}"
             worker.node.assert_log_exists("ready.", timeout=5)
 
@@ -280,7 +281,7 @@ def test_scaled_schedulers_each_answer(
     nodes = worker_nodes(deployment, docker_client, client_app, "scheduler")
     assert len(nodes) == 2
     names = [worker.celery_name for worker in nodes]
-    replies = client_app.control.ping(destination=names, timeout=5)
+    replies = client_app.control.ping(destination=names, timeout=5) or []
     answered = {name for reply in replies for name in reply}
     assert answered == set(names)
 

@@ -201,6 +201,8 @@ class PipelineManager:
             self.enqueue(state, event.change, event.event_id)
         elif isinstance(event, ev.Dequeue):
             self.dequeue_change(state, event.change)
+        elif isinstance(event, ev.Promote):
+            self.promote(state, event.changes)
         elif isinstance(event, ev.MergeCompleted):
             self._merge_completed(state, event)
         elif isinstance(event, ev.BuildStarted | ev.BuildPaused):
@@ -234,6 +236,21 @@ class PipelineManager:
         for item in items:
             self.dequeue(state, item, "dequeued by request", report=True)
         return items
+
+    def promote(self, state: PipelineState, changes: Iterable[Change]) -> list[QueueItem]:
+        """Move the live items of ``changes`` to the head of their queues, in that order.
+
+        Only the order changes here; the next :meth:`advance` of a shared-queue
+        manager resets every item whose items ahead are no longer the same.
+        """
+        promoted: list[QueueItem] = []
+        for change in changes:
+            promoted.extend(i for i in state.find_for_dequeue(change) if i not in promoted)
+        for name in dict.fromkeys(item.queue for item in promoted):
+            queue = state.queues[name]
+            first = [item.uuid for item in promoted if item.queue == name]
+            queue.items = first + [uuid for uuid in queue.items if uuid not in first]
+        return promoted
 
     def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None:
         """Take ``item`` out: abort its builds, free its semaphores, report DEQUEUED."""

@@ -37,6 +37,15 @@ class Dequeue:
 
 
 @dataclass(frozen=True)
+class Promote:
+    """Move the items of ``changes`` to the head of their queues, in this order."""
+
+    changes: tuple[Change, ...]
+    event_id: str = ""
+    result_id: str = ""
+
+
+@dataclass(frozen=True)
 class MergeOutcome:
     """What a merge job produced for one buildset."""
 
@@ -90,7 +99,9 @@ class BuildCompleted:
     log_path: str = ""
 
 
-PipelineEvent = Enqueue | Dequeue | MergeCompleted | BuildStarted | BuildPaused | BuildCompleted
+PipelineEvent = (
+    Enqueue | Dequeue | Promote | MergeCompleted | BuildStarted | BuildPaused | BuildCompleted
+)
 
 
 def _text(data: Mapping[str, Any], key: str) -> str:
@@ -124,6 +135,15 @@ def _dequeue(data: Mapping[str, Any]) -> PipelineEvent:
     )
 
 
+def _promote(data: Mapping[str, Any]) -> PipelineEvent:
+    raw = data.get("changes")
+    if not isinstance(raw, list) or not raw:
+        raise MalformedEventError(f"'changes' must be a non-empty list, got {raw!r}")
+    # Like a dequeue, a change may leave the branch empty: any target branch of the ref.
+    changes = tuple(_change({"change": one}, keys=()) for one in raw)
+    return Promote(changes, str(data.get("event_id", "")), str(data.get("result_id", "")))
+
+
 def _build_started(data: Mapping[str, Any]) -> PipelineEvent:
     return BuildStarted(
         **_build_ids(data), time=float(data.get("time", 0.0)), worker=str(data.get("worker", ""))
@@ -155,6 +175,7 @@ def _build_completed(data: Mapping[str, Any]) -> PipelineEvent:
 _DECODERS: dict[str, Callable[[Mapping[str, Any]], PipelineEvent]] = {
     "enqueue": _enqueue,
     "dequeue": _dequeue,
+    "promote": _promote,
     "build-started": _build_started,
     "build-paused": _build_paused,
     "build-completed": _build_completed,

@@ -207,6 +207,7 @@ def test_refused_within_the_deadline_with_the_reason_logged(
     took = time.monotonic() - started
     message = str(raised.value)
     assert took < CALL_TIMEOUT + SLACK, f"{case}: refused only after {took:.1f}s"
+    print(f"{case}: {type(raised.value).__name__} after {took:.2f}s: {message}")
     assert refusal.client_says in message
     assert tls.server.hosts in message
     logged = [r.getMessage() for r in caplog.records if r.name == "scheduler.zk.client"]

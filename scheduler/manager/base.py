@@ -248,7 +248,10 @@ class PipelineManager:
             promoted.extend(i for i in state.find_for_dequeue(change) if i not in promoted)
         for name in dict.fromkeys(item.queue for item in promoted):
             queue = state.queues[name]
-            first = [item.uuid for item in promoted if item.queue == name]
+            # a head item whose merge is being pushed stays in front of everything
+            pushing = [i.uuid for i in state.items_of(queue) if i.push is PushState.PENDING]
+            named = [i.uuid for i in promoted if i.queue == name and i.uuid not in pushing]
+            first = pushing + named
             queue.items = first + [uuid for uuid in queue.items if uuid not in first]
         return promoted
 

@@ -28,8 +28,7 @@ def items_behind(state: PipelineState, item: QueueItem) -> list[QueueItem]:
     queue = state.queues.get(item.queue)
     if queue is None:
         return []
-    found = [state.items.get(uuid) for uuid in queue.items]
-    return [i for i in found if i is not None and not i.dequeued and i.ahead == item.uuid]
+    return [i for i in state.items_of(queue) if not i.dequeued and i.ahead == item.uuid]
 
 
 def items_ahead(state: PipelineState, item: QueueItem) -> list[QueueItem]:

@@ -81,8 +81,7 @@ class SharedQueueManager(PipelineManager):
         queue.items.append(item.uuid)
 
     def live_items(self, state: PipelineState, queue: ChangeQueue) -> list[QueueItem]:
-        found = [state.items.get(uuid) for uuid in queue.items]
-        return [item for item in found if item is not None and not item.dequeued]
+        return [item for item in state.items_of(queue) if not item.dequeued]
 
     def changes_to_merge(self, state: PipelineState, item: QueueItem) -> tuple[Change, ...]:
         chain = reversed(reset.items_ahead(state, item))
@@ -109,10 +108,7 @@ class SharedQueueManager(PipelineManager):
     def process_queue(self, state: PipelineState, queue: ChangeQueue) -> None:
         nnfi: QueueItem | None = None  # the nearest non-failing item so far
         position = 0
-        for uuid in list(queue.items):
-            item = state.items.get(uuid)
-            if item is None:
-                continue
+        for item in state.items_of(queue):
             if item.dequeued:
                 self._leave(state, item)
                 continue

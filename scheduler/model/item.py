@@ -192,6 +192,11 @@ class PipelineState:
                 if item is not None:
                     yield item
 
+    def items_of(self, queue: ChangeQueue) -> list[QueueItem]:
+        """The items of ``queue``, in order."""
+        found = [self.items.get(item_uuid) for item_uuid in queue.items]
+        return [item for item in found if item is not None]
+
     def find(self, change: Change) -> list[QueueItem]:
         """Live items of the same change (any patchset)."""
         return [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.manager import events as ev
+from scheduler.manager.base import PipelineSettings
 from scheduler.model.results import Result
 from tests.scheduler.gate_harness import Gate, change
 
@@ -66,3 +67,13 @@ def test_a_promote_event_is_decoded() -> None:
     assert [c.ref for c in event.changes] == ["B"]
     with pytest.raises(ev.MalformedEventError, match="'changes'"):
         ev.decode({"type": "promote", "changes": []})
+
+
+def test_an_item_being_pushed_stays_at_the_head() -> None:
+    g = Gate(settings=PipelineSettings("gate", "dependent", merge_on_success=True))
+    g.hold_pushes = True
+    g.enqueue("A", "B")
+    g.merge_all()
+    g.finish("A")
+    g.run(ev.Promote((change("B"),)))
+    assert g.queue() == ["A", "B"] and g.cancels == []

@@ -219,3 +219,18 @@ def test_a_reset_releases_the_semaphores_of_the_old_buildset() -> None:
     assert not g.ledger.holders["prod"]
     g.merge_all()
     assert g.running("B") == ["deploy"]
+
+
+def test_an_item_moved_to_the_branch_tip_does_not_wait_for_a_failing_item_still_running() -> None:
+    # Zuul: the failing item will never merge, so the item behind it is at the head.
+    g = Gate([JobInfo("unit"), JobInfo("slow")])
+    g.enqueue("A", "B")
+    g.merge_all()
+    g.finish("A", "unit", F)
+    assert g.merged_on("B") == ("B",)
+    g.merge_all()
+    g.finish("B", "unit")
+    g.finish("B", "slow")
+    assert g.reported == [("B", S)] and g.queue() == ["A"]
+    g.finish("A", "slow")
+    assert g.reported == [("B", S), ("A", F)]

@@ -43,9 +43,11 @@ from dataclasses import dataclass, field
 
 from scheduler import dispatch, idle, tasknames
 from scheduler.settings import Settings
+from scheduler.state.store import PipelineStore
 from scheduler.zk import inventory, locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
+from scheduler.zk.semaphores import Semaphore
 
 log = logging.getLogger(__name__)
 
@@ -302,4 +304,37 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         SweepStep("connections", connections),
         SweepStep("tenants", tenants),
         SweepStep("pipelines", pipelines),
+        SweepStep("semaphores", lambda: release_leaked_semaphores(client)),
     ]
+
+
+def live_buildsets(client: ZooKeeperClient) -> set[str]:
+    """The uuid of every buildset in every pipeline's state."""
+    store = PipelineStore(client)
+    found: set[str] = set()
+    for tenant in inventory.tenants(client):
+        for pipeline in inventory.pipelines(client, tenant):
+            state = store.state(tenant, pipeline, store.read(tenant, pipeline))
+            found.update(item.buildset.uuid for item in state.items.values())
+    return found
+
+
+def release_leaked_semaphores(client: ZooKeeperClient) -> list[str]:
+    """Release semaphore holders whose buildset no longer exists anywhere.
+
+    A holder is ``<buildset uuid>/<job>`` and is committed in the same
+    transaction as its buildset's build, so reading the holders first and
+    the pipelines afterwards can never mistake a fresh holder for a leak.
+    """
+    released: list[str] = []
+    live: set[str] | None = None
+
+    def exists(holder: str) -> bool:
+        nonlocal live
+        if live is None:  # read after the holders, on the first question
+            live = live_buildsets(client)
+        return holder.split("/", 1)[0] in live
+
+    for path in inventory.semaphores(client):
+        released += [f"{path}:{h}" for h in Semaphore(client, path).cleanup(exists)]
+    return released

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from scheduler.cli.history import builds, buildsets
-from scheduler.cli.manage import dequeue, enqueue, reconfigure_command
+from scheduler.cli.manage import dequeue, enqueue, promote, reconfigure_command
 from scheduler.cli.stack import stack
 from scheduler.cli.state import status, wait
 from scheduler.cli.system import demo
@@ -46,6 +46,7 @@ for command in (
     buildsets,
     enqueue,
     dequeue,
+    promote,
     reconfigure_command,
 ):
     cli.add_command(command)

@@ -138,6 +138,23 @@ def dequeue(
         click.echo(item)
 
 
+@click.command()
+@_options
+@click.option("--ref", "refs", required=True, multiple=True, help="Repeat: the new head order.")
+@clear_errors
+def promote(
+    *, tenant: str, pipeline: str, project: str, refs: tuple[str, ...], timeout: float
+) -> None:
+    """Move the items of REF... to the head of their queue, in the order given."""
+    conf = settings()
+    with _zookeeper(conf) as client:
+        target = _target(client, tenant, pipeline, project)
+        changes = [Change(target.connection, project, "", ref).to_dict() for ref in refs]
+        outcome = _send(client, conf, target, {"type": "promote", "changes": changes}, timeout)
+    for item in outcome["promoted"]:
+        click.echo(item)
+
+
 @click.command("reconfigure")
 @click.option("--tenant", default=None, help="Only this tenant (default: all of main.yaml).")
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds per merger job.")

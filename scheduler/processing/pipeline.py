@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from scheduler import tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
+from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
 from scheduler.processing import testhooks
@@ -127,28 +128,25 @@ class PipelinePass:
                     else:
                         manager.merge_failed(state, decoded.item, decoded.message)
                 elif decoded is not None:
-                    live = (
-                        state.find_for_dequeue(decoded.change)
-                        if isinstance(decoded, ev.Dequeue)
-                        else []
-                    )
+                    affected = _named_items(state, decoded)
                     manager.apply(state, decoded)
-                    self._record_outcome(state, decoded, [i.uuid for i in live])
+                    self._record_outcome(state, decoded, affected)
 
     def _record_outcome(
-        self, state: PipelineState, event: ev.PipelineEvent, dequeued: list[str]
+        self, state: PipelineState, event: ev.PipelineEvent, affected: list[str]
     ) -> None:
-        if not isinstance(event, ev.Enqueue | ev.Dequeue) or not event.result_id:
+        """The answer to a management event, for whoever waits on its result id."""
+        if not isinstance(event, ev.Enqueue | ev.Dequeue | ev.Promote) or not event.result_id:
             return
+        outcome: dict[str, object]
         if isinstance(event, ev.Enqueue):
             live = [i for i in state.find(event.change) if i.change.commit == event.change.commit]
-            outcome: dict[str, object] = (
-                {"item": live[0].uuid} if live else {"error": "the change was not enqueued"}
-            )
+            outcome = {"item": live[0].uuid} if live else {"error": "the change was not enqueued"}
+        elif not affected:
+            outcome = {"error": "no such item in the pipeline"}
         else:
-            outcome = (
-                {"dequeued": dequeued} if dequeued else {"error": "no such item in the pipeline"}
-            )
+            key = "dequeued" if isinstance(event, ev.Dequeue) else "promoted"
+            outcome = {key: affected}
         self.outcomes[event.result_id] = outcome
 
     def _decode(self, state: PipelineState, event: Event) -> ev.PipelineEvent | PushOutcome | None:
@@ -266,6 +264,20 @@ class PipelinePass:
             item = state.items.get(item_uuid)
             if item is not None and item.result is not Result.SKIPPED:
                 self.env.report(self.tenant, self.pipeline, item)
+
+
+def _named_items(state: PipelineState, event: ev.PipelineEvent) -> list[str]:
+    """The live items a dequeue or promote names (before it is applied)."""
+    if isinstance(event, ev.Dequeue):
+        changes: tuple[Change, ...] = (event.change,)
+    elif isinstance(event, ev.Promote):
+        changes = event.changes
+    else:
+        return []
+    found: list[str] = []
+    for change in changes:
+        found += [i.uuid for i in state.find_for_dequeue(change) if i.uuid not in found]
+    return found
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,18 @@ def executor_zones(client: ZooKeeperClient) -> list[str]:
     return sorted(_names(client, paths.parent(paths.executor_queue("zone"))))
 
 
+def semaphores(client: ZooKeeperClient) -> list[str]:
+    """Paths of every semaphore node, tenant and global."""
+    found = [
+        paths.global_semaphore(name) for name in _names(client, paths.global_semaphores_root())
+    ]
+    for tenant in _names(client, paths.semaphores_root()):
+        found += [
+            paths.semaphore(tenant, name) for name in _names(client, paths.semaphores_root(tenant))
+        ]
+    return sorted(found)
+
+
 def tenants(client: ZooKeeperClient) -> list[str]:
     """Tenants that have event queues or pipeline state."""
     return sorted(_names(client, paths.tenant_events_root()) | _names(client, paths.tenants_root()))

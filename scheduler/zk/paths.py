@@ -439,6 +439,15 @@ def pipeline_events_root(tenant: str) -> str:
     return join(tenant_events(tenant), "pipelines")
 
 
+def semaphores_root(tenant: str | None = None) -> str:
+    """Parent of a tenant's semaphores, or of every tenant's (``None``)."""
+    return join("semaphores", segment(tenant)) if tenant else join("semaphores")
+
+
+def global_semaphores_root() -> str:
+    return join("global-semaphores")
+
+
 def tenants_root() -> str:
     return join("tenant")
 

@@ -135,11 +135,15 @@ class GateRun:
                 return worker
         raise AssertionError(f"process {pid} belongs to no executor worker")
 
-    def finish(self, timeout: float = 200) -> float:
-        """Wait for the enqueues and for idleness; return the run's seconds."""
+    def wait_enqueued(self, timeout: float = 200) -> None:
+        """Every ``sluice enqueue`` answered (its item is in the pipeline)."""
         for process in self.enqueues:
             _out, err = process.communicate(timeout=timeout)
             assert process.returncode == 0, err
+
+    def finish(self, timeout: float = 200) -> float:
+        """Wait for the enqueues and for idleness; return the run's seconds."""
+        self.wait_enqueued(timeout)
         self.system.sluice("wait", "--idle", "--timeout", str(timeout))
         return time.monotonic() - self.started
 

@@ -92,6 +92,7 @@ def test_a_paused_scheduler_worker_cannot_write_after_its_session_expired(
 def test_the_broker_emptied_and_restarted(gate_run: GateRun, redis_server: RedisServer) -> None:
     gate_run.start()
     gate_run.enqueue_all()
+    gate_run.wait_enqueued()  # the fault hits running builds, not the enqueue commands
     gate_run.running_build_pid()
     redis.Redis.from_url(redis_server.url).flushall()
     redis_server.stop()
@@ -106,6 +107,7 @@ def test_the_broker_emptied_and_restarted(gate_run: GateRun, redis_server: Redis
 def test_zookeeper_restarted_mid_run(gate_run: GateRun, zookeeper_server: ZooKeeperServer) -> None:
     gate_run.start()
     gate_run.enqueue_all()
+    gate_run.wait_enqueued()  # the fault hits running builds, not the enqueue commands
     gate_run.running_build_pid()
     zookeeper_server.stop()
     zookeeper_server.start()

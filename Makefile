@@ -6,9 +6,12 @@ VENV := .venv/bin
 bootstrap:
 	@bash scripts/bootstrap.sh
 
+# The demo: the local stack, a sample tenant, changes through check and gate.
+DEMO := $(VENV)/sluice --config demo/sluice.yaml
+
 run: bootstrap
-	$(VENV)/sluice stack up
-	$(VENV)/sluice demo
+	$(DEMO) stack up
+	$(DEMO) demo
 
 test: bootstrap lint typecheck pytest
 
@@ -23,7 +26,7 @@ pytest:
 	$(VENV)/pytest
 
 down:
-	$(VENV)/sluice stack down
+	$(DEMO) stack down
 
 clean: down
 	rm -rf .sluice

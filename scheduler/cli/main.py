@@ -13,11 +13,12 @@ from pathlib import Path
 
 import click
 
+from scheduler.cli.demo import demo
 from scheduler.cli.history import builds, buildsets
 from scheduler.cli.manage import dequeue, enqueue, promote, reconfigure_command
 from scheduler.cli.stack import stack
 from scheduler.cli.state import status, wait
-from scheduler.cli.system import demo
+from scheduler.cli.system import roundtrip
 from scheduler.errors import SluiceError
 
 
@@ -40,6 +41,7 @@ def cli(config: Path | None) -> None:
 for command in (
     stack,
     demo,
+    roundtrip,
     status,
     wait,
     builds,

@@ -104,19 +104,32 @@ def enqueue(
     """Enqueue REF of PROJECT into PIPELINE; prints the item id."""
     conf = settings()
     with _zookeeper(conf) as client:
-        target = _target(client, tenant, pipeline, project)
-        connection = conf.connections[target.connection]
-        refs = list_refs(connection, project)
-        if f"refs/heads/{branch}" not in refs:
-            raise ManagementError(f"project {project!r} has no branch {branch!r}")
-        commit = resolve(refs, ref, connection, project)
-        if commit is None:
-            raise ManagementError(f"project {project!r} has no ref {ref!r}")
-        change = Change(target.connection, project, branch, ref, commit)
-        outcome = _send(
-            client, conf, target, {"type": "enqueue", "change": change.to_dict()}, timeout
-        )
-    click.echo(outcome["item"])
+        item = enqueue_change(client, conf, tenant, pipeline, project, branch, ref, timeout)
+    click.echo(item)
+
+
+def enqueue_change(  # noqa: PLR0917 (the CLI's arguments, in its order)
+    client: ZooKeeperClient,
+    conf: Settings,
+    tenant: str,
+    pipeline: str,
+    project: str,
+    branch: str,
+    ref: str,
+    timeout: float = 60.0,
+) -> str:
+    """Check the names and the ref, enqueue, and return the item id once it is in."""
+    target = _target(client, tenant, pipeline, project)
+    connection = conf.connections[target.connection]
+    refs = list_refs(connection, project)
+    if f"refs/heads/{branch}" not in refs:
+        raise ManagementError(f"project {project!r} has no branch {branch!r}")
+    commit = resolve(refs, ref, connection, project)
+    if commit is None:
+        raise ManagementError(f"project {project!r} has no ref {ref!r}")
+    change = Change(target.connection, project, branch, ref, commit)
+    outcome = _send(client, conf, target, {"type": "enqueue", "change": change.to_dict()}, timeout)
+    return str(outcome["item"])
 
 
 @click.command()

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 
@@ -34,21 +35,26 @@ def zookeeper() -> Iterator[ZooKeeperClient]:
 def status(tenant: str | None, as_json: bool) -> None:
     """Pipelines, queues, items and their jobs with state, result and elapsed time."""
     with zookeeper() as client:
-        store = PipelineStore(client)
-        tenants = [tenant] if tenant else inventory.tenants(client)
-        document = {
-            "tenants": [
-                status_view.tenant_status(
-                    name,
-                    [
-                        store.state(name, p, store.read(name, p))
-                        for p in inventory.pipelines(client, name)
-                    ],
-                )
-                for name in tenants
-            ]
-        }
+        document = status_document(client, tenant)
     click.echo(json.dumps(document, indent=2) if as_json else status_view.render_text(document))
+
+
+def status_document(client: ZooKeeperClient, tenant: str | None = None) -> dict[str, Any]:
+    """The ``sluice status --json`` document, read from ZooKeeper."""
+    store = PipelineStore(client)
+    tenants = [tenant] if tenant else inventory.tenants(client)
+    return {
+        "tenants": [
+            status_view.tenant_status(
+                name,
+                [
+                    store.state(name, p, store.read(name, p))
+                    for p in inventory.pipelines(client, name)
+                ],
+            )
+            for name in tenants
+        ]
+    }
 
 
 @click.command()

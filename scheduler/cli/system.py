@@ -1,7 +1,7 @@
-"""``sluice demo``: the main job of ``make run``.
+"""``sluice roundtrip``: a task through the broker to a worker that reads and writes ZooKeeper.
 
-For now a round trip through a Celery task that reads and writes
-ZooKeeper; the full pipeline demo replaces it in a later issue.
+The quickest end-to-end health check of a stack: broker, a worker process,
+ZooKeeper. ``sluice demo`` runs it first.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from scheduler import dispatch, tasknames
 from scheduler.cli.common import clear_errors, settings
 
 
-@click.command()
+@click.command("roundtrip")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the task.")
 @clear_errors
-def demo(timeout: float) -> None:
+def roundtrip(timeout: float) -> None:
     """Send a round-trip task through the broker to a worker and print what it did."""
     conf = settings()
     token = uuid.uuid4().hex

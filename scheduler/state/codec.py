@@ -90,12 +90,18 @@ class Reader:
             return None
         repo_doc = self.docs.get(paths.repo_state(ref))
         repo_state = dict(repo_doc["repo_state"]) if repo_doc is not None else None
-        jobs = {name: self._job(ref, name) for name in bs_doc.get("jobs", [])}
+        jobs = {
+            name: job
+            for name in bs_doc.get("jobs", [])
+            if (job := self._job(ref, name)) is not None
+        }
         buildset = BuildSet.from_dict(bs_doc, repo_state, jobs)
         return QueueItem.from_dict(doc, buildset)
 
-    def _job(self, ref: paths.BuildsetRef, name: str) -> JobState:
-        doc = self.docs[paths.frozen_job(ref, name)]
+    def _job(self, ref: paths.BuildsetRef, name: str) -> JobState | None:
+        doc = self.docs.get(paths.frozen_job(ref, name))
+        if doc is None:
+            return None  # a torn read by a reader without the lock
         builds = [
             Build.from_dict(self.docs[paths.build(ref, name, build_uuid)])
             for build_uuid in doc.get("builds", [])

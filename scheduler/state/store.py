@@ -17,6 +17,7 @@ validated against ZooKeeper before it is used (invariant 1).
 from __future__ import annotations
 
 import threading
+import time
 
 from scheduler.model.item import PipelineState
 from scheduler.state import codec
@@ -24,6 +25,7 @@ from scheduler.zk import doctree, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, Transaction
 
+READ_ATTEMPTS = 25
 _cache_lock = threading.Lock()
 _cache: dict[tuple[int, str, str], doctree.DocTree] = {}
 
@@ -36,18 +38,33 @@ class PipelineStore:
         return (id(self.client), tenant, pipeline)
 
     def read(self, tenant: str, pipeline: str) -> doctree.DocTree:
-        """The pipeline's documents, from the cache when ZooKeeper says it is current."""
-        tree = doctree.DocTree(codec.root_path(tenant, pipeline))
-        root = doctree.get_many(self.client, tree, [tree.root])
-        if not root:
-            return tree
-        with _cache_lock:
-            cached = _cache.get(self._key(tenant, pipeline))
-        if cached is not None and cached.root_version == tree.root_version:
-            return cached.copy()
-        self._read_levels(tenant, pipeline, tree)
-        self._remember(tenant, pipeline, tree)
-        return tree
+        """The pipeline's documents, from the cache when ZooKeeper says it is current.
+
+        A reader without the pipeline lock (``sluice status``) may race a
+        pass: a level read after a commit does not match the levels read
+        before it. Every commit sets the root, so the read checks the root's
+        version once more at the end and starts again if it moved.
+        """
+        for attempt in range(READ_ATTEMPTS):
+            if attempt:
+                time.sleep(min(0.01 * attempt, 0.1))  # let the writer's pass finish
+            tree = doctree.DocTree(codec.root_path(tenant, pipeline))
+            root = doctree.get_many(self.client, tree, [tree.root])
+            if not root:
+                return tree
+            with _cache_lock:
+                cached = _cache.get(self._key(tenant, pipeline))
+            if cached is not None and cached.root_version == tree.root_version:
+                return cached.copy()
+            self._read_levels(tenant, pipeline, tree)
+            if self._root_version(tree) == tree.root_version:
+                self._remember(tenant, pipeline, tree)
+                return tree
+        return tree  # still moving: the caller gets the last read (tolerated by the decoder)
+
+    def _root_version(self, tree: doctree.DocTree) -> int:
+        stat = self.client.exists(tree.root)
+        return -1 if stat is None else int(stat.version)
 
     def _read_levels(self, tenant: str, pipeline: str, tree: doctree.DocTree) -> None:
         items = doctree.get_many(

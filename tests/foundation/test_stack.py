@@ -65,7 +65,7 @@ def test_stack_up_status_demo_down(tmp_path: Path) -> None:
         assert again.returncode == 0, again.stderr
         assert sorted(pids_in(again.stdout)) == sorted(pids)  # up twice is harmless
 
-        demo = sluice(config, "demo")
+        demo = sluice(config, "roundtrip")
         assert demo.returncode == 0, demo.stdout + demo.stderr
         assert "round trip OK" in demo.stdout
     finally:

@@ -169,3 +169,56 @@ def test_the_cache_is_validated_against_zookeeper(
         state.tenant, state.pipeline, store.read(state.tenant, state.pipeline)
     )
     assert again.items["i0"].message == "written elsewhere"
+
+
+def test_a_reader_without_the_lock_never_sees_a_torn_tree(
+    client: ZooKeeperClient, zookeeper: ZooKeeperTarget
+) -> None:
+    import threading
+
+    from scheduler.model.item import BuildSet
+
+    state = sample_state()
+    store = PipelineStore(client)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            with lock(client, state) as held:
+                tree = store.read(state.tenant, state.pipeline)
+                for n in range(40):
+                    for item in state.items.values():  # a reset: a new buildset each time
+                        jobs = item.buildset.jobs
+                        item.buildset = BuildSet(
+                            f"bs-{n}-{item.uuid}",
+                            MergeState.COMPLETE,
+                            jobs=jobs,
+                            repo_state={"app": {"main": "x"}},
+                        )
+                    tree = store.write(held.context, tree, state)
+        except BaseException as exc:  # reported to the test thread
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    reader_client = connect(zookeeper.settings())
+    thread = threading.Thread(target=writer)
+    thread.start()
+    reads = 0
+    try:
+        reader = PipelineStore(reader_client)
+        while not stop.is_set():
+            seen = PipelineStore.state(
+                state.tenant, state.pipeline, reader.read(state.tenant, state.pipeline)
+            )
+            for item in seen.items.values():
+                assert item.buildset.jobs is not None
+                assert sorted(item.buildset.jobs) == ["lint", "unit"], "a torn read"
+            reads += 1
+    finally:
+        thread.join()
+        reader_client.stop()
+        reader_client.close()
+    assert not errors, errors
+    assert reads > 0

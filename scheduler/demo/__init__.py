@@ -1,0 +1,1 @@
+"""The demo of ``make run``: sample repositories, changes, a live view, a summary."""

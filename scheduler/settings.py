@@ -193,7 +193,8 @@ def _kind_name(name: str) -> str:
 
 def _resolve_path(value: str, base: Path) -> Path:
     path = Path(value).expanduser()
-    return path if path.is_absolute() else (base / path)
+    # normpath, not resolve(): ``..`` goes, symlinks stay as the operator wrote them
+    return Path(os.path.normpath(path if path.is_absolute() else base / path))
 
 
 def _resolve_database_url(url: str, base: Path) -> str:
@@ -201,7 +202,7 @@ def _resolve_database_url(url: str, base: Path) -> str:
     if url.startswith(prefix) and not url.startswith(prefix + "/") and url != "sqlite://":
         rest = url[len(prefix) :]
         if rest and rest != ":memory:":
-            return prefix + str(base / rest)
+            return prefix + os.path.normpath(base / rest)
     return url
 
 

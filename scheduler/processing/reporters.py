@@ -17,7 +17,6 @@ from scheduler.model.results import Result
 from scheduler.reporting import (
     BuildEnd,
     BuildInfo,
-    BuildResult,
     BuildsetEnd,
     BuildsetInfo,
     BuildsetStart,
@@ -73,7 +72,7 @@ class HistoryReporter:
         )
         end = _time(ended or None, item.enqueue_time)
         self.reporters.record_buildset_end(
-            BuildsetEnd(info, BuildResult(result.value), item.message, end)
+            BuildsetEnd(info, result, item.message, end)
         )
 
     def _report_build(
@@ -89,7 +88,7 @@ class HistoryReporter:
             BuildEnd(
                 info,
                 record,
-                BuildResult(result.value),
+                result,
                 _time(build.end_time, default),
                 start_time=_time(build.start_time, default) if build.start_time else None,
                 log_url=build.log_path,

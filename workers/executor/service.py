@@ -47,7 +47,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,10 +62,11 @@ from scheduler.zk.errors import (
     NoDataError,
     ZooKeeperUnavailableError,
 )
-from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
+from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
 from workers.executor.control import BaseControl, StartedInfo
 from workers.executor.errors import BuildSpecError
 from workers.executor.runner import RunnerOptions, run_build
+from workers.notify import Notify, no_notify, notify_safely
 
 log = logging.getLogger(__name__)
 
@@ -200,20 +201,6 @@ class RequestControl(BaseControl):
             log.info("build request %s: resumed", self.claimed.uuid)
 
 
-Notify = Callable[[JobRequest], None]
-
-
-def _no_notify(_request: JobRequest) -> None:
-    return None
-
-
-def _notify(notify: Notify, request: JobRequest) -> None:
-    try:
-        notify(request)
-    except Exception:  # a lost nudge is re-sent by the sweep; never fail the build for it
-        log.exception("build request %s: nudging its pipeline failed", request.uuid)
-
-
 def refused_result(build_uuid: str, message: str) -> BuildResult:
     """An ``ERROR`` result for a request that cannot run at all."""
     now = time.time()
@@ -225,7 +212,7 @@ def execute_request(
     request_uuid: str,
     worker: str,
     options: RunnerOptions,
-    notify: Notify = _no_notify,
+    notify: Notify = no_notify,
 ) -> ExecutionReport:
     """Claim, run and complete one build request; see the module docstring.
 
@@ -237,12 +224,12 @@ def execute_request(
         log.info("build request %s: nothing to claim (duplicate delivery or done)", request_uuid)
         return ExecutionReport(request_uuid, BuildOutcome.DUPLICATE, worker=worker)
     log.info("build request %s: claimed by %s", request_uuid, worker)
-    _notify(notify, claimed.request)
+    notify_safely(notify, claimed.request, "build")
     try:
         result = _run_claimed(queue, claimed, options)
         outcome = _complete(queue, claimed, result)
         if outcome is BuildOutcome.COMPLETED:
-            _notify(notify, claimed.request)
+            notify_safely(notify, claimed.request, "build")
     except BaseException:
         # Never leave a RUNNING request locked by a live session: released,
         # it is found lost and recorded by the sweep.
@@ -325,7 +312,7 @@ def execute(
     zone: str | None,
     worker: str,
     *,
-    notify: Notify = _no_notify,
+    notify: Notify = no_notify,
 ) -> ExecutionReport:
     """:func:`execute_request` on the queue of ``zone`` with this worker's runner options."""
     options = runner_options(settings)

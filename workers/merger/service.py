@@ -63,9 +63,10 @@ from scheduler.wire.merger import (
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import DecodeError, LockLostError, NoDataError, ZooKeeperUnavailableError
-from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
+from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
 from workers.merger.cache import RepoCache
 from workers.merger.dispatch import run_job
+from workers.notify import Notify, no_notify, notify_safely
 
 log = logging.getLogger(__name__)
 
@@ -148,26 +149,12 @@ def process_cache(settings: Settings) -> RepoCache:
 CacheSource = RepoCache | Callable[[], RepoCache]
 
 
-Notify = Callable[[JobRequest], None]
-
-
-def _no_notify(_request: JobRequest) -> None:
-    return None
-
-
-def _notify(notify: Notify, request: JobRequest) -> None:
-    try:
-        notify(request)
-    except Exception:  # a lost nudge is re-sent by the sweep; never fail the merge for it
-        log.exception("merge request %s: nudging its pipeline failed", request.uuid)
-
-
 def execute_merge_request(
     queue: JobRequestQueue,
     request_uuid: str,
     worker: str,
     cache: CacheSource,
-    notify: Notify = _no_notify,
+    notify: Notify = no_notify,
 ) -> MergeReport:
     """Claim, run and complete one merge request; see the module docstring.
 
@@ -183,7 +170,7 @@ def execute_merge_request(
         kind, data = run_claimed(queue, claimed, cache)
         outcome = _complete(queue, claimed, data)
         if outcome is MergeOutcome.COMPLETED:
-            _notify(notify, claimed.request)
+            notify_safely(notify, claimed.request, "merge")
     except BaseException:
         # Never leave a RUNNING request locked by a live session: released,
         # it is found lost and recorded by the sweep.
@@ -272,7 +259,7 @@ def execute(
     request_uuid: str,
     worker: str,
     *,
-    notify: Notify = _no_notify,
+    notify: Notify = no_notify,
 ) -> MergeReport:
     """:func:`execute_merge_request` on the merger queue with this process's repo cache."""
     return execute_merge_request(

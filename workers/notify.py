@@ -1,0 +1,30 @@
+"""Telling the pipeline that a request emitted an event (a nudge after the fact).
+
+A worker that claims or completes a request has committed the request's
+event to the pipeline's result queue in ZooKeeper; the ``notify`` callback
+(the task adapter's ``dispatch.notify_pipeline``) then nudges that pipeline.
+A failing nudge is logged and never fails the work: the sweep finds the
+queued event and sends the nudge again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from scheduler.zk.job_requests import JobRequest
+
+log = logging.getLogger(__name__)
+
+Notify = Callable[[JobRequest], None]
+
+
+def no_notify(_request: JobRequest) -> None:
+    return None
+
+
+def notify_safely(notify: Notify, request: JobRequest, what: str) -> None:
+    try:
+        notify(request)
+    except Exception:  # a hook boundary: the sweep re-sends a lost nudge
+        log.exception("%s request %s: nudging its pipeline failed", what, request.uuid)

@@ -1,0 +1,180 @@
+"""What bench/throughput.py needs around a whole Sluice: services, counters, SQL.
+
+The end-to-end system itself is the tests' :class:`tests.e2e.system.SluiceSystem`
+(real git repositories, real ``celery worker`` processes); this module adds
+what a benchmark needs around it: a ZooKeeper and a Redis of its own on free
+ports, a fresh chroot and state dir per phase, the server's ``mntr``
+counters, the CPU time of process trees, and the SQL rows of a run with
+their full timestamps (the CLI prints them to the second).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+from sqlalchemy import create_engine, select
+from sqlalchemy.exc import OperationalError
+
+from scheduler.reporting.models import BuildRow, BuildsetRow
+from scheduler.stack import process
+from scheduler.stack.process import free_port
+from scheduler.stack.redis import RedisServer
+from scheduler.stack.zookeeper import ZooKeeperServer, four_letter
+from tests.e2e.system import SluiceSystem
+from tests.fixtures.services import ZooKeeperTarget
+from tests.fixtures.workers import ServiceEnvironment, WorkerFactory, WorkerProcess
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Services:
+    """A ZooKeeper and a Redis server under ``base``, started and stopped together."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.zookeeper = ZooKeeperServer(data_dir=base / "zookeeper", port=free_port())
+        self.redis = RedisServer(data_dir=base / "redis", port=free_port())
+
+    def start(self) -> None:
+        self.zookeeper.start()
+        self.redis.start()
+        self.zookeeper.wait_ready(timeout=60)
+        self.redis.wait_ready()
+
+    def stop(self) -> None:
+        self.redis.stop()
+        self.zookeeper.stop()
+
+    def pids(self) -> list[int]:
+        return [p for p in (self.zookeeper.proc_pid, self.redis.proc_pid) if p is not None]
+
+    def mntr(self) -> dict[str, float]:
+        """The ZooKeeper server's numeric ``mntr`` counters."""
+        text = four_letter(self.zookeeper.host, self.zookeeper.port, "mntr")
+        counters: dict[str, float] = {}
+        for line in text.splitlines():
+            key, _, value = line.partition("\t")
+            try:
+                counters[key.strip()] = float(value)
+            except ValueError:
+                continue
+        return counters
+
+    def written(self, counters: dict[str, float]) -> float:
+        """Bytes of znode data written, by the server's per-namespace counters."""
+        return sum(
+            v
+            for k, v in counters.items()
+            if k.startswith("zk_sum_") and k.endswith("_write_per_namespace")
+        )
+
+    def system(self, tag: str, session_timeout: float = 10.0) -> Phase:
+        """A fresh chroot, state dir and flushed broker for one phase of the bench."""
+        root = self.base / tag
+        state = root / "state"
+        state.mkdir(parents=True)
+        client = redis.Redis.from_url(self.redis.url)
+        client.flushall()
+        client.close()
+        target = ZooKeeperTarget(server=self.zookeeper, root=f"/bench-{uuid.uuid4().hex[:8]}")
+        environment = ServiceEnvironment(
+            zookeeper=target,
+            redis_url=self.redis.url,
+            state_dir=state,
+            session_timeout=session_timeout,
+        )
+        factory = WorkerFactory(environment)
+        return Phase(SluiceSystem(environment, factory, root), factory)
+
+
+@dataclass
+class Phase:
+    system: SluiceSystem
+    factory: WorkerFactory
+
+    def stop(self) -> None:
+        self.factory.stop_all()
+
+    def use_environment(self) -> None:
+        """Point this process's settings (``load_settings``, dispatch) at the phase."""
+        for key in [k for k in os.environ if k.startswith("SLUICE_")]:
+            del os.environ[key]
+        os.environ.update(self.system.env())
+
+    @property
+    def database(self) -> Path:
+        return self.system.environment.state_dir / "sluice.db"
+
+    def rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every build and buildset reported so far (empty before the first report)."""
+        if not self.database.exists():
+            return [], []
+        engine = create_engine(f"sqlite:///{self.database}")
+        try:
+            with engine.connect() as conn:
+                builds = [dict(r) for r in conn.execute(select(BuildRow.__table__)).mappings()]
+                sets = [dict(r) for r in conn.execute(select(BuildsetRow.__table__)).mappings()]
+        except OperationalError:  # the reporter has not created its tables yet
+            return [], []
+        finally:
+            engine.dispose()
+        return builds, sets
+
+
+def epoch(value: datetime | str | None) -> float | None:
+    """Seconds since the epoch of a SQL timestamp (stored as UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants."""
+    found = [pid]
+    for child in _children(pid):
+        found += tree(child)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in threads:
+        try:
+            kids += [int(p) for p in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except OSError:
+            continue
+    return kids
+
+
+def cpu_seconds(roots: Iterable[int]) -> float:
+    """CPU time (user+system, with reaped children's) of the trees under ``roots``."""
+    ticks = 0
+    for root in roots:
+        for pid in tree(root):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            # utime stime cutime cstime: fields 14-17 of stat(5), 12-15 after the name
+            ticks += sum(int(f) for f in fields[11:15])
+    return ticks / CLOCK_TICKS
+
+
+def worker_pids(workers: Iterable[WorkerProcess]) -> list[int]:
+    return [w.pid for w in workers if process.is_alive(w.pid)]

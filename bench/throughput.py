@@ -1,0 +1,711 @@
+"""Whole-system throughput on one host, beside ceilings measured in the same run.
+
+Starts its own ZooKeeper (Debian's package) and Redis on free ports, then,
+each phase in a fresh ZooKeeper chroot and state dir with its own real
+``celery worker`` processes (the end-to-end tests' SluiceSystem):
+
+1. **check throughput**: a check pipeline, N changes x M no-op jobs
+   (``true``), enqueued at once (management events put directly, as
+   ``sluice enqueue`` puts them, then one nudge); builds/s and changes/s from
+   the enqueue to the last reported build (SQL end_time), enqueue -> first
+   build start latency per change (SQL start_time), ZooKeeper requests per
+   build (``mntr`` zk_packets_received) and CPU ms per build of the worker
+   process trees (/proc utime+stime, reaped children included);
+2. **ceilings** with the same workers and Redis: a Celery round trip
+   (``sluice.system.roundtrip``: one small ZooKeeper read and write in the
+   worker) sent in a batch to the executor worker, and the bare ZooKeeper
+   request lifecycle (submit, claim, complete, get_result, as
+   bench/executor.py measures it), each beside builds/s as a ratio;
+3. **gate depth**: a dependent pipeline of 10, 100, 500 items driven
+   directly with ``process_pipeline`` (no workers; fixed one-job layout, an
+   unlimited window so every item has a build), then one build result
+   applied per run: the time of the pass that applies it and the bytes it
+   writes (sum of the encoded operations of every transaction it commits:
+   paths + data + 64 bytes a header; and the server's bytes_received
+   counter from ``mntr``, which also counts the reads);
+4. **recovery**: a check pipeline whose build sleeps 2 s, two executor
+   workers, a 4 s session timeout and a 1 s sweep; kill -9 of the executor
+   worker running a build, then the time from the kill to the retried
+   build's start and end (SQL).
+
+Prints a table and writes bench/results/throughput.json. Not run in CI:
+``.venv/bin/python bench/throughput.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _system import Phase, Services, cpu_seconds, epoch, worker_pids
+
+from scheduler import dispatch, tasknames
+from scheduler.manager.base import PipelineSettings
+from scheduler.manager.dependent import DependentManager
+from scheduler.manager.window import WindowSettings
+from scheduler.model.build import JobInfo
+from scheduler.model.change import Change
+from scheduler.model.item import QueueItem
+from scheduler.processing import pipeline as processing
+from scheduler.processing.environment import Environment, NewRequest
+from scheduler.processing.semaphores import TxnLedger
+from scheduler.settings import load_settings
+from scheduler.state.store import PipelineStore
+from scheduler.zk import context as zk_context
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient, connect
+from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.job_requests import JobRequest, JobRequestQueue, JobResult
+from scheduler.zk.management import wait_for_result
+from tests.fixtures.waiting import wait_until
+from tests.scheduler.world import Formats
+
+# mntr counters: bytes and packets the server received (four-letter words
+# included: one packet of 4 bytes per ``mntr``), write requests it applied
+# (a multi counts once), and fsyncs of its transaction log; the bytes of
+# znode data written are the per-namespace counters (Services.written).
+BYTES_IN = "zk_bytes_received_count"
+PACKETS_IN = "zk_packets_received"
+WRITES = "zk_cnt_updatelatency"
+FSYNCS = "zk_cnt_fsynctime"
+# Celery's own trivial task (returns its argument): a no-op round trip.
+NOOP_TASK = "celery.accumulate"
+RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
+TENANT = "bench"
+
+MAIN_YAML = """
+- tenant:
+    name: bench
+    source:
+      local:
+        config-projects:
+          - config
+        untrusted-projects:
+          - app
+"""
+
+CONFIG = {
+    "zuul.d/pipelines.yaml": """
+        - pipeline:
+            name: check
+            manager: independent
+            trigger:
+              local:
+                - event: ref-updated
+                  ref: ^refs/heads/never$
+        - job:
+            name: base
+            parent: null
+            timeout: 120
+        """,
+}
+
+
+def app_files(jobs: int, script: str) -> dict[str, str]:
+    names = [f"noop{j}" for j in range(jobs)]
+    stanzas = "".join(
+        f"""
+        - job:
+            name: {name}
+            run: ci/job.sh
+        """
+        for name in names
+    )
+    project = f"""
+        - project:
+            check:
+              jobs: [{", ".join(names)}]
+        """
+    return {".zuul.yaml": stanzas + project, "ci/job.sh": script, "src/app.py": "x = 0\n"}
+
+
+NOOP = """
+    #!/bin/sh
+    exec true
+    """
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = q * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+# ----------------------------------------------------------------- a check system
+
+
+@dataclass
+class CheckSystem:
+    """A check pipeline over ``app`` with ``refs`` ready to enqueue, workers up."""
+
+    phase: Phase
+    refs: list[str]
+
+    @property
+    def client_settings(self) -> Any:
+        return load_settings()
+
+    def enqueue(self, refs: list[str], timeout: float = 120) -> dict[str, float]:
+        """Put one enqueue event per ref, nudge once, wait for every outcome.
+
+        Returns when each event was put (time.time()).
+        """
+        system = self.phase.system
+        conf = load_settings()
+        client = connect(conf.zookeeper)
+        sent: dict[str, float] = {}
+        try:
+            queue = EventQueue(client, paths.tenant_management_queue(TENANT))
+            ids = []
+            for ref in refs:
+                commit = system.repos.git("app", "rev-parse", f"refs/heads/{ref}")
+                change = Change("local", "app", "main", ref, commit)
+                result_id = uuid.uuid4().hex
+                sent[ref] = time.time()
+                queue.put(
+                    {
+                        "type": "enqueue",
+                        "change": change.to_dict(),
+                        "pipeline": "check",
+                        "result_id": result_id,
+                    }
+                )
+                ids.append(result_id)
+            dispatch.send(tasknames.PROCESS_TENANT, TENANT, settings=conf)
+            for result_id in ids:
+                outcome = wait_for_result(client, result_id, timeout)
+                assert outcome is not None and "item" in outcome, outcome
+        finally:
+            client.stop()
+            client.close()
+        return sent
+
+    def wait_reported(self, refs: list[str], timeout: float = 300) -> None:
+        """Until every ref has a reported buildset (polls SQL only, not ZooKeeper)."""
+
+        def done() -> bool:
+            _builds, sets = self.phase.rows()
+            reported = {s["ref"] for s in sets if s["result"] is not None}
+            return set(refs) <= reported
+
+        wait_until(done, timeout, f"{len(refs)} buildsets reported", interval=0.1)
+
+
+def check_system(
+    services: Services,
+    tag: str,
+    changes: int,
+    jobs: int,
+    *,
+    script: str = NOOP,
+    session_timeout: float = 10.0,
+) -> CheckSystem:
+    phase = services.system(tag, session_timeout=session_timeout)
+    phase.use_environment()
+    system = phase.system
+    system.tenant(MAIN_YAML)
+    system.repos.commit("config", "main", CONFIG)
+    base = system.repos.commit("app", "main", app_files(jobs, script))
+    refs = [f"c{n}" for n in range(changes)]
+    for ref in refs:
+        system.repos.commit("app", ref, {f"src/{ref}.py": f"{ref} = 1\n"}, base=base)
+    system.repos.git("app", "checkout", "-q", "--detach")
+    return CheckSystem(phase, refs)
+
+
+def start_workers(check: CheckSystem, executors: int = 1, sweep: str = "") -> None:
+    """A scheduler worker, a merger (with the sweep timer), ``executors`` executors."""
+    system = check.phase.system
+    env = {"SLUICE_SWEEP_INTERVAL": sweep} if sweep else {}
+    system.start_worker(("scheduler",), concurrency=1, env=env)
+    system.start_worker(("merger", "maintenance"), concurrency=1, env=env, beat=bool(sweep))
+    for _ in range(executors):
+        system.start_worker(("executor",), concurrency=2, env=env)
+    system.sluice("reconfigure")
+
+
+# ------------------------------------------------------------------- 1. throughput
+
+
+def throughput_run(services: Services, changes: int, jobs: int) -> dict[str, Any]:
+    check = check_system(services, f"check-{changes}x{jobs}-{uuid.uuid4().hex[:6]}", changes, jobs)
+    try:
+        start_workers(check)
+        warm = check.refs[:1]  # a first change warms imports, connections, caches
+        check.enqueue(warm)
+        check.wait_reported(warm)
+        check.phase.system.sluice("wait", "--idle", "--timeout", "60")
+        refs = check.refs[1:]
+        pids = worker_pids(check.phase.system.started)
+        roles = {
+            role: [w.pid for w in check.phase.system.started if w.queues[0] == role]
+            for role in ("scheduler", "merger", "executor")
+        }
+        role_before = {role: cpu_seconds(p) for role, p in roles.items()}
+        before = services.mntr()
+        cpu_before = cpu_seconds(pids)
+        service_cpu_before = cpu_seconds(services.pids())
+        started = time.time()
+        sent = check.enqueue(refs)
+        check.wait_reported(refs)
+        after = services.mntr()
+        cpu_after = cpu_seconds(pids)
+        role_after = {role: cpu_seconds(p) for role, p in roles.items()}
+        service_cpu_after = cpu_seconds(services.pids())
+        builds, sets = check.phase.rows()
+        ceilings = measure_ceilings(services, check)
+    finally:
+        check.phase.stop()
+    measured = [b for b in builds if b["ref"] in sent]
+    assert len(measured) == len(refs) * jobs, (len(measured), len(refs), jobs)
+    assert all(b["result"] == "SUCCESS" for b in measured), [b["result"] for b in measured]
+    ends = [epoch(b["end_time"]) or 0.0 for b in measured]
+    set_ends = [epoch(s["end_time"]) or 0.0 for s in sets if s["ref"] in sent]
+    first_start = {
+        ref: min(epoch(b["start_time"]) or 0.0 for b in measured if b["ref"] == ref) for ref in refs
+    }
+    latencies = [first_start[ref] - sent[ref] for ref in refs]
+    span = max(ends) - started
+    count = len(measured)
+    packets = after[PACKETS_IN] - before[PACKETS_IN] - 1
+    return {
+        "changes": len(refs),
+        "jobs": jobs,
+        "builds": count,
+        "seconds": span,
+        "builds_per_s": count / span,
+        "changes_per_s": len(refs) / (max(set_ends) - started),
+        "first_start_min_s": min(latencies),
+        "first_start_p50_s": percentile(latencies, 0.5),
+        "first_start_p99_s": percentile(latencies, 0.99),
+        "zk_requests_per_build": packets / count,
+        "zk_writes_per_build": (after[WRITES] - before[WRITES]) / count,
+        "cpu_ms_per_build": 1000 * (cpu_after - cpu_before) / count,
+        **{
+            f"cpu_ms_per_build_{role}": 1000 * (role_after[role] - role_before[role]) / count
+            for role in roles
+        },
+        "zk_fsyncs_per_build": (after[FSYNCS] - before[FSYNCS]) / count,
+        "zk_bytes_written_per_build": (services.written(after) - services.written(before)) / count,
+        "zk_redis_cpu_ms_per_build": 1000 * (service_cpu_after - service_cpu_before) / count,
+        **ceilings,
+    }
+
+
+# ------------------------------------------------------------------- 2. ceilings
+
+
+def measure_ceilings(services: Services, check: CheckSystem) -> dict[str, float]:
+    """Celery round trips/s (batch) and bare ZooKeeper request lifecycles/s.
+
+    Both Celery tasks go to the executor worker (concurrency 2) over the
+    run's Redis: Celery's own no-op ``celery.accumulate`` and Sluice's
+    ``roundtrip`` (one small ZooKeeper read and write in the worker).
+    """
+    app = check.phase.factory.app
+
+    def batch_rate(task: str, batch: int = 200) -> float:
+        for _ in range(3):
+            app.send_task(task, args=["warm"], queue="executor").get(timeout=30)
+        started = time.perf_counter()
+        results = [app.send_task(task, args=[f"b{i}"], queue="executor") for i in range(batch)]
+        for result in results:
+            result.get(timeout=60)
+        return batch / (time.perf_counter() - started)
+
+    celery_rate = batch_rate(NOOP_TASK)
+    roundtrip_rate = batch_rate(tasknames.ROUNDTRIP)
+    single = []
+    for i in range(20):
+        one = time.perf_counter()
+        app.send_task(NOOP_TASK, args=[f"s{i}"], queue="executor").get(timeout=30)
+        single.append(time.perf_counter() - one)
+    client = connect(load_settings().zookeeper)
+    try:
+        lifecycle_rate = rate(request_lifecycle(client), seconds=2.0)
+    finally:
+        client.stop()
+        client.close()
+    return {
+        "celery_roundtrips_per_s": celery_rate,
+        "celery_zk_roundtrips_per_s": roundtrip_rate,
+        "celery_roundtrip_ms": 1000 * statistics.median(single),
+        "zk_lifecycles_per_s": lifecycle_rate,
+    }
+
+
+def request_lifecycle(client: ZooKeeperClient) -> Callable[[], None]:
+    """bench/executor.py's bare lifecycle: submit, claim, complete, get_result."""
+    queue = JobRequestQueue(client, paths.executor_queue("raw"))
+    results = paths.pipeline_result_queue("bench", "raw")
+
+    def op() -> None:
+        request = JobRequest(uuid.uuid4().hex, job_name="noop", result_queue=results)
+        queue.submit(request, {"vars": {}})
+        claimed = queue.claim(request.uuid, "bench-executor")
+        assert claimed is not None
+        queue.complete(claimed, {"result": "SUCCESS"})
+        assert queue.get_result(request.uuid) is not None
+
+    return op
+
+
+def rate(op: Callable[[], None], seconds: float) -> float:
+    for _ in range(5):
+        op()
+    count = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        op()
+        count += 1
+    return count / (time.perf_counter() - started)
+
+
+# ------------------------------------------------------------------- 3. gate depth
+
+
+class OneJob:
+    def freeze(self, item: Any, outcome: Any) -> Any:
+        from scheduler.manager.base import FreezeResult
+
+        return FreezeResult((JobInfo("unit"),))
+
+
+class GateFormats(Formats):
+    """The tests' request formats; a gate without ``merge: true`` never pushes."""
+
+    def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
+        raise NotImplementedError("the benchmark's gate does not push")
+
+    def push_outcome(self, result: JobResult) -> tuple[bool, str]:
+        raise NotImplementedError("the benchmark's gate does not push")
+
+
+class GateManagers:
+    def open(self, client: ZooKeeperClient, tenant: str, pipeline: str) -> Any:
+        ledger = TxnLedger(client, tenant)
+        settings = PipelineSettings(pipeline, manager="dependent", window=WindowSettings(window=0))
+        return DependentManager(settings, OneJob(), ledger), ledger
+
+
+@dataclass
+class PassRecord:
+    seconds: float
+    worked: bool
+    txn_bytes: int
+    txns: int
+
+
+@contextmanager
+def recording() -> Iterator[list[PassRecord]]:
+    """Record every PipelinePass.run: its time and the bytes its transactions commit."""
+    records: list[PassRecord] = []
+    committed: list[int] = []
+    original_run = processing.PipelinePass.run
+    original_commit = zk_context.Transaction.commit
+
+    def commit(self: zk_context.Transaction) -> list[Any]:
+        committed.append(self.size if len(self) else 0)
+        return original_commit(self)
+
+    def run(self: processing.PipelinePass) -> bool:
+        committed.clear()
+        started = time.perf_counter()
+        worked = original_run(self)
+        elapsed = time.perf_counter() - started
+        records.append(PassRecord(elapsed, worked, sum(committed), len(committed)))
+        return worked
+
+    processing.PipelinePass.run = run  # type: ignore[method-assign]
+    zk_context.Transaction.commit = commit  # type: ignore[method-assign]
+    try:
+        yield records
+    finally:
+        processing.PipelinePass.run = original_run  # type: ignore[method-assign]
+        zk_context.Transaction.commit = original_commit  # type: ignore[method-assign]
+
+
+def gate_depth(services: Services, depth: int, samples: int) -> dict[str, Any]:
+    phase = services.system(f"depth-{depth}")
+    client = connect(phase.system.environment.zookeeper.settings())
+    pipeline = "gate"
+    try:
+        env = Environment(client, GateManagers(), GateFormats(), lambda task, args, queue: None, [])
+        events = EventQueue(client, paths.pipeline_management_queue(TENANT, pipeline))
+        for n in range(depth):
+            change = {
+                "connection": "local",
+                "project": "app",
+                "branch": "main",
+                "ref": f"refs/changes/{n}",
+                "commit": f"{n:040x}",
+            }
+            events.put({"type": "enqueue", "change": change})
+        processing.process_pipeline(env, TENANT, pipeline)
+        merger = JobRequestQueue(client, paths.merger_queue())
+        for request in merger.pending():
+            claimed = merger.claim(request.uuid, "bench")
+            assert claimed is not None
+            merger.complete(claimed, {"ok": True})
+        processing.process_pipeline(env, TENANT, pipeline)
+        executor = JobRequestQueue(client, paths.executor_queue())
+        pending = executor.pending()
+        assert len(pending) == depth, (len(pending), depth)
+        store = PipelineStore(client)
+        state = store.state(TENANT, pipeline, store.read(TENANT, pipeline))
+        assert len(state.items) == depth
+        # Results for items from the back of the queue: they wait for the
+        # items ahead, so the depth stays as it is.
+        head_buildsets = {i.buildset.uuid for i in list(state.items.values())[:1]}
+        backlog = [r for r in reversed(pending) if r.buildset_uuid not in head_buildsets]
+        passes: list[PassRecord] = []
+        runs: list[float] = []
+        received: list[float] = []
+        writes: list[float] = []
+        written: list[float] = []
+        for request in backlog[:samples]:
+            claimed = executor.claim(request.uuid, "bench")
+            assert claimed is not None
+            executor.complete(claimed, {"result": "SUCCESS", "data": {}})
+            before = services.mntr()
+            with recording() as records:
+                started = time.perf_counter()
+                processing.process_pipeline(env, TENANT, pipeline)
+                runs.append(time.perf_counter() - started)
+            after = services.mntr()
+            # minus the 4 bytes of the ``mntr`` word itself
+            received.append(after[BYTES_IN] - before[BYTES_IN] - 4)
+            written.append(services.written(after) - services.written(before))
+            writes.append(after[WRITES] - before[WRITES])
+            worked = [r for r in records if r.worked]
+            assert len(worked) == 1, records
+            passes += worked
+    finally:
+        client.stop()
+        client.close()
+    return {
+        "depth": depth,
+        "samples": len(passes),
+        "pass_ms": 1000 * statistics.median(p.seconds for p in passes),
+        "run_ms": 1000 * statistics.median(runs),
+        "txn_bytes_per_pass": statistics.median(p.txn_bytes for p in passes),
+        "txns_per_pass": statistics.median(p.txns for p in passes),
+        "server_bytes_received_per_run": statistics.median(received),
+        "server_writes_per_run": statistics.median(writes),
+        "server_bytes_written_per_run": statistics.median(written),
+    }
+
+
+# ------------------------------------------------------------------- 4. recovery
+
+SLOW = """
+    #!/bin/sh
+    mkdir -p RUNNING
+    echo $$ > "RUNNING/$$"
+    sleep 2
+    rm -f "RUNNING/$$"
+    """
+
+
+def recovery_run(services: Services) -> dict[str, float]:
+    tag = f"recovery-{uuid.uuid4().hex[:6]}"
+    running = services.base / tag / "running"
+    check = check_system(
+        services, tag, 3, 1, script=SLOW.replace("RUNNING", str(running)), session_timeout=4.0
+    )
+    try:
+        start_workers(check, executors=2, sweep="1")
+        system = check.phase.system
+        executors = [w for w in system.started if w.queues == ("executor",)]
+        check.enqueue(check.refs)
+
+        def running_pid() -> int | None:
+            for entry in running.glob("*"):
+                try:
+                    return int(entry.read_text())
+                except (OSError, ValueError):
+                    continue
+            return None
+
+        job = wait_until(running_pid, 60, "a build to be running")
+        assert job is not None
+        victim = next(w for w in executors if _descends_from(job, w.pid))
+        killed = time.time()
+        victim.kill(signal.SIGKILL)
+        check.wait_reported(check.refs, timeout=120)
+        builds, _sets = check.phase.rows()
+    finally:
+        check.phase.stop()
+    retried = [b for b in builds if b["attempt"] > 1]
+    assert retried, "the killed build was not retried"
+    retry = min(retried, key=lambda b: epoch(b["start_time"]) or 0.0)
+    return {
+        "kill_to_retry_start_s": (epoch(retry["start_time"]) or 0.0) - killed,
+        "kill_to_retry_end_s": (epoch(retry["end_time"]) or 0.0) - killed,
+        "session_timeout_s": 4.0,
+        "sweep_interval_s": 1.0,
+        "job_seconds": 2.0,
+    }
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+# ------------------------------------------------------------------- report
+
+
+def best_and_median(
+    runs: list[dict[str, Any]], key: str, higher: bool = True
+) -> tuple[float, float]:
+    values = [r[key] for r in runs]
+    return (max(values) if higher else min(values)), statistics.median(values)
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"\nload average before: {report['load_before']}, after: {report['load_after']}")
+    for key, runs in report["throughput"].items():
+        n = len(runs)
+        print(f"\ncheck pipeline {key} (N changes x M no-op jobs), {n} run(s): best / median")
+        rows = [
+            ("builds/s", "builds_per_s", True, "{:.2f}"),
+            ("changes/s", "changes_per_s", True, "{:.2f}"),
+            ("enqueue -> first build start min (s)", "first_start_min_s", False, "{:.2f}"),
+            ("enqueue -> first build start p50 (s)", "first_start_p50_s", False, "{:.2f}"),
+            ("enqueue -> first build start p99 (s)", "first_start_p99_s", False, "{:.2f}"),
+            ("ZooKeeper requests per build", "zk_requests_per_build", False, "{:.0f}"),
+            ("ZooKeeper write requests per build", "zk_writes_per_build", False, "{:.0f}"),
+            ("ZooKeeper bytes written per build", "zk_bytes_written_per_build", False, "{:.0f}"),
+            ("ZooKeeper fsyncs per build", "zk_fsyncs_per_build", False, "{:.0f}"),
+            ("CPU ms per build (workers)", "cpu_ms_per_build", False, "{:.0f}"),
+            ("  of which scheduler worker", "cpu_ms_per_build_scheduler", False, "{:.0f}"),
+            ("  of which merger worker", "cpu_ms_per_build_merger", False, "{:.0f}"),
+            ("  of which executor worker", "cpu_ms_per_build_executor", False, "{:.0f}"),
+            ("CPU ms per build (ZooKeeper+Redis)", "zk_redis_cpu_ms_per_build", False, "{:.0f}"),
+            ("ceiling: Celery no-op round trips/s", "celery_roundtrips_per_s", True, "{:.0f}"),
+            ("Celery roundtrip task (ZK r+w)/s", "celery_zk_roundtrips_per_s", True, "{:.0f}"),
+            ("Celery no-op round trip, one at a time ms", "celery_roundtrip_ms", False, "{:.1f}"),
+            ("ceiling: ZK request lifecycles/s", "zk_lifecycles_per_s", True, "{:.0f}"),
+            ("builds/s / Celery no-op round trips/s", "ratio_celery", True, "{:.3f}"),
+            ("builds/s / ZK lifecycles/s", "ratio_lifecycle", True, "{:.3f}"),
+        ]
+        for label, field, higher, fmt in rows:
+            best, median = best_and_median(runs, field, higher)
+            print(f"  {label:42} {fmt.format(best):>9} {fmt.format(median):>9}")
+    print("\ngate depth: one build result applied per run (median of samples)")
+    print(
+        f"  {'items':>6} {'pass ms':>8} {'run ms':>8} {'txn bytes':>10} "
+        f"{'txns':>5} {'ZK bytes written':>16} {'bytes in':>9} {'writes':>7}"
+    )
+    for row in report["gate_depth"]:
+        print(
+            f"  {row['depth']:>6} {row['pass_ms']:8.1f} {row['run_ms']:8.1f} "
+            f"{row['txn_bytes_per_pass']:10.0f} {row['txns_per_pass']:5.0f} "
+            f"{row['server_bytes_written_per_run']:16.0f} "
+            f"{row['server_bytes_received_per_run']:9.0f} {row['server_writes_per_run']:7.0f}"
+        )
+    rec = report["recovery"]
+    if rec:
+        starts = [r["kill_to_retry_start_s"] for r in rec]
+        ends = [r["kill_to_retry_end_s"] for r in rec]
+        print(
+            f"\nrecovery after kill -9 of an executor ({len(rec)} run(s), session 4 s, "
+            "sweep 1 s, job 2 s): best / median"
+        )
+        for label, values in (
+            ("kill -> retried build started (s)", starts),
+            ("kill -> retried build completed (s)", ends),
+        ):
+            print(f"  {label:42} {min(values):9.1f} {statistics.median(values):9.1f}")
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one run each, fewer samples")
+    parser.add_argument("--runs", type=int, default=0, help="throughput and recovery runs")
+    parser.add_argument("--jobs", type=int, default=3, help="no-op jobs per change (M)")
+    parser.add_argument(
+        "--changes", type=int, nargs="+", default=None, help="changes per run (N), e.g. 10 20"
+    )
+    parser.add_argument("--depths", type=int, nargs="+", default=[10, 100, 500])
+    args = parser.parse_args()
+    runs = args.runs or (1 if args.quick else 3)
+    changes = args.changes or ([10] if args.quick else [10, 20])
+    samples = 5 if args.quick else 15
+    report: dict[str, Any] = {
+        "host": platform.node(),
+        "cpus": len(__import__("os").sched_getaffinity(0)),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "quick": args.quick,
+        "load_before": loadavg(),
+        "throughput": {},
+        "gate_depth": [],
+        "recovery": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
+        services = Services(Path(tmp))
+        try:
+            services.start()
+            for depth in args.depths:
+                report["gate_depth"].append(gate_depth(services, depth, samples))
+                print(f"gate depth {depth}: done", flush=True)
+            for n in changes:
+                key = f"{n}x{args.jobs}"
+                results = []
+                for _ in range(runs):
+                    # one warm-up change more than N: it is not measured
+                    result = throughput_run(services, n + 1, args.jobs)
+                    result["ratio_celery"] = (
+                        result["builds_per_s"] / result["celery_roundtrips_per_s"]
+                    )
+                    result["ratio_lifecycle"] = (
+                        result["builds_per_s"] / result["zk_lifecycles_per_s"]
+                    )
+                    results.append(result)
+                    print(f"throughput {key}: {result['builds_per_s']:.2f} builds/s", flush=True)
+                report["throughput"][key] = results
+            for _ in range(runs):
+                report["recovery"].append(recovery_run(services))
+                print("recovery: done", flush=True)
+        finally:
+            services.stop()
+    report["load_after"] = loadavg()
+    print_table(report)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

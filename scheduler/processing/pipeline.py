@@ -83,6 +83,7 @@ class PipelinePass:
     held: locks.HeldLock
     consumed: list[tuple[EventQueue, Event]] = field(default_factory=list)
     requests: list[NewRequest] = field(default_factory=list)
+    more_events: bool = False
     # outcomes of management events, by result id (read by `sluice enqueue`)
     outcomes: dict[str, dict[str, object]] = field(default_factory=dict)
 
@@ -113,13 +114,18 @@ class PipelinePass:
             self._report(state, intents.reports)
             manager.finish_reported(state, intents.reports)
             store.write(self.held.context, tree, state)
-        return True
+        # Another pass only if it can find something: items left the queue
+        # (those behind may move up), or a queue had more events than one
+        # pass takes. New events raise the dirty flag, which the loop checks.
+        return bool(intents.reports) or self.more_events
 
     # -- events ---------------------------------------------------------------
 
     def _apply_events(self, manager: PipelineManager, state: PipelineState) -> None:
         for queue in event_queues(self.env, self.tenant, self.pipeline):
-            for event in queue.read(limit=EVENTS_PER_PASS):
+            events = queue.read(limit=EVENTS_PER_PASS)
+            self.more_events |= len(events) >= EVENTS_PER_PASS
+            for event in events:
                 self.consumed.append((queue, event))
                 decoded = self._decode(state, event)
                 if isinstance(decoded, PushOutcome):

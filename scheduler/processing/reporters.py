@@ -71,9 +71,7 @@ class HistoryReporter:
             [b.end_time for j in item.buildset.graph for b in j.builds if b.end_time] or [0.0]
         )
         end = _time(ended or None, item.enqueue_time)
-        self.reporters.record_buildset_end(
-            BuildsetEnd(info, result, item.message, end)
-        )
+        self.reporters.record_buildset_end(BuildsetEnd(info, result, item.message, end))
 
     def _report_build(
         self, info: BuildsetInfo, job: JobState, build: Build, default: float

@@ -52,9 +52,10 @@ class DocTree:
         return self.versions.get(self.root, -1)
 
     def copy(self) -> DocTree:
-        import copy
-
-        return DocTree(self.root, copy.deepcopy(self.docs), dict(self.versions), set(self.sharded))
+        """A tree sharing the documents: they are never mutated once read or written
+        (decoders copy what they keep, writers encode fresh ones), so a per-process
+        cache can hand them out without a deep copy."""
+        return DocTree(self.root, dict(self.docs), dict(self.versions), set(self.sharded))
 
 
 def get_many(client: ZooKeeperClient, tree: DocTree, wanted: Iterable[str]) -> dict[str, Document]:

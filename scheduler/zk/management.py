@@ -19,6 +19,7 @@ from kazoo.exceptions import NoNodeError
 
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.errors import ZooKeeperUnavailableError
 
 
 def _setter(event: threading.Event) -> Any:
@@ -33,8 +34,15 @@ def wait_for_result(
     deadline = time.monotonic() + timeout
     while True:
         arrived = threading.Event()
-        if client.exists(path, watch=_setter(arrived)) is not None:
-            break
+        try:
+            if client.exists(path, watch=_setter(arrived)) is not None:
+                break
+        except ZooKeeperUnavailableError:
+            # A brief loss (an election, a restart): the outcome is durable, ask again.
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+            continue
         if not arrived.wait(max(0.0, deadline - time.monotonic())):
             return None
     raw, _ = client.get(path)

@@ -15,6 +15,7 @@ reach the wire. No other module formats a path by hand.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
@@ -30,6 +31,7 @@ SYSTEM_ROOT = "/system"
 LTIME = "/ltime"
 
 
+@functools.lru_cache(maxsize=65536)
 def segment(name: str) -> str:
     """Encode an outside name as one safe path segment (``feature/x`` -> ``feature%2Fx``).
 

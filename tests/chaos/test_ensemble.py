@@ -213,25 +213,8 @@ def _finish(gate_run: GateRun) -> int:
     return gave_up
 
 
-# The merger takes a completion refused while the connection is SUSPENDED
-# (session alive) for a lost claim, releases the request and the sweep records
-# it LOST: a change pushed to its branch is then reported "merge failed". A
-# production bug (workers/merger/service.py ``_complete``; the executor retries
-# such a refusal); until it is fixed a run that hit it is an expected failure.
-MERGER_SUSPENDED_BUG = re.compile(
-    r"merge request \w+: result not stored, claim lost: refusing to write .* SUSPENDED"
-)
-
-
 def _verify(gate_run: GateRun) -> None:
-    try:
-        gate_run.verify()
-    except AssertionError:
-        logs = "".join(w.log_text() for w in gate_run.system.started)
-        hit = MERGER_SUSPENDED_BUG.search(logs)
-        if hit:
-            pytest.xfail(f"known merger bug (SUSPENDED taken for a lost claim): {hit.group(0)}")
-        raise
+    gate_run.verify()
 
 
 def _no_server_left(ensemble: Ensemble) -> bool:

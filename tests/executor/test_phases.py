@@ -150,7 +150,11 @@ def test_job_starts_with_default_signal_handling(repo: Repo, options: RunnerOpti
 
     assert result.result is ResultCode.SUCCESS, result.message
     ignored = (Path(result.log_path).parent / "sigign").read_text().split()[1]
-    assert int(ignored, 16) == 0
+    # Signals 1-31. Signals 32 and 33 are glibc's own (NPTL): GNU make ignores
+    # them, so under `make test` everything inherits that, and no libc call
+    # can reset them; glibc programs install their handlers for them anyway.
+    standard = (1 << 31) - 1
+    assert int(ignored, 16) & standard == 0
 
 
 class FailingHooks(BaseControl):

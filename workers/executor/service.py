@@ -55,14 +55,14 @@ from scheduler.settings import Settings
 from scheduler.wire.build_result import BuildResult, ResultCode
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
-from scheduler.zk.client import WATCHDOG_FRACTION, ConnectionState, ZooKeeperClient
+from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import (
     DecodeError,
-    LockLostError,
     NoDataError,
-    ZooKeeperUnavailableError,
 )
 from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
+from workers import claims
+from workers.claims import briefly_suspended
 from workers.executor.control import BaseControl, StartedInfo
 from workers.executor.errors import BuildSpecError
 from workers.executor.runner import RunnerOptions, run_build
@@ -72,8 +72,6 @@ log = logging.getLogger(__name__)
 
 # Attempts at the completion transaction while ZooKeeper is unavailable, and
 # the pause before the first retry (doubled each time).
-COMPLETE_ATTEMPTS = 4
-COMPLETE_BACKOFF = 0.5
 
 
 class BuildOutcome(enum.StrEnum):
@@ -137,17 +135,9 @@ def claim_lost(client: ZooKeeperClient, claimed: ClaimedRequest) -> str | None:
     """
     context = claimed.context
     reason = context.lost_reason()
-    if reason is None or _briefly_suspended(client, claimed):
+    if reason is None or briefly_suspended(client, claimed):
         return None
     return reason
-
-
-def _briefly_suspended(client: ZooKeeperClient, claimed: ClaimedRequest) -> bool:
-    return (
-        client.state == ConnectionState.SUSPENDED
-        and client.session_generation == claimed.context.generation
-        and client.silent_for() < WATCHDOG_FRACTION * client.session_timeout
-    )
 
 
 class RequestControl(BaseControl):
@@ -254,55 +244,7 @@ def _run_claimed(
 
 
 def _complete(queue: JobRequestQueue, claimed: ClaimedRequest, result: BuildResult) -> BuildOutcome:
-    data = result.to_dict()
-    delay = COMPLETE_BACKOFF
-    for attempt in range(1, COMPLETE_ATTEMPTS + 1):
-        try:
-            try:
-                stored = queue.complete(claimed, data)
-            except LockLostError as exc:
-                if not _briefly_suspended(queue.client, claimed):
-                    raise
-                # Refused locally while the connection is down: retry like unavailability.
-                raise ZooKeeperUnavailableError(str(exc)) from exc
-        except LockLostError as exc:
-            if attempt > 1 and _stored_before(queue, claimed, data):
-                return BuildOutcome.COMPLETED
-            log.warning("build request %s: result not stored, claim lost: %s", claimed.uuid, exc)
-            return BuildOutcome.LOCK_LOST
-        except ZooKeeperUnavailableError as exc:
-            if attempt == COMPLETE_ATTEMPTS:
-                raise
-            log.warning(
-                "build request %s: completing failed (%s), attempt %d of %d",
-                claimed.uuid,
-                exc,
-                attempt,
-                COMPLETE_ATTEMPTS,
-            )
-            time.sleep(delay)  # back-off before a retry, not synchronization
-            delay *= 2
-            continue
-        return BuildOutcome.COMPLETED if stored else BuildOutcome.REMOVED
-    raise AssertionError("unreachable")
-
-
-def _stored_before(
-    queue: JobRequestQueue, claimed: ClaimedRequest, data: Mapping[str, Any]
-) -> bool:
-    """Did an earlier, unanswered completion commit this very result?"""
-    try:
-        stored = queue.get_result(claimed.uuid)
-    except ZooKeeperUnavailableError:
-        # Unknown; either way safe: a completed request stays completed, a
-        # lost one is recorded by the sweep.
-        return False
-    return (
-        stored is not None
-        and not stored.lost
-        and stored.result.get("build_uuid") == data["build_uuid"]
-        and stored.result.get("ended_at") == data["ended_at"]
-    )
+    return BuildOutcome(claims.complete(queue, claimed, result.to_dict(), "build").value)
 
 
 def execute(

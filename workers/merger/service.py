@@ -45,7 +45,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +61,9 @@ from scheduler.wire.merger import (
 )
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.errors import DecodeError, LockLostError, NoDataError, ZooKeeperUnavailableError
+from scheduler.zk.errors import DecodeError, NoDataError
 from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
+from workers import claims
 from workers.merger.cache import RepoCache
 from workers.merger.dispatch import run_job
 from workers.notify import Notify, no_notify, notify_safely
@@ -72,8 +72,6 @@ log = logging.getLogger(__name__)
 
 # Attempts at the completion transaction while ZooKeeper is unavailable, and
 # the pause before the first retry (doubled each time).
-COMPLETE_ATTEMPTS = 4
-COMPLETE_BACKOFF = 0.5
 
 # Failure kind of an unexpected exception in the merger (a bug).
 INTERNAL = "internal"
@@ -216,41 +214,7 @@ def _kind_of_request(claimed: ClaimedRequest) -> JobKind:
 def _complete(
     queue: JobRequestQueue, claimed: ClaimedRequest, data: Mapping[str, Any]
 ) -> MergeOutcome:
-    delay = COMPLETE_BACKOFF
-    for attempt in range(1, COMPLETE_ATTEMPTS + 1):
-        try:
-            stored = queue.complete(claimed, data)
-        except LockLostError as exc:
-            if attempt > 1 and _stored_before(queue, claimed, data):
-                return MergeOutcome.COMPLETED
-            log.warning("merge request %s: result not stored, claim lost: %s", claimed.uuid, exc)
-            return MergeOutcome.LOCK_LOST
-        except ZooKeeperUnavailableError as exc:
-            if attempt == COMPLETE_ATTEMPTS:
-                raise
-            log.warning(
-                "merge request %s: completing failed (%s), attempt %d of %d",
-                claimed.uuid,
-                exc,
-                attempt,
-                COMPLETE_ATTEMPTS,
-            )
-            time.sleep(delay)  # back-off before a retry, not synchronization
-            delay *= 2
-            continue
-        return MergeOutcome.COMPLETED if stored else MergeOutcome.REMOVED
-    raise AssertionError("unreachable")
-
-
-def _stored_before(
-    queue: JobRequestQueue, claimed: ClaimedRequest, data: Mapping[str, Any]
-) -> bool:
-    """Did an earlier, unanswered completion commit this very result?"""
-    try:
-        stored = queue.get_result(claimed.uuid)
-    except ZooKeeperUnavailableError:
-        return False  # unknown; either way safe (completed stays completed, lost is recorded)
-    return stored is not None and not stored.lost and stored.result == dict(data)
+    return MergeOutcome(claims.complete(queue, claimed, data, "merge").value)
 
 
 def execute(

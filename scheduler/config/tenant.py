@@ -27,7 +27,7 @@ is left out of the result, the others are kept; the errors say why.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.config.errors import ConfigError
@@ -46,6 +46,7 @@ TENANT_KEYS = frozenset(
         "max-job-timeout",
         "max-nodes-per-job",
         "exclude-unprotected-branches",
+        "semaphores",
     }
 )
 PROJECT_OPTIONS = frozenset(
@@ -88,6 +89,8 @@ class Tenant:
     max_job_timeout: int | None = None
     path: str = ""
     line: int = 0
+    # the global semaphores (``- global-semaphore:``) this tenant may use: name -> max
+    global_semaphores: Mapping[str, int] = field(default_factory=dict)
 
     def project(self, name: str) -> TenantProject | None:
         for project in self.projects:
@@ -119,23 +122,62 @@ def parse_tenant_config(
     if not isinstance(data, MarkedList):
         return TenantConfig((), (place.error(1, "", "expected a list of tenants"),))
     drivers = {name: conn.driver for name, conn in sorted(connections.items())}
-    tenants: list[Tenant] = []
+    tenants: list[tuple[Tenant, tuple[str, ...], int]] = []
+    globals_: dict[str, int] = {}
     errors: list[ConfigError] = []
     for index, item in enumerate(data):
         line = data.line_of(index)
         try:
-            tenant = _tenant(item, line, place, drivers)
-            if any(t.name == tenant.name for t in tenants):
+            if isinstance(item, MarkedDict) and list(item) == ["global-semaphore"]:
+                name, maximum = _global_semaphore(item["global-semaphore"], line, place)
+                if name in globals_:
+                    raise place.error(line, f"global-semaphore {name!r}", "is defined twice")
+                globals_[name] = maximum
+                continue
+            tenant, wanted = _tenant(item, line, place, drivers)
+            if any(t.name == tenant.name for t, _, _ in tenants):
                 raise place.error(line, f"tenant {tenant.name!r}", "is defined twice")
-            tenants.append(tenant)
+            tenants.append((tenant, wanted, line))
         except ConfigError as exc:
             errors.append(exc)
-    return TenantConfig(tuple(tenants), tuple(errors))
+    resolved = []
+    for tenant, wanted, line in tenants:
+        unknown = [name for name in wanted if name not in globals_]
+        if unknown:
+            errors.append(
+                place.error(
+                    line,
+                    f"tenant {tenant.name!r}",
+                    f"semaphores: {unknown[0]!r} is not a defined global-semaphore",
+                )
+            )
+            continue
+        chosen = {name: globals_[name] for name in sorted(wanted)}
+        resolved.append(replace(tenant, global_semaphores=chosen))
+    return TenantConfig(tuple(resolved), tuple(errors))
 
 
-def _tenant(item: Any, line: int, place: Where, drivers: Mapping[str, str]) -> Tenant:
+def _global_semaphore(body: Any, line: int, place: Where) -> tuple[str, int]:
+    """``- global-semaphore: {name, max}`` (shared by the tenants that list it)."""
+    if not isinstance(body, MarkedDict):
+        raise place.error(line, "global-semaphore", f"expected a mapping, got {type_name(body)}")
+    name = body.get("name")
+    subject = f"global-semaphore {name!r}" if isinstance(name, str) else "global-semaphore"
+    fields = Fields(body, place, subject, frozenset({"name", "max"}))
+    fields.check_keys()
+    return fields.name(), fields.integer("max", minimum=1) or 1
+
+
+def _tenant(
+    item: Any, line: int, place: Where, drivers: Mapping[str, str]
+) -> tuple[Tenant, tuple[str, ...]]:
+    """The tenant, and the names of the global semaphores it asks for."""
     if not isinstance(item, MarkedDict) or list(item) != ["tenant"]:
-        raise place.error(line, "", "expected '- tenant:' (other object types are not supported)")
+        raise place.error(
+            line,
+            "",
+            "expected '- tenant:' or '- global-semaphore:' (other types are not supported)",
+        )
     body = item["tenant"]
     if not isinstance(body, MarkedDict):
         raise place.error(line, "tenant", f"expected a mapping, got {type_name(body)}")
@@ -159,7 +201,7 @@ def _tenant(item: Any, line: int, place: Where, drivers: Mapping[str, str]) -> T
         if project.name in seen:
             raise fields.error("source", f"project {project.name!r} is listed twice")
         seen.add(project.name)
-    return Tenant(
+    tenant = Tenant(
         name=name,
         projects=tuple(projects),
         drivers=dict(drivers),
@@ -168,6 +210,7 @@ def _tenant(item: Any, line: int, place: Where, drivers: Mapping[str, str]) -> T
         path=place.path,
         line=body.line,
     )
+    return tenant, fields.string_list("semaphores") or ()
 
 
 def _source(

@@ -215,5 +215,8 @@ class LayoutManagerSource:
             ) from None
         settings = pipeline_settings(layout.layout, config)
         maxima = {name: sem.max for name, sem in layout.layout.semaphores.items()}
-        ledger = TxnLedger(client, tenant, maxima, self.global_semaphores)
+        # A global semaphore the tenant lists wins over a tenant one of the same name.
+        maxima.update(layout.tenant.global_semaphores)
+        global_names = self.global_semaphores | frozenset(layout.tenant.global_semaphores)
+        ledger = TxnLedger(client, tenant, maxima, global_names)
         return kind(settings, LayoutFreezer(layout, pipeline), ledger), ledger

@@ -101,7 +101,8 @@ TENANT_ERRORS = [
     ),
     (
         "- admin-rule:\n    name: x\n",
-        "main.yaml:1: expected '- tenant:' (other object types are not supported)",
+        "main.yaml:1: expected '- tenant:' or '- global-semaphore:' "
+        "(other types are not supported)",
     ),
     ("tenant: x\n", "main.yaml:1: expected a list of tenants"),
     (

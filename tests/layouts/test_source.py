@@ -21,6 +21,7 @@ from scheduler.manager.independent import IndependentManager
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import Dependency
 from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.context import Transaction
 from tests.fixtures.services import ZooKeeperTarget
 from tests.layouts.gitrepos import GitRepos
 from tests.layouts.world import APP, APP_BROKEN, TENANT, World, dedent, item, make_world
@@ -141,3 +142,27 @@ def test_routing_follows_the_tenants_and_the_git_triggers(
     assert route(TENANT, {**_ref_updated("app", "main"), "type": "other"}) == []
     assert route(TENANT, _ref_updated("lib", "main")) == []  # lib has no jobs there
     assert route(TENANT, _ref_updated("nope", "main")) == []
+
+
+def test_a_global_semaphore_is_shared_by_the_tenants_that_list_it(
+    client: ZooKeeperClient, world: World
+) -> None:
+    main_yaml = world.settings.tenant_config
+    text = (
+        main_yaml.read_text()
+        .replace("    name: example\n", "    name: example\n    semaphores: [db]\n")
+        .replace("    name: other\n", "    name: other\n    semaphores: [db]\n")
+    )
+    main_yaml.write_text("- global-semaphore: {name: db, max: 1}\n" + text)
+    for tenant in (TENANT, "other"):
+        reconfigure_tenant(client, world.settings, tenant, world.repos.fetch)
+    source = LayoutManagerSource(TenantLayouts(client))
+    _, first = source.open(client, TENANT, "check")
+    _, second = source.open(client, "other", "check")
+    # the global one wins over the config's tenant semaphore of the same name
+    assert first.maxima["db"] == 1 and "db" in first.global_names
+    assert first.try_acquire("db", "bs-1/unit")
+    txn = Transaction(client)
+    first.add_ops(txn)
+    txn.commit()
+    assert not second.try_acquire("db", "bs-2/unit"), "the other tenant shares the slot"

@@ -8,12 +8,12 @@ every use, so keeping them is safe (DESIGN.md invariant 1).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler import dispatch
 from scheduler.layouts import LayoutManagerSource, TenantLayouts
-from scheduler.processing.environment import Environment
+from scheduler.processing.environment import Environment, Nudge
 from scheduler.processing.formats import WireFormats
 from scheduler.processing.reporters import HistoryReporter
 from scheduler.reporting import LogReporter, ReporterSet, SqlReporter, open_database
@@ -25,7 +25,7 @@ from workers.merger.cache import RepoCache
 _runtimes: dict[int, tuple[Environment, TenantLayouts]] = {}
 
 
-def _connection_of(layouts: TenantLayouts) -> Any:
+def _connection_of(layouts: TenantLayouts) -> Callable[[str, str], str]:
     def connection_of(tenant: str, project: str) -> str:
         for entry in layouts.get(tenant).tenant.projects:
             if entry.name == project:
@@ -35,7 +35,7 @@ def _connection_of(layouts: TenantLayouts) -> Any:
     return connection_of
 
 
-def _nudge(settings: Settings) -> Any:
+def _nudge(settings: Settings) -> Nudge:
     def nudge(task: str, args: Sequence[Any], queue: str | None) -> None:
         options = {"queue": queue} if queue else {}
         dispatch.send(task, *args, settings=settings, **options)

@@ -8,7 +8,7 @@ without it, a table.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -27,6 +27,11 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(
         "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells
     )
+
+
+def _show(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], as_json: bool) -> None:
+    plain = [dict(row) for row in rows]
+    click.echo(json.dumps(plain, indent=2) if as_json else _table(plain, columns))
 
 
 def _filters(f: Any) -> Any:
@@ -71,8 +76,7 @@ def builds(
         result=result,
         limit=limit or None,
     )
-    plain = [dict(row) for row in rows]
-    click.echo(json.dumps(plain, indent=2) if as_json else _table(plain, BUILD_COLUMNS))
+    _show(rows, BUILD_COLUMNS, as_json)
 
 
 @click.command()
@@ -99,5 +103,4 @@ def buildsets(
         result=result,
         limit=limit or None,
     )
-    plain = [dict(row) for row in rows]
-    click.echo(json.dumps(plain, indent=2) if as_json else _table(plain, BUILDSET_COLUMNS))
+    _show(rows, BUILDSET_COLUMNS, as_json)

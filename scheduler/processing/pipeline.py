@@ -90,7 +90,7 @@ class PipelinePass:
     def run(self) -> bool:
         """One pass; True if it consumed events or decided anything."""
         store = PipelineStore(self.env.client)
-        tree = store.read(self.tenant, self.pipeline)
+        tree = store.read(self.tenant, self.pipeline, locked=True)
         state = store.state(self.tenant, self.pipeline, tree)
         manager, ledger = self.env.managers.open(self.env.client, self.tenant, self.pipeline)
         self._apply_events(manager, state)

@@ -37,13 +37,14 @@ class PipelineStore:
     def _key(self, tenant: str, pipeline: str) -> tuple[int, str, str]:
         return (id(self.client), tenant, pipeline)
 
-    def read(self, tenant: str, pipeline: str) -> doctree.DocTree:
+    def read(self, tenant: str, pipeline: str, *, locked: bool = False) -> doctree.DocTree:
         """The pipeline's documents, from the cache when ZooKeeper says it is current.
 
         A reader without the pipeline lock (``sluice status``) may race a
         pass: a level read after a commit does not match the levels read
         before it. Every commit sets the root, so the read checks the root's
-        version once more at the end and starts again if it moved.
+        version once more at the end and starts again if it moved. The lock
+        holder (``locked``) has no concurrent writer and skips that check.
         """
         for attempt in range(READ_ATTEMPTS):
             if attempt:
@@ -57,7 +58,7 @@ class PipelineStore:
             if cached is not None and cached.root_version == tree.root_version:
                 return cached.copy()
             self._read_levels(tenant, pipeline, tree)
-            if self._root_version(tree) == tree.root_version:
+            if locked or self._root_version(tree) == tree.root_version:
                 self._remember(tenant, pipeline, tree)
                 return tree
         return tree  # still moving: the caller gets the last read (tolerated by the decoder)

@@ -33,6 +33,20 @@ GIT_ENV = {
 }
 
 
+# The tenant of the end-to-end tests. Proposed changes are branches of the
+# same repository, so only `main` is loaded as configuration.
+TENANT_YAML = """
+- tenant:
+    name: demo
+    source:
+      local:
+        config-projects: [config]
+        untrusted-projects:
+          - app:
+              include-branches: ['^main$']
+"""
+
+
 def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 
@@ -153,6 +167,32 @@ class SluiceSystem:
             os.environ.update(old)
         assert result.exit_code == expect, (args, result.exit_code, result.output)
         return result.output
+
+    def enqueue(
+        self,
+        ref: str,
+        pipeline: str = "check",
+        *,
+        project: str = "app",
+        branch: str = "main",
+        tenant: str = "demo",
+        expect: int = 0,
+    ) -> str:
+        """``sluice enqueue``; the item id (or the error text when ``expect`` is 1)."""
+        return self.sluice(
+            "enqueue",
+            "--tenant",
+            tenant,
+            "--pipeline",
+            pipeline,
+            "--project",
+            project,
+            "--branch",
+            branch,
+            "--ref",
+            ref,
+            expect=expect,
+        ).strip()
 
     def builds(self) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = json.loads(self.sluice("builds", "--json", "--limit", "0"))

@@ -7,20 +7,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.system import SluiceSystem
+from tests.e2e.system import TENANT_YAML, SluiceSystem
 from tests.fixtures.waiting import wait_until
 
-MAIN_YAML = """
-- tenant:
-    name: demo
-    source:
-      local:
-        config-projects: [config]
-        untrusted-projects:
-          # proposed changes are branches of the same repository: load main only
-          - app:
-              include-branches: ['^main$']
-"""
+MAIN_YAML = TENANT_YAML
 
 CONFIG = {
     "zuul.d/pipelines.yaml": """
@@ -78,20 +68,7 @@ def branch(system: SluiceSystem, name: str, files: dict[str, str]) -> str:
 
 
 def enqueue(system: SluiceSystem, ref: str, expect: int = 0) -> str:
-    return system.sluice(
-        "enqueue",
-        "--tenant",
-        "demo",
-        "--pipeline",
-        "check",
-        "--project",
-        "app",
-        "--branch",
-        "main",
-        "--ref",
-        ref,
-        expect=expect,
-    ).strip()
+    return system.enqueue(ref, "check", expect=expect)
 
 
 def results(system: SluiceSystem) -> dict[str, dict[str, str]]:

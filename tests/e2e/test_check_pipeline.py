@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from tests.e2e.system import SluiceSystem
+from tests.e2e.system import TENANT_YAML, SluiceSystem
 
-MAIN_YAML = """
-- tenant:
-    name: demo
-    source:
-      local:
-        config-projects:
-          - config
-        untrusted-projects:
-          - app
-"""
+MAIN_YAML = TENANT_YAML
 
 CONFIG = {
     "zuul.d/pipelines.yaml": """
@@ -76,19 +67,7 @@ def test_a_change_through_check(system: SluiceSystem) -> None:
     out = system.sluice("reconfigure")
     assert "tenant demo" in out
 
-    item = system.sluice(
-        "enqueue",
-        "--tenant",
-        "demo",
-        "--pipeline",
-        "check",
-        "--project",
-        "app",
-        "--branch",
-        "main",
-        "--ref",
-        "feature",
-    ).strip()
+    item = system.enqueue("feature")
     assert len(item) == 32
     system.sluice("wait", "--idle", "--timeout", "90")
 
@@ -108,37 +87,13 @@ def test_clear_errors_for_unknown_names(system: SluiceSystem) -> None:
     system.repos.commit("app", "main", APP)
     system.start_workers()
     system.sluice("reconfigure")
-    common = ["--branch", "main", "--ref", "main"]
     cases = {
         ("nope", "check", "app"): "tenant 'nope'",
         ("demo", "gate", "app"): "no pipeline 'gate'",
         ("demo", "check", "lib"): "no project 'lib'",
     }
     for (tenant, pipeline, project), message in cases.items():
-        out = system.sluice(
-            "enqueue",
-            "--tenant",
-            tenant,
-            "--pipeline",
-            pipeline,
-            "--project",
-            project,
-            *common,
-            expect=1,
-        )
+        out = system.enqueue("main", pipeline, project=project, tenant=tenant, expect=1)
         assert message in out
-    out = system.sluice(
-        "enqueue",
-        "--tenant",
-        "demo",
-        "--pipeline",
-        "check",
-        "--project",
-        "app",
-        "--branch",
-        "main",
-        "--ref",
-        "no-such-ref",
-        expect=1,
-    )
+    out = system.enqueue("no-such-ref", expect=1)
     assert "has no ref 'no-such-ref'" in out

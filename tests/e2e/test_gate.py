@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.system import SluiceSystem
+from tests.e2e.system import TENANT_YAML, SluiceSystem
 from tests.fixtures.waiting import wait_until
 
-MAIN_YAML = """
-- tenant:
-    name: demo
-    source:
-      local:
-        config-projects: [config]
-        untrusted-projects:
-          - app:
-              include-branches: ['^main$']
-"""
+MAIN_YAML = TENANT_YAML
 
 CONFIG = {
     "zuul.d/pipelines.yaml": """
@@ -63,19 +54,7 @@ def change(system: SluiceSystem, ref: str, files: dict[str, str]) -> None:
 
 
 def enqueue(system: SluiceSystem, ref: str) -> str:
-    return system.sluice(
-        "enqueue",
-        "--tenant",
-        "demo",
-        "--pipeline",
-        "gate",
-        "--project",
-        "app",
-        "--branch",
-        "main",
-        "--ref",
-        ref,
-    ).strip()
+    return system.enqueue(ref, "gate")
 
 
 def main_files(system: SluiceSystem) -> list[str]:

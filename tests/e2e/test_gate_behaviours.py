@@ -63,19 +63,7 @@ def setup(system: SluiceSystem, changes: dict[str, dict[str, str]], pipeline: st
 
 
 def enqueue(system: SluiceSystem, ref: str, pipeline: str = "gate") -> str:
-    return system.sluice(
-        "enqueue",
-        "--tenant",
-        "demo",
-        "--pipeline",
-        pipeline,
-        "--project",
-        "app",
-        "--branch",
-        "main",
-        "--ref",
-        ref,
-    ).strip()
+    return system.enqueue(ref, pipeline)
 
 
 def run(system: SluiceSystem, refs: list[str], pipeline: str = "gate") -> dict[str, str]:

@@ -1,5 +1,6 @@
 """Fixtures for every test level; each lives in a small module of tests/fixtures."""
 
+from scheduler.stack import process
 from tests.fixtures.services import (  # noqa: F401
     redis_server,
     redis_url,
@@ -8,3 +9,6 @@ from tests.fixtures.services import (  # noqa: F401
     zookeeper_server,
 )
 from tests.fixtures.workers import celery_workers, test_environment  # noqa: F401
+
+# A test run killed from outside must leave no server or worker running.
+process.children_die_with_parent()

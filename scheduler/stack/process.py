@@ -8,15 +8,39 @@ than ``kill -0`` (a zombie answers ``kill -0`` until it is reaped).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from scheduler.errors import StackError
+
+# Linux prctl option: the signal a child gets when the thread that forked it ends.
+_PR_SET_PDEATHSIG = 1
+_children_die_with_parent = False
+
+
+def children_die_with_parent(enabled: bool = True) -> None:
+    """From now on, services this process spawns are killed when it dies.
+
+    The local stack's servers must outlive the ``sluice`` command that
+    started them, so this is off by default; a test run turns it on so that
+    a run killed from outside (not by pytest-timeout) leaves no ZooKeeper,
+    Redis or worker behind. Only spawns from the main thread are bound (the
+    signal follows the forking *thread*).
+    """
+    global _children_die_with_parent  # noqa: PLW0603 (one process-wide policy)
+    _children_die_with_parent = enabled
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def spawn(
@@ -27,6 +51,7 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session with stdout and stderr to ``log_file``."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    bind = _children_die_with_parent and threading.current_thread() is threading.main_thread()
     with open(log_file, "ab") as log:
         return subprocess.Popen(
             list(argv),
@@ -36,6 +61,7 @@ def spawn(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_die_with_parent if bind else None,  # noqa: PLW1509
         )
 
 

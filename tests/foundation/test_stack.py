@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from scheduler.stack import process
+from tests.fixtures.waiting import wait_until
 
 
 def sluice(config: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -95,3 +97,28 @@ def test_a_component_that_cannot_start_is_named(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "ZooKeeper: port" in result.stderr
     assert "is taken" in result.stderr
+
+
+def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
+    """A test run killed by SIGKILL leaves no service behind (PR_SET_PDEATHSIG)."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from scheduler.stack import process\n"
+        "process.children_die_with_parent()\n"
+        "child = process.spawn(['sleep', '300'], Path(sys.argv[1]))\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "child.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert process.is_alive(child)
+    parent.kill()
+    parent.wait(timeout=10)
+    wait_until(lambda: not process.is_alive(child), timeout=10, what="the orphan to die")

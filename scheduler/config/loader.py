@@ -30,7 +30,7 @@ from scheduler.config.checks import check_layout
 from scheduler.config.errors import ConfigError
 from scheduler.config.files import select_config_files
 from scheduler.config.layout import Layout, LayoutResult
-from scheduler.config.model import JobVariant, ProjectConfig
+from scheduler.config.model import JobVariant, ProjectConfig, SourceContext
 from scheduler.config.parser import ParsedConfig, parse_config_text
 from scheduler.config.regex import matches_any
 from scheduler.config.schema import Where
@@ -141,6 +141,18 @@ def _implied(project: TenantProject, branch_count: int) -> bool:
     return not project.trusted and branch_count > 1
 
 
+# Zuul's built-in job: every tenant has it, it needs no definition, no
+# executor and no node, and it always succeeds (the scheduler completes its
+# build itself). It may not be defined again.
+NOOP_JOB = "noop"
+_NOOP = JobVariant(
+    name=NOOP_JOB,
+    source=SourceContext(project="", branch="", path="<built-in>", line=0, trusted=True),
+    attrs={"parent": None, "description": "does nothing and always succeeds (built in)"},
+    origin=f"job {NOOP_JOB!r}",
+)
+
+
 class _Assembler:
     """Collects parsed objects into the layout's tables, refusing clashes."""
 
@@ -148,7 +160,7 @@ class _Assembler:
         self.tenant = tenant
         self.errors = errors
         self.pipelines: dict[str, Any] = {}
-        self.jobs: dict[str, list[JobVariant]] = {}
+        self.jobs: dict[str, list[JobVariant]] = {NOOP_JOB: [_NOOP]}
         self.projects: dict[str, list[ProjectConfig]] = {}
         self.templates: dict[str, list[ProjectConfig]] = {}
         self.singles: dict[str, dict[str, Any]] = {"semaphore": {}, "queue": {}, "nodeset": {}}
@@ -195,6 +207,9 @@ class _Assembler:
         self._error(obj, f"{kind} {obj.name!r}", f"is already defined ({where})")
 
     def _job(self, project: TenantProject, variant: JobVariant) -> None:
+        if variant.name == NOOP_JOB:
+            self._error(variant, f"job {NOOP_JOB!r}", "is built in and may not be defined")
+            return
         variants = self.jobs.setdefault(variant.name, [])
         if variants and variants[0].source.project != project.name:
             owner = variants[0].source.project

@@ -56,6 +56,9 @@ from scheduler.model.results import Result
 
 log = logging.getLogger(__name__)
 
+# The built-in job that needs no build request (scheduler.config.loader.NOOP_JOB).
+NOOP_JOB = "noop"
+
 
 # (project, branch) -> (shared queue name, per branch), None for a project of its own
 QueueNamer = Callable[[str, str], "tuple[str, bool] | None"]
@@ -442,6 +445,12 @@ class PipelineManager:
         attempt = (job.current.attempt + 1) if job.current else 1
         build = Build(uuid=self.make_uuid(), job=job.name, attempt=attempt)
         job.builds.append(build)
+        if job.name == NOOP_JOB:
+            # Zuul's built-in noop: no executor, no node; it succeeds at once.
+            build.state = BuildState.COMPLETED
+            build.result = Result.SUCCESS
+            build.start_time = build.end_time = self.clock()
+            return
         parent_data = item.buildset.graph.parent_data(job)
         self.intents.builds.append(
             BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data)

@@ -582,3 +582,19 @@ def test_branch_options_of_the_tenant() -> None:
     # without implied branch matchers both variants apply everywhere, in branch order
     job = result.layout.freeze_job_graph("app", "main", "check").jobs[0]
     assert job.timeout == 2
+
+
+def test_noop_is_built_in() -> None:
+    """Zuul's noop job needs no definition and no parent, in every tenant."""
+    app = {"main": {".zuul.yaml": "- project: {check: {jobs: [noop]}}\n"}}
+    result = with_base(app=app)
+    assert [str(e) for e in result.errors] == []
+    (job,) = result.layout.freeze_job_graph("app", "main", "check").jobs
+    assert (job.name, job.parent, job.run, job.pre_run) == ("noop", None, (), ())
+
+
+def test_noop_may_not_be_defined() -> None:
+    app = {"main": {".zuul.yaml": "- job: {name: noop, run: x.sh}\n"}}
+    result = with_base(app=app)
+    assert [e.message for e in result.errors] == ["is built in and may not be defined"]
+    assert result.errors[0].line == 1 and result.errors[0].project == "app"

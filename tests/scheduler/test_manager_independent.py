@@ -278,3 +278,28 @@ def test_an_item_without_jobs_leaves_without_a_report() -> None:
     h.run(h.merge_ok(item))
     assert h.take_intents().reports == []
     assert h.state.items == {}
+
+
+def test_noop_succeeds_without_a_build_request() -> None:
+    """Zuul's built-in noop: no executor request; its dependents start at once."""
+    h = Harness([JobInfo("noop"), JobInfo("unit", dependencies=(Dependency("noop"),))])
+    item = enqueue(h)
+    h.take_intents()
+    h.run(h.merge_ok(item))
+    assert [b.job.name for b in h.take_intents().builds] == ["unit"]
+    assert item.buildset.jobs is not None
+    noop = item.buildset.jobs["noop"]
+    assert noop.result is Result.SUCCESS and noop.current is not None
+    assert noop.current.state is BuildState.COMPLETED
+    h.run(h.complete(item, "unit", Result.SUCCESS))
+    assert item.result is Result.SUCCESS
+
+
+def test_an_item_with_only_noop_succeeds_in_one_pass() -> None:
+    h = Harness([JobInfo("noop")])
+    item = enqueue(h)
+    h.take_intents()
+    h.run(h.merge_ok(item))
+    intents = h.take_intents()
+    assert intents.builds == [] and intents.reports == [item.uuid]
+    assert item.result is Result.SUCCESS

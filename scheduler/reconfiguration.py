@@ -16,7 +16,7 @@ from pathlib import Path
 from scheduler.config import parse_tenant_config
 from scheduler.errors import SluiceError
 from scheduler.layouts import reconfigure_tenant
-from scheduler.layouts.reconfigure import ReconfigureResult
+from scheduler.layouts.reconfigure import FetchedBranches, ReconfigureResult
 from scheduler.settings import Settings
 from scheduler.wire import merger as wire
 from scheduler.wire.merge_requests import merge_and_wait
@@ -55,7 +55,7 @@ def merger_fetch(client: ZooKeeperClient, settings: Settings, timeout: float = 1
         assert isinstance(config, wire.ConfigResult)
         found: dict[str, dict[str, str]] = {branch: {} for branch in branches}
         found.update({c.branch: dict(c.files) for c in config.config})
-        return found
+        return FetchedBranches(found, heads.default_branch)
 
     return fetch
 

@@ -35,6 +35,7 @@ from scheduler.config import (
     KeptBranch,
     Layout,
     Tenant,
+    TenantProject,
     UnparsedBranch,
     parse_tenant_config,
     reconfigure,
@@ -50,9 +51,42 @@ from scheduler.zk.ltime import ltime
 
 log = logging.getLogger(__name__)
 
-# fetch(connection, project) -> {branch: {path: text}}
+# fetch(connection, project) -> {branch: {path: text}} (a FetchedBranches when
+# the fetcher knows the repository's default branch)
 Fetch = Callable[[str, str], Mapping[str, Mapping[str, str]]]
 BranchKey = tuple[str, str]
+# Tried in this order when the fetcher does not know the default branch.
+CONVENTIONAL_DEFAULTS = ("main", "master")
+
+
+class FetchedBranches(dict[str, dict[str, str]]):
+    """A project's branches and their config files, with its default branch."""
+
+    def __init__(self, branches: Mapping[str, dict[str, str]], default_branch: str = "") -> None:
+        super().__init__(branches)
+        self.default_branch = default_branch
+
+
+def branches_to_read(
+    project: TenantProject, branches: Mapping[str, Mapping[str, str]]
+) -> Mapping[str, Mapping[str, str]]:
+    """The branches whose configuration is read: a config project's one branch.
+
+    Zuul reads a config project from its ``load-branch``, else its default
+    branch; every other branch (in the git driver, each proposed change) is
+    ignored, so proposing a change to the config project never disturbs the
+    tenant. Untrusted projects keep every branch.
+    """
+    if not project.trusted or len(branches) <= 1:
+        return branches
+    wanted = project.load_branch
+    if wanted is None:
+        default = branches.default_branch if isinstance(branches, FetchedBranches) else ""
+        candidates = (default, *CONVENTIONAL_DEFAULTS) if default else CONVENTIONAL_DEFAULTS
+        wanted = next((name for name in candidates if name in branches), None)
+    if wanted is None or wanted not in branches:
+        return branches  # the loader names the problem (set load-branch)
+    return {wanted: branches[wanted]}
 
 
 @dataclass(frozen=True)
@@ -192,7 +226,7 @@ def _fetch_into_cache(context: LockContext, tenant: Tenant, fetch: Fetch) -> lis
     """Every branch of every project, fetched and written to the cache."""
     fetched: list[cc.BranchFiles] = []
     for project in tenant.projects:
-        branches = fetch(project.connection, project.name)
+        branches = branches_to_read(project, fetch(project.connection, project.name))
         for name in sorted(branches):
             branch = cc.BranchFiles(project.connection, project.name, name, dict(branches[name]))
             cc.write_branch(context, branch)

@@ -338,6 +338,8 @@ class BranchHeadsResult(Record):
     status: Status
     state: ProjectState | None = None
     failure: Failure | None = None
+    # the repository's default branch (its HEAD), "" if unknown
+    default_branch: str = ""
     schema: int = SCHEMA
 
 

@@ -94,18 +94,19 @@ def run_config_job(job: ConfigJob, cache: RepoCache) -> ConfigResult:
 def run_branch_heads_job(job: BranchHeadsJob, cache: RepoCache) -> BranchHeadsResult:
     """The head commit of every branch of the project, freshly fetched."""
 
-    def work(repo: Repo) -> dict[str, str]:
+    def work(repo: Repo) -> tuple[dict[str, str], str]:
         repo.fetch()
-        return repo.heads()
+        return repo.heads(), repo.default_branch()
 
     try:
         check_job_id(job.job_id)
-        heads = cache.run(job.connection, job.project, work)
+        heads, default = cache.run(job.connection, job.project, work)
     except MergerError as exc:
         failure = failure_of(exc.at(exc.ref or "refs/heads/*"), job.connection, job.project)
         return BranchHeadsResult(job.job_id, Status.FAILED, failure=failure)
     state = ProjectState(job.connection, job.project, heads)
-    return BranchHeadsResult(job.job_id, Status.OK, state=state)
+    default = default if default in heads else ""
+    return BranchHeadsResult(job.job_id, Status.OK, state=state, default_branch=default)
 
 
 def delete_job_refs(cache: RepoCache, connection: str, project: str, job_id: str) -> int:

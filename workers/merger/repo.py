@@ -93,6 +93,11 @@ class Repo:
             heads[ref.removeprefix("refs/heads/")] = sha
         return heads
 
+    def default_branch(self) -> str:
+        """The branch the remote's HEAD named when the cache cloned it ("" if none)."""
+        proc = self.git.run(["symbolic-ref", "--quiet", "--short", "HEAD"], self.path, check=False)
+        return proc.stdout.decode().strip() if proc.returncode == 0 else ""
+
     def commit_of(self, rev: str) -> str | None:
         """The full sha of commit ``rev``, or None if there is no such commit here."""
         proc = self.git.run(

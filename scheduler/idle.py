@@ -36,6 +36,13 @@ def tenants_with_events(client: ZooKeeperClient) -> list[str]:
     ]
 
 
+def tenants_to_reconfigure(client: ZooKeeperClient) -> list[str]:
+    """Tenants with reconfiguration requests not yet applied."""
+    return [
+        t for t in inventory.tenants(client) if _events(client, paths.tenant_reconfigure_queue(t))
+    ]
+
+
 def _pipeline_events(client: ZooKeeperClient, tenant: str, pipeline: str) -> int:
     return _events(
         client,
@@ -60,6 +67,7 @@ def pending_work(client: ZooKeeperClient) -> list[str]:
     """What is still pending, one line each; empty when the system is idle."""
     found = [f"events of connection {c}" for c in connections_with_events(client)]
     found += [f"events of tenant {t}" for t in tenants_with_events(client)]
+    found += [f"reconfiguration of tenant {t}" for t in tenants_to_reconfigure(client)]
     found += [f"pipeline {t}/{p} to process" for t, p in pipelines_to_process(client)]
     store = PipelineStore(client)
     for tenant in inventory.tenants(client):

@@ -31,15 +31,26 @@ class ReconfigurationError(SluiceError):
     """The configuration could not be read (no merger answered, a merge job failed)."""
 
 
+# runs one merger job and returns its result (through the queue, or in-process)
+RunJob = Callable[[wire.MergerJob], "wire.MergerResult | None"]
+
+
 def merger_fetch(client: ZooKeeperClient, settings: Settings, timeout: float = 120.0) -> Fetch:
     """Read config files at every branch head of a project through merger jobs."""
 
+    def run(job: wire.MergerJob) -> wire.MergerResult | None:
+        return merge_and_wait(client, job, timeout, settings=settings)
+
+    return fetch_with(run, f"no merger answered within {timeout:.0f}s; is a merger worker running?")
+
+
+def fetch_with(run_job: RunJob, unanswered: str = "the merger job was not answered") -> Fetch:
+    """A fetch that runs a branch-heads job, then a config job, with ``run_job``."""
+
     def run(job: wire.MergerJob) -> wire.MergerResult:
-        result = merge_and_wait(client, job, timeout, settings=settings)
+        result = run_job(job)
         if result is None:
-            raise ReconfigurationError(
-                f"no merger answered within {timeout:.0f}s; is a merger worker running?"
-            )
+            raise ReconfigurationError(unanswered)
         if result.failure is not None:
             failure = result.failure
             raise ReconfigurationError(f"{failure.project} {failure.ref}: {failure.message}")

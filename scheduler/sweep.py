@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler import dispatch, idle, tasknames
+from scheduler.reconfiguration_requests import check_tenant_file
 from scheduler.settings import Settings
 from scheduler.state.store import PipelineStore
 from scheduler.zk import inventory, locks, paths
@@ -294,6 +295,18 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
             dispatch.send(tasknames.PROCESS_TENANT, name, settings=settings)
         return found
 
+    def tenant_file() -> list[str]:
+        def nudge(task: str, args: tuple[str, ...]) -> None:
+            dispatch.send(task, *args, settings=settings)
+
+        return check_tenant_file(client, settings, nudge)
+
+    def reconfigurations() -> list[str]:
+        found = idle.tenants_to_reconfigure(client)
+        for name in found:
+            dispatch.send(tasknames.RECONFIGURE, name, settings=settings)
+        return found
+
     def pipelines() -> list[str]:
         found = idle.pipelines_to_process(client)
         for tenant, pipeline in found:
@@ -301,6 +314,8 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         return [f"{tenant}/{pipeline}" for tenant, pipeline in found]
 
     return [
+        SweepStep("tenant-file", tenant_file),
+        SweepStep("reconfigure", reconfigurations),
         SweepStep("connections", connections),
         SweepStep("tenants", tenants),
         SweepStep("pipelines", pipelines),

@@ -23,6 +23,7 @@ from workers.merger.cache import RepoCache
 
 # pid -> runtime: a process never uses a runtime built before its fork
 _runtimes: dict[int, tuple[Environment, TenantLayouts]] = {}
+_settings: dict[int, Settings] = {}
 
 
 def _connection_of(layouts: TenantLayouts) -> Callable[[str, str], str]:
@@ -56,10 +57,19 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
     return env, layouts
 
 
+def runtime_settings() -> Settings:
+    """This process's settings (read once per process)."""
+    pid = os.getpid()
+    if pid not in _settings:
+        _settings.clear()
+        _settings[pid] = load_settings()
+    return _settings[pid]
+
+
 def runtime() -> tuple[Environment, TenantLayouts]:
     """This process's runtime (created on first use after a fork)."""
     pid = os.getpid()
     if pid not in _runtimes:
         _runtimes.clear()
-        _runtimes[pid] = build(load_settings())
+        _runtimes[pid] = build(runtime_settings())
     return _runtimes[pid]

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
+from scheduler import dispatch
 from scheduler.cli.common import clear_errors, settings
+from scheduler.reconfiguration import ReconfigurationError
+from scheduler.reconfiguration_requests import check_tenant_file
+from scheduler.settings import Settings
 from scheduler.stack.local import LocalStack, describe
+from scheduler.zk import config_cache
+from scheduler.zk.client import connect
+
+# How long `stack up` waits for the tenants' first layouts.
+LAYOUT_WAIT = 120.0
 
 
 @click.group()
@@ -18,9 +29,34 @@ def stack() -> None:
 @clear_errors
 def up(concurrency: int) -> None:
     """Start every missing component and wait until all answer."""
-    local = LocalStack(settings(), worker_concurrency=concurrency)
+    conf = settings()
+    local = LocalStack(conf, worker_concurrency=concurrency)
     local.up()
     click.echo(describe(local.status()))
+    load_tenants(conf)
+
+
+def load_tenants(conf: Settings) -> None:
+    """Ask for every tenant's layout (Zuul loads them all at start) and wait for them."""
+    client = connect(conf.zookeeper)
+    try:
+        try:
+            asked = check_tenant_file(
+                client, conf, lambda task, args: dispatch.send(task, *args, settings=conf)
+            )
+        except ReconfigurationError as exc:
+            click.echo(f"no tenants loaded: {exc}", err=True)
+            return
+        deadline = time.monotonic() + LAYOUT_WAIT
+        waiting = list(asked)
+        while waiting and time.monotonic() < deadline:
+            waiting = [t for t in waiting if config_cache.load_layout_state(client, t) is None]
+            time.sleep(0.2 if waiting else 0)
+        for tenant in asked:
+            click.echo(f"tenant {tenant}: " + ("not loaded yet" if tenant in waiting else "loaded"))
+    finally:
+        client.stop()
+        client.close()
 
 
 @stack.command()

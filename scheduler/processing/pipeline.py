@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler import tasknames
+from scheduler import reconfiguration_requests, tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
@@ -86,6 +86,8 @@ class PipelinePass:
     more_events: bool = False
     # outcomes of management events, by result id (read by `sluice enqueue`)
     outcomes: dict[str, dict[str, object]] = field(default_factory=dict)
+    # changes merged by this pass that edit configuration: the tenant reconfigures
+    config_merged: list[str] = field(default_factory=list)
 
     def run(self) -> bool:
         """One pass; True if it consumed events or decided anything."""
@@ -107,6 +109,9 @@ class PipelinePass:
             path = paths.management_result(result_id)
             self.env.client.ensure_path(paths.parent(path))
             txn.create(path, stored.encode(outcome))
+        if self.config_merged:
+            why = "merged config change " + ", ".join(self.config_merged)
+            reconfiguration_requests.request_ops(self.env.client, self.tenant, why, txn)
         testhooks.hold_before_commit()
         tree = store.write(self.held.context, tree, state, extra=txn)
         self._after_commit(manager)
@@ -131,12 +136,19 @@ class PipelinePass:
                 if isinstance(decoded, PushOutcome):
                     if decoded.pushed:
                         manager.merge_pushed(state, decoded.item)
+                        self._note_config_merge(state, decoded.item)
                     else:
                         manager.merge_failed(state, decoded.item, decoded.message)
                 elif decoded is not None:
                     affected = _named_items(state, decoded)
                     manager.apply(state, decoded)
                     self._record_outcome(state, decoded, affected)
+
+    def _note_config_merge(self, state: PipelineState, item_uuid: str) -> None:
+        """Zuul reconfigures the tenant when a change that edits config merges."""
+        item = state.items.get(item_uuid)
+        if item is not None and reconfiguration_requests.touches_config(item.buildset.files):
+            self.config_merged.append(item.change.key)
 
     def _record_outcome(
         self, state: PipelineState, event: ev.PipelineEvent, affected: list[str]
@@ -254,6 +266,8 @@ class PipelinePass:
     def _after_commit(self, manager: PipelineManager) -> None:
         for queue, event in self.consumed:
             queue.discard_data(event)
+        if self.config_merged:
+            self.env.nudge(tasknames.RECONFIGURE, (self.tenant,), None)
         for new in self.requests:
             if new.queue_root == paths.merger_queue():
                 self.env.nudge(tasknames.MERGE, (new.request.uuid,), None)

@@ -214,6 +214,16 @@ def tenant_trigger_queue(tenant: str) -> str:
     return join(tenant_events(tenant), "trigger")
 
 
+def tenant_reconfigure_queue(tenant: str) -> str:
+    """Requests to reconfigure the tenant (a merged config change, a new tenant file)."""
+    return join(tenant_events(tenant), "reconfigure")
+
+
+def tenant_file_state() -> str:
+    """The digest of the tenant file the last reconfiguration requests were made for."""
+    return join("config", "tenant-file")
+
+
 def pipeline_events(tenant: str, pipeline: str) -> str:
     return join(tenant_events(tenant), "pipelines", segment(pipeline))
 

@@ -154,6 +154,12 @@ class SluiceSystem:
 
     def sluice(self, *args: str, expect: int = 0) -> str:
         """Run ``sluice ARGS`` in-process with this system's settings."""
+        code, output = self.sluice_result(*args)
+        assert code == expect, (args, code, output)
+        return output
+
+    def sluice_result(self, *args: str) -> tuple[int, str]:
+        """``sluice ARGS`` in-process: its exit code and output, whatever they are."""
         runner = CliRunner()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
         env.update(self.env())
@@ -165,8 +171,7 @@ class SluiceSystem:
         finally:
             os.environ.clear()
             os.environ.update(old)
-        assert result.exit_code == expect, (args, result.exit_code, result.output)
-        return result.output
+        return result.exit_code, result.output
 
     def enqueue(
         self,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.system import SluiceSystem
+from tests.e2e.system import SluiceSystem, dedent
+from tests.fixtures.waiting import wait_until
 
 # the config project is gated too: its changes are branches of its repository
 TENANT = """
@@ -78,6 +79,26 @@ def propose_config(system: SluiceSystem, ref: str, files: dict[str, str]) -> Non
     system.repos.git("config", "checkout", "-q", "main")  # HEAD names the default branch
 
 
+def enqueue_result(system: SluiceSystem, project: str) -> tuple[int, str]:
+    return system.sluice_result(
+        "enqueue",
+        "--tenant",
+        "demo",
+        "--pipeline",
+        "check",
+        "--project",
+        project,
+        "--branch",
+        "main",
+        "--ref",
+        "feature",
+    )
+
+
+def enqueued(system: SluiceSystem, project: str) -> bool:
+    return enqueue_result(system, project)[0] == 0
+
+
 def results(system: SluiceSystem) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     sets = {b["uuid"]: b for b in system.buildsets()}
@@ -106,3 +127,43 @@ def test_a_second_branch_of_the_config_project_leaves_the_tenant_alone(
     found = results(demo)
     assert found["app:feature"] == {"*": "SUCCESS", "unit": "SUCCESS"}
     assert found["config:review/broken"]["*"] == "CONFIG_ERROR"
+
+
+def test_a_merged_config_change_takes_effect_without_reconfigure(demo: SluiceSystem) -> None:
+    """Zuul reconfigures the tenant when a change to its config merges."""
+    added = dedent(CONFIG["zuul.d/pipelines.yaml"]) + (
+        "- job:\n    name: lint\n    run: ci/pass.sh\n"
+        "- project:\n    name: app\n    check:\n      jobs: [lint]\n"
+    )
+    propose_config(demo, "review/add-lint", {"zuul.d/pipelines.yaml": added})
+    demo.repos.commit("app", "feature", {"src/x.py": "x\n"}, base=demo.app_base)  # type: ignore[attr-defined]
+    demo.start_workers()
+    demo.sluice("reconfigure")
+    demo.enqueue("review/add-lint", "gate", project="config")
+    demo.sluice("wait", "--idle", "--timeout", "120")
+    assert results(demo)["config:review/add-lint"]["*"] == "SUCCESS"
+    # no `sluice reconfigure`: the merge asked for it, and `wait --idle` waited for it
+    demo.enqueue("feature", "check")
+    demo.sluice("wait", "--idle", "--timeout", "120")
+    assert results(demo)["app:feature"] == {"*": "SUCCESS", "unit": "SUCCESS", "lint": "SUCCESS"}
+
+
+def test_tenants_load_at_start_and_follow_the_tenant_file(demo: SluiceSystem) -> None:
+    """No `sluice reconfigure` at all: the sweep loads every tenant, then follows main.yaml."""
+    demo.repos.commit("app", "feature", {"src/x.py": "x\n"}, base=demo.app_base)  # type: ignore[attr-defined]
+    demo.repos.commit("lib", "main", APP)
+    demo.repos.commit(
+        "lib", "feature", {"src/y.py": "y\n"}, base=demo.repos.git("lib", "rev-parse", "main")
+    )
+    demo.start_workers()
+    demo.start_worker(("maintenance",), env={"SLUICE_SWEEP_INTERVAL": "1"}, beat=True)
+    wait_until(lambda: enqueued(demo, "app"), timeout=60, what="the tenant's first layout")
+    # lib is not in the tenant yet
+    code, output = enqueue_result(demo, "lib")
+    assert code == 1 and "lib" in output, output
+    lib = "- lib:\n              include-branches: ['^main$']\n          - app:"
+    demo.tenant(TENANT.replace("- app:", lib))
+    wait_until(lambda: enqueued(demo, "lib"), timeout=60, what="lib to join the tenant")
+    demo.sluice("wait", "--idle", "--timeout", "120")
+    found = results(demo)
+    assert found["app:feature"]["*"] == "SUCCESS" and found["lib:feature"]["*"] == "SUCCESS"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from scheduler.stack import process
+from tests.e2e.system import Repos
 from tests.fixtures.waiting import wait_until
 
 
@@ -43,9 +44,17 @@ def test_stack_up_status_demo_down(tmp_path: Path) -> None:
         "tenant_config: main.yaml\n"
         "connections:\n  local:\n    driver: git\n    baseurl: repos\n"
     )
+    # a tenant with a config project: `stack up` loads it (Zuul loads every tenant at start)
+    (tmp_path / "main.yaml").write_text(
+        "- tenant:\n    name: demo\n    source:\n      local:\n        config-projects: [config]\n"
+    )
+    Repos(tmp_path / "repos").commit(
+        "config", "main", {"zuul.yaml": "- job:\n    name: base\n    parent: null\n"}
+    )
     up = sluice(config, "stack", "up")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
+        assert "tenant demo: loaded" in up.stdout, up.stdout + up.stderr
         for name in (
             "zookeeper",
             "redis",

@@ -13,6 +13,7 @@ from typing import Any
 
 from scheduler import dispatch
 from scheduler.layouts import LayoutManagerSource, TenantLayouts
+from scheduler.layouts.source import ProjectsNeeded
 from scheduler.processing.environment import Environment, Nudge
 from scheduler.processing.formats import WireFormats
 from scheduler.processing.reporters import HistoryReporter
@@ -49,7 +50,9 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
     layouts = TenantLayouts(client)
     cache = RepoCache.from_settings(settings)
     formats = WireFormats(
-        _connection_of(layouts), lambda conn, project: str(cache.repo_path(conn, project))
+        _connection_of(layouts),
+        lambda conn, project: str(cache.repo_path(conn, project)),
+        ProjectsNeeded(layouts.get),
     )
     engine = open_database(settings.database_url)
     reporters = [HistoryReporter(ReporterSet([SqlReporter(engine), LogReporter()]))]

@@ -142,6 +142,12 @@ class FrozenJob:
             schema=get("schema", FROZEN_SCHEMA),
         )
 
+    def projects_used(self) -> tuple[str, ...]:
+        """The projects a build needs: its own, its required projects, those holding steps."""
+        used = {self.project, *(r.name for r in self.required_projects)}
+        used.update(p.project for phase in (self.pre_run, self.run, self.post_run) for p in phase)
+        return tuple(sorted(used))
+
     def matches_files(self, files: Sequence[str] | None) -> bool:
         if not files:
             return True

@@ -29,7 +29,7 @@ from the layout's branch when the merger did not send them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler.config import (
@@ -82,7 +82,36 @@ def job_info(job: FrozenJob, graph: JobGraph) -> JobInfo:
         attempts=job.attempts,
         semaphores=tuple(s.name for s in job.semaphores),
         spec=spec,
+        projects=job.projects_used(),
     )
+
+
+class ProjectsNeeded:
+    """Which projects the jobs of an item need, by the tenant's current layout.
+
+    A merge reports these besides the changes' projects (the config project
+    holding a base job's steps, required projects), so the item's repo state
+    holds them without a second round trip. Computed once per layout,
+    project, branch and pipeline (file matchers ignored: a superset).
+    """
+
+    def __init__(self, layouts: Callable[[str], TenantLayout]) -> None:
+        self.layouts = layouts
+        self._memo: dict[tuple[str, str, str, str], tuple[Layout, tuple[str, ...]]] = {}
+
+    def __call__(self, tenant: str, project: str, branch: str, pipeline: str) -> tuple[str, ...]:
+        layout = self.layouts(tenant).layout
+        key = (tenant, project, branch, pipeline)
+        found = self._memo.get(key)
+        if found is not None and found[0] is layout:
+            return found[1]
+        try:
+            graph = layout.freeze_job_graph(project, branch, pipeline, None)
+            needed = tuple(sorted({p for job in graph.jobs for p in job.projects_used()}))
+        except ConfigError:
+            needed = ()  # the item's freeze reports it
+        self._memo[key] = (layout, needed)
+        return needed
 
 
 def _proposed(

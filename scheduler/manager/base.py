@@ -112,6 +112,8 @@ class MergeIntent:
     buildset: str
     request: str
     changes: tuple[Change, ...]
+    # projects to report besides the changes' (names in the tenant)
+    required: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -306,10 +308,19 @@ class PipelineManager:
             buildset.merge_error = outcome.error or "merge failed"
             return
         buildset.repo_state = dict(outcome.repo_state)
+        buildset.base_state = {p: dict(b) for p, b in outcome.base_state.items()}
         buildset.files = list(outcome.files)
         frozen = self.layouts.freeze(item, outcome)
         if frozen.errors:
             buildset.config_errors = list(frozen.errors)
+            return
+        missing = sorted({p for job in frozen.jobs for p in job.projects} - set(outcome.repo_state))
+        if missing and not set(missing) <= set(buildset.required):
+            # A job needs a project the merge did not report (a speculative
+            # config added it): merge again with it, Zuul's second repo-state step.
+            buildset.required = sorted({*buildset.required, *missing})
+            buildset.merge_state = MergeState.NEW
+            buildset.merge_request = None
             return
         buildset.fail_fast = frozen.fail_fast
         buildset.jobs = {job.name: JobState(info=job) for job in frozen.jobs}
@@ -394,7 +405,10 @@ class PipelineManager:
         item.buildset.merge_state = MergeState.PENDING
         item.buildset.merge_request = request
         changes = self.changes_to_merge(state, item)
-        self.intents.merges.append(MergeIntent(item.uuid, item.buildset.uuid, request, changes))
+        required = tuple(item.buildset.required)
+        self.intents.merges.append(
+            MergeIntent(item.uuid, item.buildset.uuid, request, changes, required)
+        )
 
     def _run_jobs(self, item: QueueItem) -> None:
         if self._fail_fast(item):

@@ -57,6 +57,8 @@ class MergeOutcome:
     error: str = ""
     # the merger died mid-merge: merge again rather than fail the item
     lost: bool = False
+    # project -> branch -> commit before the changes, for the branches they moved
+    base_state: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ class JobInfo:
     # executor zone ("" = unzoned)
     zone: str = ""
     spec: Mapping[str, Any] = field(default_factory=dict)
+    # projects the build needs in its repo state: its required projects and the
+    # projects holding its steps
+    projects: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +50,7 @@ class JobInfo:
             "semaphores": list(self.semaphores),
             "zone": self.zone,
             "spec": dict(self.spec),
+            "projects": list(self.projects),
         }
 
     @classmethod
@@ -62,6 +66,7 @@ class JobInfo:
             semaphores=tuple(str(s) for s in data.get("semaphores", ())),
             zone=str(data.get("zone", "")),
             spec=dict(data.get("spec", {})),
+            projects=tuple(str(p) for p in data.get("projects", ())),
         )
 
 

@@ -46,6 +46,13 @@ class BuildSet:
     # fail-fast (the project's pipeline config, frozen with the jobs): the first
     # voting failure cancels the remaining builds and fails the item at once
     fail_fast: bool = False
+    # the commit each branch had before the changes were merged onto it, for
+    # the branches the merge moved: trusted steps run from these, never from a
+    # speculative commit
+    base_state: dict[str, dict[str, str]] = field(default_factory=dict)
+    # projects the merge must report besides the changes' (the jobs' required
+    # projects and the projects holding their steps, found after freezing)
+    required: list[str] = field(default_factory=list)
 
     @property
     def graph(self) -> JobGraph:
@@ -64,6 +71,8 @@ class BuildSet:
             "result": self.result.value if self.result else None,
             "message": self.message,
             "fail_fast": self.fail_fast,
+            "base_state": self.base_state,
+            "required": self.required,
         }
 
     @classmethod
@@ -86,6 +95,11 @@ class BuildSet:
             result=Result(result) if result else None,
             message=str(data.get("message", "")),
             fail_fast=bool(data.get("fail_fast", False)),
+            base_state={
+                str(p): {str(b): str(c) for b, c in branches.items()}
+                for p, branches in (data.get("base_state") or {}).items()
+            },
+            required=[str(p) for p in data.get("required", [])],
         )
 
 

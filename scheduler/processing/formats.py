@@ -54,16 +54,31 @@ def _failure_text(failure: wire.Failure | None) -> str:
     return f"{failure.kind}: {where}: {failure.message}{files}" if where else failure.message
 
 
+# (tenant, project, branch, pipeline) -> the projects the item's jobs need
+Needed = Callable[[str, str, str, str], tuple[str, ...]]
+
+
+def _nothing_needed(tenant: str, project: str, branch: str, pipeline: str) -> tuple[str, ...]:
+    return ()
+
+
 class WireFormats:
-    def __init__(self, connection_of: Callable[[str, str], str], sources: Sources) -> None:
+    def __init__(
+        self,
+        connection_of: Callable[[str, str], str],
+        sources: Sources,
+        needed: Needed = _nothing_needed,
+    ) -> None:
         # (tenant, project name) -> the project's connection
         self.connection_of = connection_of
         self.sources = sources
+        self.needed = needed
 
     def merge(self, tenant: str, pipeline: str, item: QueueItem, intent: MergeIntent) -> NewRequest:
         job = wire.MergeJob(
             job_id=intent.request,
             changes=tuple(_wire_change(c) for c in intent.changes),
+            required=self._required(tenant, pipeline, item, intent),
             read_config=True,
         )
         request, params = new_request(
@@ -77,6 +92,22 @@ class WireFormats:
         )
         return NewRequest(request, params, paths.merger_queue())
 
+    def _required(
+        self, tenant: str, pipeline: str, item: QueueItem, intent: MergeIntent
+    ) -> tuple[wire.ProjectRef, ...]:
+        """Projects the jobs need that no change of the merge touches."""
+        change = item.change
+        names = set(intent.required)
+        names.update(self.needed(tenant, change.project, change.branch, pipeline))
+        names -= {c.project for c in intent.changes}
+        refs = []
+        for name in sorted(names):
+            try:
+                refs.append(wire.ProjectRef(self.connection_of(tenant, name), name))
+            except LookupError:
+                continue  # not in the tenant (any more): the build names what is missing
+        return tuple(refs)
+
     def merge_outcome(self, result: JobResult) -> MergeOutcome:
         decoded = wire.decode_result(result.result, lost=result.lost, kind=wire.JobKind.MERGE)
         assert isinstance(decoded, wire.MergeResult)
@@ -87,7 +118,11 @@ class WireFormats:
         files = decoded.changes[-1].files if decoded.changes else ()
         config = {config_files_key(c.project, c.branch): dict(c.files) for c in decoded.config}
         return MergeOutcome(
-            ok=True, repo_state=_repo_state(decoded), files=tuple(files), config_files=config
+            ok=True,
+            repo_state=_repo_state(decoded),
+            files=tuple(files),
+            config_files=config,
+            base_state={state.project: dict(state.branches) for state in decoded.bases},
         )
 
     def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
@@ -137,6 +172,7 @@ class WireFormats:
                 repo_state=repo_state,
                 sources=sources,
                 parent_data=intent.parent_data,
+                base_state=item.buildset.base_state,
             )
             params = spec.to_dict()
         except BuildSpecError as exc:

@@ -13,9 +13,10 @@ data) into the spec the executor runs:
   projects at their branch heads);
 * ``override-checkout`` of a required project becomes ``checkouts``.
 
-Not handled yet: trusted (config-project) playbooks should run from the
-branch head, never from a speculative merge; the caller must pass a repo
-state for them that holds no speculative commit.
+* trusted (config-project) steps run from the branch head, never from a
+  speculative merge: where the item's merge moved their branch
+  (``base_state``: the commit each moved branch had before the changes),
+  the step names that commit.
 """
 
 from __future__ import annotations
@@ -38,11 +39,10 @@ def spec_for_job(
     sources: Mapping[str, str],
     parent_data: Mapping[str, Any] | None = None,
     hold: bool = False,
+    base_state: Mapping[str, Mapping[str, str]] | None = None,
 ) -> BuildSpec:
     """The spec of one build of ``job``; :class:`BuildSpecError` if something is missing."""
-    phases = (job.pre_run, job.run, job.post_run)
-    used = {job.project, *(r.name for r in job.required_projects)}
-    used |= {playbook.project for phase in phases for playbook in phase}
+    used = set(job.projects_used())
     missing = sorted(used - set(repo_state))
     if missing:
         raise BuildSpecError(f"job {job.name}: repo state lacks {', '.join(missing)}")
@@ -54,9 +54,9 @@ def spec_for_job(
         ref=ref,
         job=job.name,
         build_uuid=build_uuid,
-        pre_run=_steps(job.pre_run),
-        run=_steps(job.run),
-        post_run=_steps(job.post_run),
+        pre_run=_steps(job.pre_run, base_state or {}),
+        run=_steps(job.run, base_state or {}),
+        post_run=_steps(job.post_run, base_state or {}),
         timeout=None if job.timeout is None else float(job.timeout),
         post_timeout=None if job.post_timeout is None else float(job.post_timeout),
         vars=dict(job.vars),
@@ -70,5 +70,16 @@ def spec_for_job(
     )
 
 
-def _steps(playbooks: Iterable[Playbook]) -> tuple[JobStep, ...]:
-    return tuple(JobStep(p.path, p.project, p.branch) for p in playbooks)
+def _steps(
+    playbooks: Iterable[Playbook], base_state: Mapping[str, Mapping[str, str]]
+) -> tuple[JobStep, ...]:
+    return tuple(
+        JobStep(p.path, p.project, p.branch, _trusted_commit(p, base_state)) for p in playbooks
+    )
+
+
+def _trusted_commit(playbook: Playbook, base_state: Mapping[str, Mapping[str, str]]) -> str | None:
+    """The pre-speculation commit a trusted step runs from, if its branch was moved."""
+    if not playbook.trusted:
+        return None
+    return base_state.get(playbook.project, {}).get(playbook.branch)

@@ -52,16 +52,22 @@ class JobStep:
     path: str
     project: str | None = None
     branch: str | None = None
+    # run from this commit of the branch, not from the repo state's: a trusted
+    # (config-project) step whose branch the item's merge moved runs from the
+    # branch as it was before the speculative changes
+    commit: str | None = None
 
     def to_json_value(self) -> str | dict[str, str]:
-        """A plain path when it has no project or branch, else an object."""
-        if self.project is None and self.branch is None:
+        """A plain path when it has no project, branch or commit, else an object."""
+        if self.project is None and self.branch is None and self.commit is None:
             return self.path
         value = {"path": self.path}
         if self.project is not None:
             value["project"] = self.project
         if self.branch is not None:
             value["branch"] = self.branch
+        if self.commit is not None:
+            value["commit"] = self.commit
         return value
 
     @classmethod
@@ -217,7 +223,7 @@ class _Reader:
     def _step(self, key: str, item: Any) -> StepLike:
         if isinstance(item, str):
             return item
-        fields = ("path", "project", "branch")
+        fields = ("path", "project", "branch", "commit")
         if (
             not isinstance(item, Mapping)
             or not isinstance(item.get("path"), str)
@@ -226,7 +232,7 @@ class _Reader:
             raise BuildSpecError(
                 f"build spec: {key}: expected a path or {{path, project, branch}}, got {item!r}"
             )
-        return JobStep(item["path"], item.get("project"), item.get("branch"))
+        return JobStep(item["path"], item.get("project"), item.get("branch"), item.get("commit"))
 
     def seconds(self, key: str) -> float | None:
         value = self.data.get(key)

@@ -300,6 +300,8 @@ class MergeResult(Record):
     changes: tuple[ChangeResult, ...] = ()
     config: tuple[ConfigFiles, ...] = ()
     failure: Failure | None = None
+    # each branch the changes moved, at the commit it had before them
+    bases: tuple[ProjectState, ...] = ()
     schema: int = SCHEMA
 
     @property

@@ -303,3 +303,20 @@ def test_an_item_with_only_noop_succeeds_in_one_pass() -> None:
     intents = h.take_intents()
     assert intents.builds == [] and intents.reports == [item.uuid]
     assert item.result is Result.SUCCESS
+
+
+def test_a_job_needing_a_project_the_merge_missed_merges_again_with_it() -> None:
+    """Zuul's repo-state step: the config project of a speculative base job, say."""
+    h = Harness([JobInfo("unit", projects=("p", "config"))])
+    item = enqueue(h)
+    h.take_intents()
+    h.run(h.merge_ok(item))  # reports only p
+    intents = h.take_intents()
+    assert intents.builds == []
+    assert [m.required for m in intents.merges] == [("config",)]
+    bs = item.buildset
+    assert bs.merge_request is not None
+    state = {"p": {"main": "abc"}, "config": {"main": "def"}}
+    h.run(ev.MergeCompleted(item.uuid, bs.uuid, bs.merge_request, ev.MergeOutcome(True, state)))
+    assert [b.job.name for b in h.take_intents().builds] == ["unit"]
+    assert bs.repo_state == state

@@ -175,7 +175,7 @@ class StepLocator:
         self.spec = spec
         self.layout = layout
         self.chosen = chosen
-        self.content: dict[tuple[str, str], Path] = {}
+        self.content: dict[tuple[str, str, str], Path] = {}
 
     def resolve(self, step: JobStep) -> Path:
         """The real path of ``step``'s executable (see :func:`resolve_executable`)."""
@@ -186,12 +186,12 @@ class StepLocator:
         if project not in self.spec.repo_state:
             raise RefusedError(f"{step.path}: project {project} is not in the repo state")
         branch = step.branch or self.chosen[project]
-        if branch == self.chosen[project]:
+        if branch == self.chosen[project] and step.commit is None:
             return self.layout.project_dir(project)
-        commit = self.spec.repo_state[project].get(branch)
+        commit = step.commit or self.spec.repo_state[project].get(branch)
         if commit is None:
             raise RefusedError(f"{step.path}: {project} has no branch {branch!r} in the repo state")
-        key = (project, branch)
+        key = (project, branch, commit)
         if key not in self.content:
             dest = self.layout.root / "content" / str(len(self.content)) / project
             checkout(self.spec.sources[project], dest, {branch: commit}, branch, self.share)

@@ -71,6 +71,8 @@ class _ProjectOutcome:
     changes: list[ChangeResult] = field(default_factory=list)
     config: list[ConfigFiles] = field(default_factory=list)
     conflict: Failure | None = None
+    # the branches the changes moved, at their commits before the changes
+    base: ProjectState | None = None
 
 
 def run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
@@ -129,6 +131,7 @@ def _run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
         repo_state=tuple(o.state for o in outcomes),
         changes=_sorted_changes(outcomes),
         config=tuple(c for o in outcomes for c in o.config),
+        bases=tuple(o.base for o in outcomes if o.base is not None and o.base.branches),
     )
 
 
@@ -195,12 +198,13 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
     refs.update({head_ref(job.job_id, branch): tip for branch, tip in tips.items()})
     repo.update_refs(refs)
     state = ProjectState(connection, project, {**heads, **pinned, **tips})
+    moved = ProjectState(connection, project, {b: bases[b] for b in tips if tips[b] != bases[b]})
     config = []
     if job.read_config:
         config = [
             ConfigFiles(connection, project, b, t, repo.read_config(t)) for b, t in tips.items()
         ]
-    return _ProjectOutcome(state, results, config)
+    return _ProjectOutcome(state, results, config, base=moved)
 
 
 def _apply(

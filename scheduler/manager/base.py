@@ -138,6 +138,8 @@ class Intents:
     merges: list[MergeIntent] = field(default_factory=list)
     builds: list[BuildIntent] = field(default_factory=list)
     cancels: list[CancelIntent] = field(default_factory=list)
+    # paused builds whose dependents finished: set their ``resume`` flag
+    resumes: list[CancelIntent] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
     # uuids of head items whose tested merge the processing layer must push,
     # answering each with merge_pushed or merge_failed (see the module docstring)
@@ -145,7 +147,12 @@ class Intents:
 
     def __bool__(self) -> bool:
         return bool(
-            self.merges or self.builds or self.cancels or self.reports or self.merges_to_push
+            self.merges
+            or self.builds
+            or self.cancels
+            or self.resumes
+            or self.reports
+            or self.merges_to_push
         )
 
 
@@ -356,6 +363,7 @@ class PipelineManager:
             build.worker = event.worker
         else:
             build.state = BuildState.PAUSED
+            build.result_data = dict(event.result_data)
 
     def _build_completed(self, state: PipelineState, event: ev.BuildCompleted) -> None:
         found = self._find_build(state, event)
@@ -422,6 +430,10 @@ class PipelineManager:
                 job.skipped = Result.SKIPPED
             elif start and (job.needs_retry or (job.current is None and graph.ready(job))):
                 self._start_build(item, job)
+        for job in graph.to_resume():
+            assert job.current is not None
+            job.current.resume_requested = True
+            self.intents.resumes.append(CancelIntent(job.current.uuid, job.info.zone))
         if graph.complete and item.result is None:
             self.item_completed(item)
 

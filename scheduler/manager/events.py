@@ -85,6 +85,8 @@ class BuildPaused:
     item: str
     buildset: str
     job: str
+    # the result data the job returned when it paused (for its dependents)
+    result_data: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,11 @@ def _build_started(data: Mapping[str, Any]) -> PipelineEvent:
 
 
 def _build_paused(data: Mapping[str, Any]) -> PipelineEvent:
-    return BuildPaused(**_build_ids(data))
+    ids = _build_ids(data)
+    result_data = data.get("result_data") or {}
+    if not isinstance(result_data, Mapping):
+        raise MalformedEventError(f"build-paused: result_data must be a mapping: {data!r}")
+    return BuildPaused(ids["build"], ids["item"], ids["buildset"], ids["job"], dict(result_data))
 
 
 def _build_completed(data: Mapping[str, Any]) -> PipelineEvent:

@@ -85,10 +85,16 @@ class Build:
     result_data: dict[str, Any] = field(default_factory=dict)
     log_path: str = ""
     worker: str = ""
+    # a paused build whose dependents all finished was asked to resume
+    resume_requested: bool = False
 
     @property
     def done(self) -> bool:
         return self.state is BuildState.COMPLETED
+
+    @property
+    def paused(self) -> bool:
+        return self.state is BuildState.PAUSED
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +109,7 @@ class Build:
             "result_data": self.result_data,
             "log_path": self.log_path,
             "worker": self.worker,
+            "resume_requested": self.resume_requested,
         }
 
     @classmethod
@@ -120,6 +127,7 @@ class Build:
             result_data=dict(data.get("result_data") or {}),
             log_path=str(data.get("log_path", "")),
             worker=str(data.get("worker", "")),
+            resume_requested=bool(data.get("resume_requested", False)),
         )
 
 
@@ -168,6 +176,17 @@ class JobState:
     def running(self) -> bool:
         build = self.current
         return build is not None and not build.done
+
+    @property
+    def paused(self) -> bool:
+        """Paused (Zuul's ``zuul.pause``): its dependents may start, it waits for them."""
+        build = self.current
+        return build is not None and build.paused
+
+    @property
+    def succeeded_for_dependents(self) -> bool:
+        """Succeeded, or paused: a paused job's dependents start (Zuul)."""
+        return self.result is Result.SUCCESS or self.paused
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -221,9 +240,32 @@ class JobGraph:
                 return False
             if state.result is Result.SKIPPED and dep.soft:
                 continue
-            if state.result is not Result.SUCCESS:
+            if not state.succeeded_for_dependents:
                 return False
         return True
+
+    def dependents(self, name: str) -> list[JobState]:
+        """Every job that depends on ``name``, directly or through others."""
+        found: dict[str, JobState] = {}
+        todo = [name]
+        while todo:
+            current = todo.pop()
+            for job in self.jobs.values():
+                if job.name not in found and any(d.name == current for d in job.info.dependencies):
+                    found[job.name] = job
+                    todo.append(job.name)
+        return list(found.values())
+
+    def to_resume(self) -> list[JobState]:
+        """Paused jobs not yet asked to resume whose dependents have all finished."""
+        return [
+            job
+            for job in self.jobs.values()
+            if job.paused
+            and job.current is not None
+            and not job.current.resume_requested
+            and all(d.result is not None for d in self.dependents(job.name))
+        ]
 
     def parent_data(self, job: JobState) -> dict[str, Any]:
         """Result data of the jobs this job depends on, merged in dependency order."""

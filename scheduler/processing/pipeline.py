@@ -100,7 +100,9 @@ class PipelinePass:
         intents = manager.intents
         txn = Transaction(self.env.client)
         self._request_ops(manager, state, txn)
-        if not (self.consumed or self.requests or intents.cancels or intents.reports):
+        if not (
+            self.consumed or self.requests or intents.cancels or intents.resumes or intents.reports
+        ):
             return False  # nothing new (a push may be pending: its result will wake us)
         for queue, event in self.consumed:
             queue.ack_ops(event, txn)
@@ -194,7 +196,8 @@ class PipelinePass:
         if kind == RequestEvent.STARTED.value:
             return ev.BuildStarted(request, item.uuid, buildset, job, time.time())
         if kind == RequestEvent.PAUSED.value:
-            return ev.BuildPaused(request, item.uuid, buildset, job)
+            data = requests.paused_data(request)
+            return ev.BuildPaused(request, item.uuid, buildset, job, data)
         result = requests.get_result(request)
         if result is None:
             return None
@@ -255,6 +258,8 @@ class PipelinePass:
                 )
         for new in self.requests:
             self._queue(new.queue_root).submit_ops(new.request, new.params, txn)
+        for resume in manager.intents.resumes:
+            self._queue(paths.executor_queue(resume.zone or None)).resume_ops(resume.build, txn)
 
     def _queue(self, root: str) -> JobRequestQueue:
         key = (id(self.env.client), root)

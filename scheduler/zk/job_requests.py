@@ -71,7 +71,7 @@ from scheduler.zk.context import (
     OpFailedError,
     Transaction,
 )
-from scheduler.zk.errors import DataTooLargeError
+from scheduler.zk.errors import DataTooLargeError, NoDataError
 from scheduler.zk.event_queue import EventQueue, commit_creating_parents
 from scheduler.zk.locks import HeldLock
 
@@ -264,6 +264,17 @@ class JobRequestQueue:
         """Ask the worker to cancel (the ``cancel`` flag); False if the request is gone."""
         return self._set_flag(uuid, "cancel")
 
+    def resume_ops(self, uuid: str, txn: Transaction) -> bool:
+        """Add the creation of the ``resume`` flag to ``txn``; False if the request is gone.
+
+        The scheduler commits it with the state that records the resume, so
+        a crash can neither lose the resume nor ask twice.
+        """
+        if self.client.exists(self._path("requests", uuid)) is None:
+            return False
+        txn.create(paths.request_flag(self.root, uuid, "resume"))
+        return True
+
     def request_resume(self, uuid: str) -> bool:
         return self._set_flag(uuid, "resume")
 
@@ -357,24 +368,50 @@ class JobRequestQueue:
         return ClaimedRequest(replace(running, version=request.version + 1), lock)
 
     def _update(
-        self, claimed: ClaimedRequest, state: RequestState, event: RequestEvent | None
+        self,
+        claimed: ClaimedRequest,
+        state: RequestState,
+        event: RequestEvent | None,
+        data: Mapping[str, Any] | None = None,
     ) -> None:
         updated = replace(claimed.request, state=state)
         txn = claimed.context.transaction()
         txn.set(
             self._path("requests", claimed.uuid), self._encode(updated), claimed.request.version
         )
+        prepared = None
+        if data is not None:
+            data_path = self._path("result-data", claimed.uuid)
+            exists = self.client.exists(data_path) is not None
+            prepared = stored.prepare(LockContext(self.client), data_path, data, exists=exists)
+            prepared.add_to(txn)
         if state == RequestState.RUNNING and self.client.exists(
             paths.request_flag(self.root, claimed.uuid, "resume")
         ):
             txn.delete(paths.request_flag(self.root, claimed.uuid, "resume"))
         queues = self._event(updated, event, txn) if event else []
-        commit_creating_parents(self.client, txn, queues)
+        results = commit_creating_parents(self.client, txn, queues)
+        if prepared is not None:
+            prepared.cleanup(self.client, results)
         claimed.request = replace(updated, version=claimed.request.version + 1)
 
-    def pause(self, claimed: ClaimedRequest) -> None:
-        """RUNNING -> PAUSED, with a ``request-paused`` event (fenced)."""
-        self._update(claimed, RequestState.PAUSED, RequestEvent.PAUSED)
+    def pause(self, claimed: ClaimedRequest, result_data: Mapping[str, Any] | None = None) -> None:
+        """RUNNING -> PAUSED with its result data so far and a ``request-paused`` event.
+
+        The data goes to the request's ``result-data`` node (as ``paused``) in
+        the same fenced transaction; the completion replaces it later.
+        """
+        data = {"paused": dict(result_data or {})}
+        self._update(claimed, RequestState.PAUSED, RequestEvent.PAUSED, data)
+
+    def paused_data(self, uuid: str) -> dict[str, Any]:
+        """The result data a paused request stored ({} if none or already completed)."""
+        try:
+            document = stored.load(LockContext(self.client), self._path("result-data", uuid)).data
+        except NoDataError:
+            return {}
+        paused = document.get("paused")
+        return dict(paused) if isinstance(paused, Mapping) else {}
 
     def resume(self, claimed: ClaimedRequest) -> None:
         """PAUSED -> RUNNING, consuming the ``resume`` flag (fenced)."""

@@ -320,3 +320,70 @@ def test_a_job_needing_a_project_the_merge_missed_merges_again_with_it() -> None
     h.run(ev.MergeCompleted(item.uuid, bs.uuid, bs.merge_request, ev.MergeOutcome(True, state)))
     assert [b.job.name for b in h.take_intents().builds] == ["unit"]
     assert bs.repo_state == state
+
+
+def paused(h: Harness, item: QueueItem, job: str, data: dict[str, object]) -> ev.BuildPaused:
+    assert item.buildset.jobs is not None
+    build = item.buildset.jobs[job].current
+    assert build is not None
+    return ev.BuildPaused(build.uuid, item.uuid, item.buildset.uuid, job, data)
+
+
+def test_a_paused_job_starts_its_dependents_and_resumes_when_they_finish() -> None:
+    """Zuul's TestJobPause: dependents start with the parent's data; it resumes after them."""
+    h = Harness(
+        [
+            JobInfo("compile"),
+            JobInfo("test", dependencies=(Dependency("compile"),)),
+            JobInfo("deploy", dependencies=(Dependency("test"),)),
+        ]
+    )
+    item = enqueue(h)
+    h.take_intents()
+    h.run(h.merge_ok(item))
+    assert [b.job.name for b in h.take_intents().builds] == ["compile"]
+
+    h.run(paused(h, item, "compile", {"artifact": "a.tgz"}))
+    started = h.take_intents()
+    assert [(b.job.name, b.parent_data) for b in started.builds] == [
+        ("test", {"artifact": "a.tgz"})
+    ]
+    assert started.resumes == []
+
+    h.run(h.complete(item, "test", Result.SUCCESS))
+    intents = h.take_intents()
+    assert [b.job.name for b in intents.builds] == ["deploy"]
+    assert intents.resumes == []  # deploy depends on compile through test: not yet
+    h.run(h.complete(item, "deploy", Result.SUCCESS))
+    assert item.buildset.jobs is not None
+    compile_build = item.buildset.jobs["compile"].current
+    assert compile_build is not None
+    assert [r.build for r in h.take_intents().resumes] == [compile_build.uuid]
+    h.run()  # asked once only
+    assert h.take_intents().resumes == [] and item.result is None
+
+    h.run(h.complete(item, "compile", Result.SUCCESS))
+    assert item.result is Result.SUCCESS
+
+
+def test_a_paused_job_is_cancelled_with_its_item_and_a_failed_dependent_still_resumes() -> None:
+    h = Harness([JobInfo("compile"), JobInfo("test", dependencies=(Dependency("compile"),))])
+    item = enqueue(h)
+    h.take_intents()
+    h.run(h.merge_ok(item))
+    h.run(paused(h, item, "compile", {}))
+    h.take_intents()
+    h.run(h.complete(item, "test", Result.FAILURE))
+    assert len(h.take_intents().resumes) == 1
+    h.run(h.complete(item, "compile", Result.SUCCESS))
+    assert item.result is Result.FAILURE and item.message == "failed: test"
+
+    h2 = Harness([JobInfo("compile"), JobInfo("test", dependencies=(Dependency("compile"),))])
+    item2 = enqueue(h2)
+    h2.run(h2.merge_ok(item2))
+    h2.run(paused(h2, item2, "compile", {}))
+    h2.take_intents()
+    h2.manager.dequeue_change(h2.state, item2.change)
+    cancelled = {c.build for c in h2.take_intents().cancels}
+    assert item2.buildset.jobs is not None
+    assert {j.current.uuid for j in item2.buildset.jobs.values() if j.current} == cancelled

@@ -148,11 +148,17 @@ class RequestControl(BaseControl):
     """
 
     def __init__(
-        self, queue: JobRequestQueue, claimed: ClaimedRequest, *, poll_interval: float = 0.2
+        self,
+        queue: JobRequestQueue,
+        claimed: ClaimedRequest,
+        *,
+        poll_interval: float = 0.2,
+        notify: Notify = no_notify,
     ) -> None:
         self.queue = queue
         self.claimed = claimed
         self.poll_interval = poll_interval
+        self.notify = notify
         self.cancel_flag = queue.watch_flag(claimed.uuid, "cancel")
         self.info: StartedInfo | None = None
         # Why the build was stopped for a lost claim (None: it was not).
@@ -178,9 +184,9 @@ class RequestControl(BaseControl):
         log.info("build request %s: started, log %s", self.claimed.uuid, info.log_path)
 
     def pause(self, result_data: Mapping[str, Any]) -> None:
-        # PAUSED with its event; the result data so far is not stored yet
-        # (JobRequestQueue.pause takes none; see docs/executor.md).
-        self.queue.pause(self.claimed)
+        # PAUSED with its event and the result data so far (for the dependents)
+        self.queue.pause(self.claimed, result_data)
+        notify_safely(self.notify, self.claimed.request, "build")
         log.info("build request %s: paused", self.claimed.uuid)
         resumed = self.queue.watch_flag(self.claimed.uuid, "resume")
         while not resumed.wait(self.poll_interval):
@@ -216,7 +222,7 @@ def execute_request(
     log.info("build request %s: claimed by %s", request_uuid, worker)
     notify_safely(notify, claimed.request, "build")
     try:
-        result = _run_claimed(queue, claimed, options)
+        result = _run_claimed(queue, claimed, options, notify)
         outcome = _complete(queue, claimed, result)
         if outcome is BuildOutcome.COMPLETED:
             notify_safely(notify, claimed.request, "build")
@@ -232,14 +238,14 @@ def execute_request(
 
 
 def _run_claimed(
-    queue: JobRequestQueue, claimed: ClaimedRequest, options: RunnerOptions
+    queue: JobRequestQueue, claimed: ClaimedRequest, options: RunnerOptions, notify: Notify
 ) -> BuildResult:
     try:
         spec = BuildSpec.from_dict(queue.params(claimed.uuid))
     except (BuildSpecError, DecodeError, NoDataError) as exc:
         log.error("build request %s: unusable build spec: %s", claimed.uuid, exc)
         return refused_result(claimed.uuid, f"the build request holds no valid build spec: {exc}")
-    control = RequestControl(queue, claimed, poll_interval=options.poll_interval)
+    control = RequestControl(queue, claimed, poll_interval=options.poll_interval, notify=notify)
     return run_build(spec, control, options)
 
 

@@ -307,6 +307,9 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
             dispatch.send(tasknames.RECONFIGURE, name, settings=settings)
         return found
 
+    def nudge_pipeline(tenant: str, pipeline: str) -> None:
+        dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
+
     def pipelines() -> list[str]:
         found = idle.pipelines_to_process(client)
         for tenant, pipeline in found:
@@ -319,7 +322,8 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         SweepStep("connections", connections),
         SweepStep("tenants", tenants),
         SweepStep("pipelines", pipelines),
-        SweepStep("semaphores", lambda: release_leaked_semaphores(client)),
+        SweepStep("semaphores", lambda: release_leaked_semaphores(client, nudge_pipeline)),
+        SweepStep("semaphore-waiters", lambda: wake_semaphore_waiters(client, nudge_pipeline)),
     ]
 
 
@@ -334,12 +338,32 @@ def live_buildsets(client: ZooKeeperClient) -> set[str]:
     return found
 
 
-def release_leaked_semaphores(client: ZooKeeperClient) -> list[str]:
+def wake_semaphore_waiters(client: ZooKeeperClient, nudge: Callable[[str, str], None]) -> list[str]:
+    """Re-nudge the pipelines waiting for a semaphore that has a free slot.
+
+    The pass that frees a slot nudges the waiters itself; this recovers a
+    nudge lost with a purged broker or a worker killed after its commit.
+    """
+    woken: list[str] = []
+    for path in inventory.semaphores(client):
+        semaphore = Semaphore(client, path)
+        if not semaphore.has_free_slot():
+            continue
+        for tenant, pipeline in semaphore.waiters():
+            nudge(tenant, pipeline)
+            woken.append(f"{path}:{tenant}/{pipeline}")
+    return woken
+
+
+def release_leaked_semaphores(
+    client: ZooKeeperClient, nudge: Callable[[str, str], None] | None = None
+) -> list[str]:
     """Release semaphore holders whose buildset no longer exists anywhere.
 
     A holder is ``<buildset uuid>/<job>`` and is committed in the same
     transaction as its buildset's build, so reading the holders first and
     the pipelines afterwards can never mistake a fresh holder for a leak.
+    The pipelines waiting for a semaphore that got a slot back are nudged.
     """
     released: list[str] = []
     live: set[str] | None = None
@@ -351,5 +375,10 @@ def release_leaked_semaphores(client: ZooKeeperClient) -> list[str]:
         return holder.split("/", 1)[0] in live
 
     for path in inventory.semaphores(client):
-        released += [f"{path}:{h}" for h in Semaphore(client, path).cleanup(exists)]
+        semaphore = Semaphore(client, path)
+        freed = semaphore.cleanup(exists)
+        released += [f"{path}:{h}" for h in freed]
+        if freed and nudge is not None:
+            for tenant, pipeline in semaphore.waiters():
+                nudge(tenant, pipeline)
     return released

@@ -247,5 +247,5 @@ class LayoutManagerSource:
         # A global semaphore the tenant lists wins over a tenant one of the same name.
         maxima.update(layout.tenant.global_semaphores)
         global_names = self.global_semaphores | frozenset(layout.tenant.global_semaphores)
-        ledger = TxnLedger(client, tenant, maxima, global_names)
+        ledger = TxnLedger(client, tenant, maxima, global_names, pipeline)
         return kind(settings, LayoutFreezer(layout, pipeline), ledger), ledger

@@ -117,6 +117,8 @@ class PipelinePass:
         testhooks.hold_before_commit()
         tree = store.write(self.held.context, tree, state, extra=txn)
         self._after_commit(manager)
+        for tenant, pipeline in ledger.to_wake():  # a slot freed: waiters elsewhere retry
+            self.env.nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
         if intents.reports:
             self._report(state, intents.reports)
             manager.finish_reported(state, intents.reports)

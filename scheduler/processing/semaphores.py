@@ -7,6 +7,14 @@ compare-and-set in the pass's transaction. So a semaphore slot is taken if
 and only if the build that needs it is committed: a pass that fails to
 commit (fenced, or another pipeline took the slot first: the version check
 fails) leaves no leaked holder, and the next pass decides again.
+
+Waking waiters in other pipelines: a semaphore's document also lists the
+pipelines whose jobs wait for it (``waiters``). A pass whose job could not
+take a slot adds its pipeline, a pass whose jobs no longer wait removes it,
+in the same compare-and-set. A pass that released a slot nudges every other
+waiting pipeline after its commit (:meth:`TxnLedger.to_wake`); the sweep
+re-nudges waiters of a semaphore with a free slot, in case that nudge was
+lost (DESIGN.md invariant 2).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from dataclasses import dataclass, field
 from scheduler.zk import doctree, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import Transaction
+from scheduler.zk.semaphores import holders_of, waiters_of
 
 
 @dataclass
@@ -24,7 +33,11 @@ class _Slot:
     path: str
     holders: list[str]
     version: int  # -1: the node does not exist yet
+    waiters: list[tuple[str, str]] = field(default_factory=list)
     changed: bool = False
+    # this pass: a job could not take a slot / a slot was given back
+    refused: bool = False
+    released: bool = False
 
 
 @dataclass
@@ -34,6 +47,8 @@ class TxnLedger:
     # max holders per semaphore name; names absent here are implicit, max 1
     maxima: Mapping[str, int] = field(default_factory=dict)
     global_names: frozenset[str] = frozenset()
+    # the pipeline whose pass this is (recorded as a waiter)
+    pipeline: str = ""
     _slots: dict[str, _Slot] = field(default_factory=dict)
 
     def _path(self, name: str) -> str:
@@ -47,8 +62,10 @@ class TxnLedger:
             path = self._path(name)
             tree = doctree.DocTree(paths.parent(path))
             found = doctree.get_many(self.client, tree, [path])
-            holders = [str(h) for h in found.get(path, {}).get("holders", [])]
-            slot = _Slot(path, holders, tree.versions.get(path, -1))
+            document = found.get(path, {})
+            slot = _Slot(
+                path, holders_of(document), tree.versions.get(path, -1), waiters_of(document)
+            )
             self._slots[name] = slot
         return slot
 
@@ -60,6 +77,7 @@ class TxnLedger:
         if holder in slot.holders:
             return True
         if len(slot.holders) >= self.maxima.get(name, 1):
+            slot.refused = True
             return False
         slot.holders.append(holder)
         slot.changed = True
@@ -70,13 +88,41 @@ class TxnLedger:
         if holder in slot.holders:
             slot.holders.remove(holder)
             slot.changed = True
+            slot.released = True
+
+    def _me(self) -> tuple[str, str]:
+        return (self.tenant, self.pipeline)
+
+    def _update_waiters(self, slot: _Slot) -> None:
+        """This pipeline waits for the slot if and only if a job of this pass was refused."""
+        me = self._me()
+        if slot.refused and me not in slot.waiters:
+            slot.waiters.append(me)
+            slot.changed = True
+        elif not slot.refused and me in slot.waiters:
+            slot.waiters.remove(me)
+            slot.changed = True
+
+    def to_wake(self) -> list[tuple[str, str]]:
+        """Other pipelines waiting for a semaphore this pass released (after the commit)."""
+        found: dict[tuple[str, str], None] = {}
+        for slot in self._slots.values():
+            if slot.released:
+                found.update((w, None) for w in slot.waiters if w != self._me())
+        return list(found)
 
     def add_ops(self, txn: Transaction) -> None:
         """Compare-and-set every changed semaphore in ``txn``."""
-        for slot in self._slots.values():
+        for name, slot in self._slots.items():
+            self._update_waiters(slot)
             if not slot.changed:
                 continue
-            data = stored.encode({"holders": slot.holders})
+            document = {
+                "holders": slot.holders,
+                "waiters": [list(w) for w in slot.waiters],
+                "max": self.maxima.get(name, 1),
+            }
+            data = stored.encode(document)
             if slot.version < 0:
                 self.client.ensure_path(paths.parent(slot.path))
                 txn.create(slot.path, data)

@@ -3,7 +3,10 @@
 A semaphore at :func:`scheduler.zk.paths.semaphore` (tenant) or
 :func:`scheduler.zk.paths.global_semaphore` (shared by tenants) is one node
 whose stored object lists its holders (``{"holders": [...]}``; a holder is
-an opaque string such as a build or buildset reference).
+an opaque string such as a build or buildset reference), the pipelines that
+wait for a slot (``"waiters": [[tenant, pipeline], ...]``, kept by the pipeline
+passes, see :mod:`scheduler.processing.semaphores`) and the ``max`` the last
+writer knew, so the sweep can tell a waiter that a slot is free.
 
 Guarantees: :meth:`Semaphore.acquire` and :meth:`Semaphore.release` are
 compare-and-set updates (read, change, write with the read version, retry
@@ -23,7 +26,8 @@ reconnecting.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
@@ -49,29 +53,39 @@ class Semaphore:
         self.client = client
         self.path = path
 
-    def _read(self) -> tuple[list[str], int]:
-        """Holders and node version (-2: the node does not exist yet)."""
+    def _read(self) -> tuple[dict[str, Any], int]:
+        """The stored object and node version (-2: the node does not exist yet)."""
         try:
             raw, stat = self.client.get(self.path)
         except NoNodeError:
-            return [], -2
-        holders = stored.decode(raw, self.path).get("holders", [])
-        return [str(h) for h in holders], int(stat.version)
+            return {}, -2
+        document = stored.decode(raw, self.path)
+        document.pop(stored.SCHEMA_FIELD, None)
+        return document, int(stat.version)
 
     def holders(self) -> list[str]:
-        return self._read()[0]
+        return holders_of(self._read()[0])
+
+    def waiters(self) -> list[tuple[str, str]]:
+        """The pipelines (tenant, pipeline) whose jobs wait for a slot."""
+        return waiters_of(self._read()[0])
+
+    def has_free_slot(self) -> bool:
+        """Fewer holders than the ``max`` the last writer recorded (1 if none)."""
+        document = self._read()[0]
+        return len(holders_of(document)) < int(document.get("max", 1))
 
     def _update(
         self, change: Callable[[list[str]], list[str] | None], context: LockContext | None
     ) -> bool:
         """Apply ``change`` (None: nothing to write) with compare-and-set; True if written."""
         for _ in range(_ATTEMPTS):
-            holders, version = self._read()
-            new = change(list(holders))
+            document, version = self._read()
+            new = change(holders_of(document))
             if new is None:
                 return False
             txn = context.transaction() if context else Transaction(self.client)
-            data = stored.encode({"holders": new})
+            data = stored.encode({**document, "holders": new})
             if version == -2:
                 txn.create(self.path, data)
             else:
@@ -124,3 +138,15 @@ class Semaphore:
 
         self._update(change, context)
         return leaked
+
+
+def holders_of(document: Mapping[str, Any]) -> list[str]:
+    return [str(h) for h in document.get("holders", [])]
+
+
+def waiters_of(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    found = []
+    for waiter in document.get("waiters", []):
+        if isinstance(waiter, list | tuple) and len(waiter) == 2:
+            found.append((str(waiter[0]), str(waiter[1])))
+    return found

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from scheduler.model.item import PipelineState
+from scheduler.processing.semaphores import TxnLedger
 from scheduler.state.store import PipelineStore
-from scheduler.sweep import release_leaked_semaphores
+from scheduler.sweep import release_leaked_semaphores, wake_semaphore_waiters
 from scheduler.zk import locks, paths
 from scheduler.zk.client import connect
+from scheduler.zk.context import Transaction
 from scheduler.zk.semaphores import Semaphore
 from tests.fixtures.services import ZooKeeperTarget
 from tests.scheduler.test_state_store import sample_state
@@ -32,6 +34,49 @@ def test_only_holders_without_a_buildset_are_released(zookeeper: ZooKeeperTarget
         assert sorted(h.rsplit(":", 1)[1] for h in released) == ["also-gone/deploy", "gone/unit"]
         assert tenant_sem.holders() == ["bs0/unit"]
         assert global_sem.holders() == []
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_waiters_are_recorded_by_passes_and_woken_by_the_sweep(
+    zookeeper: ZooKeeperTarget,
+) -> None:
+    """A refused pass records its pipeline; a free slot gets the waiters nudged."""
+    client = connect(zookeeper.settings())
+    try:
+        gate = TxnLedger(client, "t", {"deploy": 1}, pipeline="gate")
+        assert gate.try_acquire("deploy", "bs-gate/deploy")
+        txn = Transaction(client)
+        gate.add_ops(txn)
+        txn.commit()
+        check = TxnLedger(client, "t", {"deploy": 1}, pipeline="check")
+        assert not check.try_acquire("deploy", "bs-check/deploy")
+        txn = Transaction(client)
+        check.add_ops(txn)
+        txn.commit()
+        semaphore = Semaphore(client, paths.semaphore("t", "deploy"))
+        assert semaphore.waiters() == [("t", "check")]
+
+        nudged: list[tuple[str, str]] = []
+        assert wake_semaphore_waiters(client, lambda t, p: nudged.append((t, p))) == []
+        # the holder's pass releases: it names the waiter to nudge after its commit
+        release = TxnLedger(client, "t", {"deploy": 1}, pipeline="gate")
+        release.release("deploy", "bs-gate/deploy")
+        assert release.to_wake() == [("t", "check")]
+        txn = Transaction(client)
+        release.add_ops(txn)
+        txn.commit()
+        # that nudge was lost: the sweep finds the waiter of a free slot
+        assert wake_semaphore_waiters(client, lambda t, p: nudged.append((t, p)))
+        assert nudged == [("t", "check")]
+        # the waiter's next pass takes the slot and leaves the waiters
+        retry = TxnLedger(client, "t", {"deploy": 1}, pipeline="check")
+        assert retry.try_acquire("deploy", "bs-check/deploy")
+        txn = Transaction(client)
+        retry.add_ops(txn)
+        txn.commit()
+        assert semaphore.waiters() == [] and semaphore.holders() == ["bs-check/deploy"]
     finally:
         client.stop()
         client.close()

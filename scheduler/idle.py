@@ -60,6 +60,7 @@ def pipelines_to_process(client: ZooKeeperClient) -> list[tuple[str, str]]:
         for pipeline in inventory.pipelines(client, tenant)
         if _pipeline_events(client, tenant, pipeline)
         or flags.is_raised(client, paths.pipeline_dirty(tenant, pipeline))
+        or flags.is_raised(client, paths.pipeline_report_retry(tenant, pipeline))
     ]
 
 

@@ -70,6 +70,9 @@ def item_status(item: QueueItem, now: float) -> dict[str, Any]:
         "message": item.message,
         "merge": item.buildset.merge_state.value,
         "jobs": [job_status(job, now) for job in item.buildset.graph],
+        # a report that did not land yet (the database is down): retried
+        "report_failures": item.report_failures,
+        "report_error": item.report_error,
     }
 
 
@@ -100,6 +103,11 @@ def render_text(status: dict[str, Any]) -> str:
                     f"    {item['project']} {item['ref']} -> {item['branch']}"
                     f" [{state}] {item['id']}"
                 )
+                if item.get("report_failures"):
+                    lines.append(
+                        f"      waiting to report ({item['report_failures']} failed attempts):"
+                        f" {item['report_error']}"
+                    )
                 for job in item["jobs"]:
                     lines.append("      " + _job_line(job))
     return "\n".join(lines) if lines else "no pipelines"

@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 
 # The built-in job that needs no build request (scheduler.config.loader.NOOP_JOB).
 NOOP_JOB = "noop"
+# Seconds before the first retry of a report that did not land, doubling to the max.
+REPORT_RETRY_FIRST = 2.0
+REPORT_RETRY_MAX = 60.0
 
 
 # (project, branch) -> (shared queue name, per branch), None for a project of its own
@@ -506,8 +509,25 @@ class PipelineManager:
             item.buildset.message = message
 
     def _finish(self, item: QueueItem) -> None:
-        if item.result is not None and not item.reported:
-            self.intents.reports.append(item.uuid)
+        if item.result is None or item.reported:
+            return
+        if item.report_retry_at is not None and self.clock() < item.report_retry_at:
+            return  # its last report did not land: wait for the back-off
+        self.intents.reports.append(item.uuid)
+
+    def report_failed(self, state: PipelineState, item_uuid: str, error: str) -> None:
+        """A report of the item did not land (its database is down): it stays, retried later.
+
+        A gate's head that cannot report blocks the items behind it, as in
+        Zuul: their reports must follow it.
+        """
+        item = state.items.get(item_uuid)
+        if item is None:
+            return
+        item.report_failures += 1
+        item.report_error = error
+        delay = min(REPORT_RETRY_MAX, REPORT_RETRY_FIRST * 2 ** (item.report_failures - 1))
+        item.report_retry_at = self.clock() + delay
 
     # -- the merge push (gating pipelines that merge) ---------------------------
 
@@ -536,6 +556,13 @@ class PipelineManager:
         for item_uuid in item_uuids:
             item = state.items.get(item_uuid)
             if item is not None:
+                if item.report_failures:
+                    log.info(
+                        "%s: item %s reported after %d failed attempts",
+                        self.settings.name,
+                        item.uuid,
+                        item.report_failures,
+                    )
                 item.reported = True
                 item.dequeued = True
                 state.remove(item)

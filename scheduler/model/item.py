@@ -123,6 +123,10 @@ class QueueItem:
     message: str = ""
     # gating pipelines that merge: where the push of the tested merge stands
     push: PushState = PushState.NONE
+    # a report that did not land (SQL down): the item stays until it does
+    report_failures: int = 0
+    report_error: str = ""
+    report_retry_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +143,9 @@ class QueueItem:
             "result": self.result.value if self.result else None,
             "message": self.message,
             "push": self.push.value,
+            "report_failures": self.report_failures,
+            "report_error": self.report_error,
+            "report_retry_at": self.report_retry_at,
         }
 
     @classmethod
@@ -158,6 +165,9 @@ class QueueItem:
             result=Result(result) if result else None,
             message=str(data.get("message", "")),
             push=PushState(data.get("push", PushState.NONE.value)),
+            report_failures=int(data.get("report_failures", 0)),
+            report_error=str(data.get("report_error", "")),
+            report_retry_at=data.get("report_retry_at"),
         )
 
 

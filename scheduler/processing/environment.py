@@ -73,7 +73,9 @@ class ManagerSource(Protocol):
 
 class Reporter(Protocol):
     def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
-        """Report a finished item; must be idempotent (a crash may repeat it)."""
+        """Report a finished item; must be idempotent (a crash may repeat it).
+
+        Raises if the report did not land (it is tried again later)."""
 
 
 # nudge(task name, arguments, queue or None for the task's default route)
@@ -88,16 +90,25 @@ class Environment:
     nudge: Nudge
     reporters: Sequence[Reporter] = ()
 
-    def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
-        """Run every reporter; a failing reporter is logged and never stops the others."""
+    def report(self, tenant: str, pipeline: str, item: QueueItem) -> str:
+        """Run every reporter; "" if all landed, else why not (the item is reported again).
+
+        A failing reporter is logged and never stops the others; every
+        reporter is idempotent, so the retry repeats the ones that landed
+        harmlessly.
+        """
+        errors: list[str] = []
         for reporter in self.reporters:
             try:
                 reporter.report(tenant, pipeline, item)
-            except Exception:  # a hook boundary: log it, go on (STYLE.md habit 8)
-                log.exception(
-                    "reporter %s failed for item %s of %s/%s",
+            except Exception as exc:  # a hook boundary: log it, go on (STYLE.md habit 8)
+                log.warning(
+                    "reporter %s failed for item %s of %s/%s (retried later): %s",
                     type(reporter).__name__,
                     item.uuid,
                     tenant,
                     pipeline,
+                    exc,
                 )
+                errors.append(f"{type(reporter).__name__}: {exc}")
+        return "; ".join(errors)

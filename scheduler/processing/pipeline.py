@@ -38,7 +38,7 @@ from scheduler.processing import testhooks
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state.store import PipelineStore
-from scheduler.zk import locks, paths, stored
+from scheduler.zk import flags, locks, paths, stored
 from scheduler.zk.context import Transaction
 from scheduler.zk.event_queue import Event, EventQueue
 from scheduler.zk.job_requests import JobRequestQueue, RequestEvent
@@ -119,14 +119,15 @@ class PipelinePass:
         self._after_commit(manager)
         for tenant, pipeline in ledger.to_wake():  # a slot freed: waiters elsewhere retry
             self.env.nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
+        landed: list[str] = []
         if intents.reports:
-            self._report(state, intents.reports)
-            manager.finish_reported(state, intents.reports)
+            landed = self._report(manager, state, intents.reports)
+            manager.finish_reported(state, landed)
             store.write(self.held.context, tree, state)
         # Another pass only if it can find something: items left the queue
         # (those behind may move up), or a queue had more events than one
         # pass takes. New events raise the dirty flag, which the loop checks.
-        return bool(intents.reports) or self.more_events
+        return bool(landed) or self.more_events
 
     # -- events ---------------------------------------------------------------
 
@@ -286,11 +287,39 @@ class PipelinePass:
             root = paths.executor_queue(cancel.zone or None)
             self._queue(root).request_cancel(cancel.build)
 
-    def _report(self, state: PipelineState, item_uuids: Iterable[str]) -> None:
+    def _report(
+        self, manager: PipelineManager, state: PipelineState, item_uuids: Iterable[str]
+    ) -> list[str]:
+        """Report the items; the uuids of those whose reports landed.
+
+        An item whose report did not land (the database is down) stays, with
+        a back-off (``PipelineManager.report_failed``); the pipeline's
+        ``report-retry`` flag makes the sweep nudge it until it lands. The
+        flag is raised before the state that needs it is written.
+        """
+        landed: list[str] = []
+        failed = False
         for item_uuid in item_uuids:
             item = state.items.get(item_uuid)
-            if item is not None and item.result is not Result.SKIPPED:
-                self.env.report(self.tenant, self.pipeline, item)
+            if item is None:
+                continue
+            error = ""
+            if item.result is not Result.SKIPPED:
+                error = self.env.report(self.tenant, self.pipeline, item)
+            if error:
+                failed = True
+                manager.report_failed(state, item_uuid, error)
+            else:
+                landed.append(item_uuid)
+        retry_flag = paths.pipeline_report_retry(self.tenant, self.pipeline)
+        if failed:
+            flags.raise_flag(self.env.client, retry_flag)
+            return landed
+        waiting = any(i.report_failures for i in state.items.values() if i.uuid not in landed)
+        recovered = any(state.items[u].report_failures for u in landed)
+        if recovered and not waiting:
+            flags.lower_flag(self.env.client, retry_flag)
+        return landed
 
 
 def _named_items(state: PipelineState, event: ev.PipelineEvent) -> list[str]:

@@ -4,13 +4,16 @@ Translates queue items into the records of :mod:`scheduler.reporting`
 (one row per buildset and per build attempt in SQL, a log line each).
 Every record is keyed by uuid (and attempt), so reporting an item twice,
 after a crash between the report and the commit that removes the item,
-writes nothing twice.
+writes nothing twice. A record that does not land (the database is down)
+raises :class:`ReportNotLandedError`: the item stays in its pipeline and the
+report is tried again later (``PipelineManager.report_failed``).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from scheduler.errors import SluiceError
 from scheduler.model.build import Build, JobState
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
@@ -24,6 +27,15 @@ from scheduler.reporting import (
     RefInfo,
     ReporterSet,
 )
+
+
+class ReportNotLandedError(SluiceError):
+    """A reporter could not record an item; it must be reported again."""
+
+
+def _landed(what: str, failed: tuple[str, ...]) -> None:
+    if failed:
+        raise ReportNotLandedError(f"{', '.join(failed)} could not record the {what}")
 
 
 def _time(value: float | None, default: float) -> datetime:
@@ -62,7 +74,7 @@ class HistoryReporter:
     def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
         info = buildset_info(tenant, pipeline, item)
         started = _time(item.enqueue_time, item.enqueue_time)
-        self.reporters.record_buildset_start(BuildsetStart(info, started))
+        _landed("buildset", self.reporters.record_buildset_start(BuildsetStart(info, started)))
         for job in item.buildset.graph:
             for build in job.builds:
                 self._report_build(info, job, build, item.enqueue_time)
@@ -71,18 +83,22 @@ class HistoryReporter:
             [b.end_time for j in item.buildset.graph for b in j.builds if b.end_time] or [0.0]
         )
         end = _time(ended or None, item.enqueue_time)
-        self.reporters.record_buildset_end(BuildsetEnd(info, result, item.message, end))
+        _landed(
+            "buildset result",
+            self.reporters.record_buildset_end(BuildsetEnd(info, result, item.message, end)),
+        )
 
     def _report_build(
         self, info: BuildsetInfo, job: JobState, build: Build, default: float
     ) -> None:
         record = BuildInfo(build.uuid, job.name, build.attempt, job.info.voting)
         if build.start_time is not None:
-            self.reporters.record_build_start(
-                BuildStart(info, record, _time(build.start_time, default), executor=build.worker)
+            start = BuildStart(
+                info, record, _time(build.start_time, default), executor=build.worker
             )
+            _landed("build start", self.reporters.record_build_start(start))
         result = attempt_result(job, build)
-        self.reporters.record_build_end(
+        ended = self.reporters.record_build_end(
             BuildEnd(
                 info,
                 record,
@@ -94,3 +110,4 @@ class HistoryReporter:
                 result_data=build.result_data,
             )
         )
+        _landed("build result", ended)

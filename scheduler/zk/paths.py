@@ -356,6 +356,11 @@ def pipeline_state(tenant: str, pipeline: str) -> str:
     return join(tenant_state(tenant), "pipeline", segment(pipeline))
 
 
+def pipeline_report_retry(tenant: str, pipeline: str) -> str:
+    """Flag: an item of the pipeline waits to report again (its database was down)."""
+    return join(pipeline_state(tenant, pipeline), "report-retry")
+
+
 def pipeline_dirty(tenant: str, pipeline: str) -> str:
     return join(pipeline_state(tenant, pipeline), "dirty")
 

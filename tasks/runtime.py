@@ -53,6 +53,7 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
         _connection_of(layouts),
         lambda conn, project: str(cache.repo_path(conn, project)),
         ProjectsNeeded(layouts.get),
+        lambda tenant, project, branch: layouts.get(tenant).layout.merge_mode(project, branch),
     )
     engine = open_database(settings.database_url)
     reporters = [HistoryReporter(ReporterSet([SqlReporter(engine), LogReporter()]))]

@@ -62,6 +62,7 @@ OVERRIDE = (
     "files",
     "irrelevant-files",
     "dependencies",
+    "zone",
 )
 ALLOWED_AFTER_FINAL = frozenset(
     {"description", "files", "irrelevant-files", "voting", "dependencies", "tags"}
@@ -98,6 +99,8 @@ class FrozenJob:
     tags: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     irrelevant_files: tuple[str, ...] = ()
+    # the executor zone that runs it ("" = any unzoned executor)
+    zone: str = ""
     schema: int = FROZEN_SCHEMA
 
     def to_json(self) -> str:
@@ -139,6 +142,7 @@ class FrozenJob:
             tags=tuple(get("tags", ())),
             files=tuple(get("files", ())),
             irrelevant_files=tuple(get("irrelevant-files", ())),
+            zone=get("zone", ""),
             schema=get("schema", FROZEN_SCHEMA),
         )
 
@@ -335,6 +339,7 @@ def _frozen(
         tags=v.get("tags", ()),
         files=v.get("files", ()),
         irrelevant_files=v.get("irrelevant-files", ()),
+        zone=v.get("zone", ""),
     )
 
 

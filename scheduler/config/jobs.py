@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from scheduler.config.model import Dependency, JobVariant, Playbook, RequiredProject, SourceContext
@@ -36,8 +37,12 @@ VARIANT_KEYS = frozenset(
         "semaphores",
         "nodeset",
         "tags",
+        # Sluice's own: the executor zone (queue executor.<zone>) that runs the job
+        "zone",
     }
 )
+# An executor zone becomes a Celery queue name (executor.<zone>) and a znode name.
+ZONE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 JOB_KEYS = VARIANT_KEYS | {"name", "parent", "abstract", "final", "protected"}
 
 
@@ -158,6 +163,13 @@ def _read_scalars(fields: Fields, attrs: dict[str, Any]) -> None:
         value = fields.integer(key, minimum=1)
         if value is not None:
             attrs[key] = value
+    zone = fields.string("zone")
+    if zone is not None:
+        if not ZONE_PATTERN.fullmatch(zone):
+            raise fields.error(
+                "zone", f"{zone!r} is not a zone name (letters, digits, '.', '_', '-'; 63 at most)"
+            )
+        attrs["zone"] = zone
 
 
 def _items(fields: Fields, key: str) -> list[tuple[Any, int]]:

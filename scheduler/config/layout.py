@@ -80,6 +80,14 @@ class Layout:
             result.extend((stanza, p) for p in stanza.pipelines if p.pipeline == pipeline)
         return result
 
+    def merge_mode(self, project: str, branch: str) -> str:
+        """The project's ``merge-mode`` on ``branch`` (the last stanza that sets it; merge)."""
+        mode = "merge"
+        for stanza in self.projects.get(project, ()):
+            if stanza.implied_branch in (None, branch) and stanza.merge_mode:
+                mode = stanza.merge_mode
+        return mode
+
     def queue_for(self, project: str, branch: str, pipeline: str) -> tuple[str, bool] | None:
         """The shared change queue of the project (name, per branch), if set."""
         name = None

@@ -81,6 +81,7 @@ def job_info(job: FrozenJob, graph: JobGraph) -> JobInfo:
         voting=job.voting,
         attempts=job.attempts,
         semaphores=tuple(s.name for s in job.semaphores),
+        zone=job.zone,
         spec=spec,
         projects=job.projects_used(),
     )

@@ -31,13 +31,14 @@ from scheduler.zk.job_requests import JobRequest, JobResult
 Sources = Callable[[str, str], str]
 
 
-def _wire_change(change: Change) -> wire.Change:
+def _wire_change(change: Change, mode: str = "merge") -> wire.Change:
     return wire.Change(
         connection=change.connection,
         project=change.project,
         branch=change.branch,
         ref="" if change.commit else change.ref,
         commit=change.commit,
+        merge_mode=wire.MergeMode(mode),
         change_id=change.key,
     )
 
@@ -56,10 +57,16 @@ def _failure_text(failure: wire.Failure | None) -> str:
 
 # (tenant, project, branch, pipeline) -> the projects the item's jobs need
 Needed = Callable[[str, str, str, str], tuple[str, ...]]
+# (tenant, project, branch) -> the project's merge mode (Zuul's names)
+MergeModeOf = Callable[[str, str, str], str]
 
 
 def _nothing_needed(tenant: str, project: str, branch: str, pipeline: str) -> tuple[str, ...]:
     return ()
+
+
+def _plain_merge(tenant: str, project: str, branch: str) -> str:
+    return "merge"
 
 
 class WireFormats:
@@ -68,16 +75,21 @@ class WireFormats:
         connection_of: Callable[[str, str], str],
         sources: Sources,
         needed: Needed = _nothing_needed,
+        merge_mode: MergeModeOf = _plain_merge,
     ) -> None:
         # (tenant, project name) -> the project's connection
         self.connection_of = connection_of
         self.sources = sources
         self.needed = needed
+        self.merge_mode = merge_mode
 
     def merge(self, tenant: str, pipeline: str, item: QueueItem, intent: MergeIntent) -> NewRequest:
         job = wire.MergeJob(
             job_id=intent.request,
-            changes=tuple(_wire_change(c) for c in intent.changes),
+            changes=tuple(
+                _wire_change(c, self.merge_mode(tenant, c.project, c.branch))
+                for c in intent.changes
+            ),
             required=self._required(tenant, pipeline, item, intent),
             read_config=True,
         )

@@ -598,3 +598,30 @@ def test_noop_may_not_be_defined() -> None:
     result = with_base(app=app)
     assert [e.message for e in result.errors] == ["is built in and may not be defined"]
     assert result.errors[0].line == 1 and result.errors[0].project == "app"
+
+
+def test_zone_and_merge_mode() -> None:
+    app = {
+        "main": {
+            ".zuul.yaml": "- job: {name: east, zone: east-1, run: x.sh}\n"
+            "- job: {name: child, parent: east, run: y.sh}\n"
+            "- project: {merge-mode: rebase, check: {jobs: [east, child, {other: {}}]}}\n"
+            "- job: {name: other, run: z.sh}\n"
+        }
+    }
+    result = with_base(app=app)
+    assert [str(e) for e in result.errors] == []
+    graph = result.layout.freeze_job_graph("app", "main", "check")
+    assert {j.name: j.zone for j in graph.jobs} == {
+        "east": "east-1",
+        "child": "east-1",
+        "other": "",
+    }
+    assert result.layout.merge_mode("app", "main") == "rebase"
+    assert result.layout.merge_mode("config", "master") == "merge"
+
+
+def test_a_bad_zone_is_refused_with_its_line() -> None:
+    result = with_base(app={"main": {".zuul.yaml": "- job:\n    name: x\n    zone: 'a b'\n"}})
+    (error,) = result.errors
+    assert error.line == 3 and "is not a zone name" in error.message

@@ -59,9 +59,11 @@ task_routes = {
     "sluice.system.*": {"queue": "maintenance"},
 }
 
-# The maintenance worker runs the timer (``--beat``): the sweep re-nudges
-# pending requests and records lost ones (scheduler/sweep.py). A sweep
-# message older than one interval is dropped, the next one is on its way.
+# Every maintenance worker runs the timer (``--beat``): the sweep re-nudges
+# pending requests and records lost ones (scheduler/sweep.py); its ZooKeeper
+# lock lets one sweep run at a time, so several timers are safe and losing
+# one stops nothing. A sweep message older than one interval is dropped, the
+# next one is on its way.
 beat_schedule = {
     "sluice-sweep": {
         "task": tasknames.SWEEP,

@@ -13,13 +13,15 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from scheduler.config import parse_tenant_config
+from scheduler import dispatch, tasknames
+from scheduler.config import Layout, parse_tenant_config
 from scheduler.errors import SluiceError
 from scheduler.layouts import reconfigure_tenant
 from scheduler.layouts.reconfigure import FetchedBranches, ReconfigureResult
 from scheduler.settings import Settings
 from scheduler.wire import merger as wire
 from scheduler.wire.merge_requests import merge_and_wait
+from scheduler.zk import flags, inventory, paths
 from scheduler.zk.client import ZooKeeperClient
 
 log = logging.getLogger(__name__)
@@ -88,4 +90,25 @@ def reconfigure(
 ) -> dict[str, ReconfigureResult]:
     """Reconfigure one tenant or all of ``main.yaml``; results by tenant name."""
     names = [tenant] if tenant else tenant_names(settings)
-    return {name: reconfigure_tenant(client, settings, name, fetch) for name in names}
+    results = {}
+    for name in names:
+        results[name] = result = reconfigure_tenant(client, settings, name, fetch)
+        retire_removed_pipelines(client, settings, name, result.layout)
+    return results
+
+
+def retire_removed_pipelines(
+    client: ZooKeeperClient, settings: Settings, tenant: str, layout: Layout
+) -> list[str]:
+    """Nudge the pipelines a reconfiguration removed: their items are dequeued and reported.
+
+    Their dirty flag is raised first, so the sweep nudges them if this
+    nudge is lost (the pass itself is the retiring manager's).
+    """
+    removed = [p for p in inventory.pipelines(client, tenant) if p not in layout.pipelines]
+    for pipeline in removed:
+        flags.raise_flag(client, paths.pipeline_dirty(tenant, pipeline))
+        dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
+    if removed:
+        log.info("tenant %s: pipelines removed: %s", tenant, ", ".join(removed))
+    return removed

@@ -34,7 +34,12 @@ from scheduler import tasknames
 from scheduler.config.checkout import candidate_paths
 from scheduler.layouts import reconfigure_tenant
 from scheduler.layouts.errors import TenantNotFoundError
-from scheduler.reconfiguration import Fetch, ReconfigurationError, tenant_names
+from scheduler.reconfiguration import (
+    Fetch,
+    ReconfigurationError,
+    retire_removed_pipelines,
+    tenant_names,
+)
 from scheduler.settings import Settings
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient
@@ -72,6 +77,7 @@ def apply_requests(client: ZooKeeperClient, settings: Settings, tenant: str, fet
         result = reconfigure_tenant(client, settings, tenant, fetch)
         for message in result.messages:
             log.warning("tenant %s: %s", tenant, message)
+        retire_removed_pipelines(client, settings, tenant, result.layout)
     except TenantNotFoundError as exc:
         # The tenant left the tenant file: its requests are moot. Its layout
         # state stays as it was; see docs/config.md.

@@ -44,10 +44,11 @@ from scheduler.config import (
 from scheduler.config import speculative_layout as build_speculative
 from scheduler.config.checkout import candidate_paths
 from scheduler.layouts.cache import TenantLayout, TenantLayouts
-from scheduler.layouts.errors import UnknownPipelineError, UnsupportedManagerError
+from scheduler.layouts.errors import UnsupportedManagerError
 from scheduler.manager import manager_class
 from scheduler.manager.base import FreezeResult, PipelineManager, PipelineSettings
 from scheduler.manager.events import MergeOutcome
+from scheduler.manager.retiring import NoLayout, RetiringManager
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import Dependency, JobInfo
 from scheduler.model.item import QueueItem
@@ -234,8 +235,11 @@ class LayoutManagerSource:
     ) -> tuple[PipelineManager, TxnLedger]:
         layout = self._layouts(client).get(tenant)
         config = layout.layout.pipelines.get(pipeline)
+        global_names = self.global_semaphores | frozenset(layout.tenant.global_semaphores)
         if config is None:
-            raise UnknownPipelineError(f"tenant {tenant!r} has no pipeline {pipeline!r}")
+            # Not (or no longer) in the layout: its items are dequeued and reported.
+            ledger = TxnLedger(client, tenant, {}, global_names, pipeline)
+            return RetiringManager(PipelineSettings(pipeline), NoLayout(), ledger), ledger
         try:
             kind = manager_class(config.manager)
         except ValueError:
@@ -247,6 +251,5 @@ class LayoutManagerSource:
         maxima = {name: sem.max for name, sem in layout.layout.semaphores.items()}
         # A global semaphore the tenant lists wins over a tenant one of the same name.
         maxima.update(layout.tenant.global_semaphores)
-        global_names = self.global_semaphores | frozenset(layout.tenant.global_semaphores)
         ledger = TxnLedger(client, tenant, maxima, global_names, pipeline)
         return kind(settings, LayoutFreezer(layout, pipeline), ledger), ledger

@@ -167,3 +167,27 @@ def test_tenants_load_at_start_and_follow_the_tenant_file(demo: SluiceSystem) ->
     demo.sluice("wait", "--idle", "--timeout", "120")
     found = results(demo)
     assert found["app:feature"]["*"] == "SUCCESS" and found["lib:feature"]["*"] == "SUCCESS"
+
+
+def test_a_removed_pipeline_reports_its_items(demo: SluiceSystem) -> None:
+    """Zuul dequeues the items of a pipeline a reconfiguration removed, with a report."""
+    slow = dedent(CONFIG["zuul.d/pipelines.yaml"]) + (
+        "- pipeline:\n    name: experimental\n    manager: independent\n    trigger: {}\n"
+        "- job:\n    name: slow\n    run: ci/slow.sh\n"
+        "- project:\n    name: app\n    experimental:\n      jobs: [slow]\n"
+    )
+    demo.repos.commit(
+        "config", "main", {"zuul.d/pipelines.yaml": slow, "ci/slow.sh": "#!/bin/sh\nsleep 120\n"}
+    )
+    demo.repos.commit("app", "feature", {"src/x.py": "x\n"}, base=demo.app_base)  # type: ignore[attr-defined]
+    demo.start_workers()
+    demo.sluice("reconfigure")
+    demo.enqueue("feature", "experimental")
+    wait_until(lambda: "running" in demo.sluice("status"), timeout=60, what="the slow build")
+    demo.repos.commit("config", "main", {"zuul.d/pipelines.yaml": CONFIG["zuul.d/pipelines.yaml"]})
+    demo.sluice("reconfigure")
+    demo.sluice("wait", "--idle", "--timeout", "60")
+    (buildset,) = demo.buildsets()
+    assert buildset["pipeline"] == "experimental" and buildset["result"] == "DEQUEUED"
+    assert "removed" in buildset["message"]
+    assert [(b["job"], b["result"]) for b in demo.builds()] == [("slow", "ABORTED")]

@@ -10,7 +10,6 @@ import pytest
 from scheduler.layouts import (
     LayoutManagerSource,
     TenantLayouts,
-    UnknownPipelineError,
     config_files_key,
     reconfigure_tenant,
     split_config_files_key,
@@ -18,6 +17,7 @@ from scheduler.layouts import (
 from scheduler.manager.dependent import DependentManager
 from scheduler.manager.events import MergeOutcome
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.retiring import RetiringManager
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import Dependency
 from scheduler.zk.client import ZooKeeperClient
@@ -45,8 +45,9 @@ def test_open_gives_the_pipelines_manager_and_a_ledger_with_the_layouts_maxima(
     assert isinstance(manager, IndependentManager)
     assert manager.settings.name == "post" and not manager.settings.dequeue_on_new_patchset
     assert dict(ledger.maxima) == {"db": 2} and ledger.tenant == TENANT
-    with pytest.raises(UnknownPipelineError, match="'nope'"):
-        source.open(client, TENANT, "nope")
+    # a pipeline not (or no longer) in the layout: its items are dequeued and reported
+    retiring, _ = source.open(client, TENANT, "nope")
+    assert isinstance(retiring, RetiringManager)
     gate, _ = source.open(client, TENANT, "gate")
     assert isinstance(gate, DependentManager)
     assert gate.settings.window == WindowSettings() and not gate.settings.merge_on_success

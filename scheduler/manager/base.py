@@ -373,6 +373,7 @@ class PipelineManager:
         if found is None or found[2].done:
             return  # duplicate or stale
         item, job, build = found
+        was_paused = build.paused
         build.state = BuildState.COMPLETED
         build.result = event.result
         build.message = event.message
@@ -381,6 +382,25 @@ class PipelineManager:
         build.result_data = dict(event.result_data)
         build.log_path = event.log_path
         self._release_semaphores(item, job)
+        if was_paused and job.needs_retry:
+            self._rerun_dependents(item, job)
+
+    def _rerun_dependents(self, item: QueueItem, job: JobState) -> None:
+        """A paused job is retried (its build was lost): so is every job that depends on it.
+
+        Zuul's rule (TestJobPause.test_job_pause_retry): their builds are
+        cancelled (ABORTED) and they run again, from their first try, once the
+        new build of ``job`` has paused or succeeded.
+        """
+        for dependent in item.buildset.graph.dependents(job.name):
+            build = dependent.current
+            if build is not None and not build.done:
+                self.intents.cancels.append(CancelIntent(build.uuid, dependent.info.zone))
+                build.state = BuildState.COMPLETED
+                build.result = Result.ABORTED
+                build.end_time = self.clock()
+            self._release_semaphores(item, dependent)
+            dependent.reset()
 
     # -- advancing ---------------------------------------------------------------
 
@@ -471,8 +491,7 @@ class PipelineManager:
                 return
             taken.append(name)
         job.waiting_for_semaphore = None
-        attempt = (job.current.attempt + 1) if job.current else 1
-        build = Build(uuid=self.make_uuid(), job=job.name, attempt=attempt)
+        build = Build(uuid=self.make_uuid(), job=job.name, attempt=job.next_attempt)
         job.builds.append(build)
         if job.name == NOOP_JOB:
             # Zuul's built-in noop: no executor, no node; it succeeds at once.

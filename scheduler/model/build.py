@@ -140,6 +140,9 @@ class JobState:
     # Set when the job will not run (a hard dependency failed, the item ended).
     skipped: Result | None = None
     waiting_for_semaphore: str | None = None
+    # Builds up to this attempt no longer count: the job runs again from its
+    # first try (a paused job it depends on was retried, Zuul's rule).
+    reset_after: int = 0
 
     @property
     def name(self) -> str:
@@ -147,7 +150,25 @@ class JobState:
 
     @property
     def current(self) -> Build | None:
-        return self.builds[-1] if self.builds else None
+        """The build of the job's current run (None before the first or after a reset)."""
+        if self.builds and self.builds[-1].attempt > self.reset_after:
+            return self.builds[-1]
+        return None
+
+    @property
+    def next_attempt(self) -> int:
+        """The attempt number of the job's next build (numbers go on across resets)."""
+        return self.builds[-1].attempt + 1 if self.builds else 1
+
+    def tries(self, build: Build) -> int:
+        """Which try of the current run ``build`` is."""
+        return build.attempt - self.reset_after
+
+    def reset(self) -> None:
+        """Run the job again from its first try; its earlier builds stay in the history."""
+        self.reset_after = self.builds[-1].attempt if self.builds else 0
+        self.skipped = None
+        self.waiting_for_semaphore = None
 
     @property
     def result(self) -> Result | None:
@@ -158,7 +179,7 @@ class JobState:
         if build is None or not build.done:
             return None
         if build.result in RETRYABLE:
-            return Result.RETRY_LIMIT if build.attempt >= self.info.attempts else None
+            return Result.RETRY_LIMIT if self.tries(build) >= self.info.attempts else None
         return build.result
 
     @property
@@ -169,7 +190,7 @@ class JobState:
             and build is not None
             and build.done
             and build.result in RETRYABLE
-            and build.attempt < self.info.attempts
+            and self.tries(build) < self.info.attempts
         )
 
     @property
@@ -193,6 +214,7 @@ class JobState:
             "info": self.info.to_dict(),
             "skipped": self.skipped.value if self.skipped else None,
             "waiting_for_semaphore": self.waiting_for_semaphore,
+            "reset_after": self.reset_after,
         }
 
     @classmethod
@@ -203,6 +225,7 @@ class JobState:
             builds=sorted(builds, key=lambda b: b.attempt),
             skipped=Result(skipped) if skipped else None,
             waiting_for_semaphore=data.get("waiting_for_semaphore"),
+            reset_after=int(data.get("reset_after", 0)),
         )
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.context import Transaction
 from scheduler.zk.errors import LockLostError
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import (
@@ -248,3 +249,30 @@ def test_lifecycle_costs_a_handful_of_round_trips_and_lists_nothing(
     # submit 1, claim 2, complete 1, result 2 answers awaited (sent together: one round trip)
     assert len(waits) <= 6, waits
     assert listings == []
+
+
+def test_pause_stores_its_result_data_until_the_completion_replaces_it(
+    zk: ZooKeeperClient,
+) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    request = queue.submit(new_request(), {})
+    claimed = queue.claim(request.uuid, "e1")
+    assert claimed is not None
+    assert queue.paused_data(request.uuid) == {}
+    big = "x" * 2_000_000  # sharded
+    queue.pause(claimed, {"zuul": {"pause": True}, "artifact": "a.tgz", "big": big})
+    data = queue.paused_data(request.uuid)
+    assert data["artifact"] == "a.tgz" and data["big"] == big
+    assert queue.get_result(request.uuid) is None  # paused is not completed
+    txn = Transaction(zk)
+    assert queue.resume_ops(request.uuid, txn)
+    txn.commit()
+    assert queue.flag_set(request.uuid, "resume")
+    queue.resume(claimed)
+    assert not queue.flag_set(request.uuid, "resume")  # consumed
+    assert queue.complete(claimed, {"result": "SUCCESS", "result_data": {"final": 1}})
+    result = queue.get_result(request.uuid)
+    assert result is not None and result.result["result_data"] == {"final": 1}
+    assert queue.paused_data(request.uuid) == {}  # the final result replaced it
+    queue.remove(request.uuid)
+    assert not queue.resume_ops(request.uuid, Transaction(zk))  # gone: nothing to add

@@ -272,7 +272,9 @@ class JobRequestQueue:
         """
         if self.client.exists(self._path("requests", uuid)) is None:
             return False
-        txn.create(paths.request_flag(self.root, uuid, "resume"))
+        flag = paths.request_flag(self.root, uuid, "resume")
+        if self.client.exists(flag) is None:  # set already (by hand): creating it would fail
+            txn.create(flag)
         return True
 
     def request_resume(self, uuid: str) -> bool:

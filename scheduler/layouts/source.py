@@ -53,6 +53,7 @@ from scheduler.manager.window import WindowSettings
 from scheduler.model.build import Dependency, JobInfo
 from scheduler.model.item import QueueItem
 from scheduler.processing.semaphores import TxnLedger
+from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 
 
@@ -251,5 +252,6 @@ class LayoutManagerSource:
         maxima = {name: sem.max for name, sem in layout.layout.semaphores.items()}
         # A global semaphore the tenant lists wins over a tenant one of the same name.
         maxima.update(layout.tenant.global_semaphores)
-        ledger = TxnLedger(client, tenant, maxima, global_names, pipeline)
+        fence = (paths.layout_state(tenant), layout.state.version)
+        ledger = TxnLedger(client, tenant, maxima, global_names, pipeline, fence)
         return kind(settings, LayoutFreezer(layout, pipeline), ledger), ledger

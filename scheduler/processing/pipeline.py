@@ -39,7 +39,7 @@ from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state.store import PipelineStore
 from scheduler.zk import flags, locks, paths, stored
-from scheduler.zk.context import Transaction
+from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.event_queue import Event, EventQueue
 from scheduler.zk.job_requests import JobRequestQueue, RequestEvent
 
@@ -115,7 +115,15 @@ class PipelinePass:
             why = "merged config change " + ", ".join(self.config_merged)
             reconfiguration_requests.request_ops(self.env.client, self.tenant, why, txn)
         testhooks.hold_before_commit()
-        tree = store.write(self.held.context, tree, state, extra=txn)
+        try:
+            tree = store.write(self.held.context, tree, state, extra=txn)
+        except OpFailedError as exc:
+            if ledger.layout_fence is None or exc.path != ledger.layout_fence[0]:
+                raise
+            # A reconfiguration replaced the layout during this pass: nothing was
+            # committed; decide again with the new layout.
+            log.info("%s/%s: the layout changed during the pass; again", self.tenant, self.pipeline)
+            return True
         self._after_commit(manager)
         for tenant, pipeline in ledger.to_wake():  # a slot freed: waiters elsewhere retry
             self.env.nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)

@@ -49,6 +49,10 @@ class TxnLedger:
     global_names: frozenset[str] = frozenset()
     # the pipeline whose pass this is (recorded as a waiter)
     pipeline: str = ""
+    # (path, version) of the tenant layout state the pass decided with: the
+    # commit checks it, so a pass never commits decisions made with a layout
+    # that a reconfiguration replaced meanwhile (seed 003's tenant read lock)
+    layout_fence: tuple[str, int] | None = None
     _slots: dict[str, _Slot] = field(default_factory=dict)
 
     def _path(self, name: str) -> str:
@@ -112,7 +116,9 @@ class TxnLedger:
         return list(found)
 
     def add_ops(self, txn: Transaction) -> None:
-        """Compare-and-set every changed semaphore in ``txn``."""
+        """Compare-and-set every changed semaphore in ``txn``, and check the layout fence."""
+        if self.layout_fence is not None:
+            txn.check(*self.layout_fence)
         for name, slot in self._slots.items():
             self._update_waiters(slot)
             if not slot.changed:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from scheduler import tasknames
 from scheduler.model.results import Result
 from scheduler.processing import pipeline as processing
@@ -97,3 +100,39 @@ def test_a_management_enqueue_records_its_item(world: World) -> None:
     assert dequeued["dequeued"] == [item["item"]]
     missing = stored.decode(world.client.get(paths.management_result("r3"))[0])
     assert missing["error"] == "no such item in the pipeline"
+
+
+class FencedManagers:
+    """World's managers, with the layout fence LayoutManagerSource sets."""
+
+    def __init__(self, inner: Any, fence_path: str, bump: Callable[[], None]) -> None:
+        self.inner = inner
+        self.fence_path = fence_path
+        self.bump = bump
+        self.opened = 0
+
+    def open(self, client: Any, tenant: str, pipeline: str) -> Any:
+        manager, ledger = self.inner.open(client, tenant, pipeline)
+        ledger.layout_fence = (self.fence_path, client.exists(self.fence_path).version)
+        self.opened += 1
+        if self.opened == 1:
+            self.bump()  # a reconfiguration commits while the first pass decides
+        return manager, ledger
+
+
+def test_a_pass_decided_with_a_replaced_layout_commits_nothing_and_decides_again(
+    world: World,
+) -> None:
+    """Seed 003's tenant read lock, as a fence: the commit checks the layout state."""
+    fence = paths.layout_state(TENANT)
+    world.client.ensure_path(fence)
+    world.env.managers = FencedManagers(
+        world.env.managers, fence, lambda: world.client.set(fence, b"new layout")
+    )
+    world.enqueue("feature")
+    assert world.process()
+    managers = world.env.managers
+    assert isinstance(managers, FencedManagers)
+    assert managers.opened == 2  # the first pass was refused; the second committed
+    assert [n[0] for n in world.nudges] == [tasknames.MERGE]
+    assert len(world.state().items) == 1

@@ -282,15 +282,19 @@ class PipelineManager:
 
     def abort_builds(self, item: QueueItem) -> None:
         for job in item.buildset.graph:
-            build = job.current
-            if build is not None and not build.done:
-                self.intents.cancels.append(CancelIntent(build.uuid, job.info.zone))
-                build.state = BuildState.COMPLETED
-                build.result = Result.ABORTED
-                build.end_time = self.clock()
-            self._release_semaphores(item, job)
+            self._abort_job(item, job)
             if job.result is None:
                 job.skipped = Result.SKIPPED
+
+    def _abort_job(self, item: QueueItem, job: JobState) -> None:
+        """Cancel the job's build if it has not ended (ABORTED) and free its semaphores."""
+        build = job.current
+        if build is not None and not build.done:
+            self.intents.cancels.append(CancelIntent(build.uuid, job.info.zone))
+            build.state = BuildState.COMPLETED
+            build.result = Result.ABORTED
+            build.end_time = self.clock()
+        self._release_semaphores(item, job)
 
     def _item_and_buildset(
         self, state: PipelineState, item_uuid: str, buildset_uuid: str
@@ -393,13 +397,7 @@ class PipelineManager:
         new build of ``job`` has paused or succeeded.
         """
         for dependent in item.buildset.graph.dependents(job.name):
-            build = dependent.current
-            if build is not None and not build.done:
-                self.intents.cancels.append(CancelIntent(build.uuid, dependent.info.zone))
-                build.state = BuildState.COMPLETED
-                build.result = Result.ABORTED
-                build.end_time = self.clock()
-            self._release_semaphores(item, dependent)
+            self._abort_job(item, dependent)
             dependent.reset()
 
     # -- advancing ---------------------------------------------------------------

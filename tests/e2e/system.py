@@ -47,6 +47,21 @@ TENANT_YAML = """
 """
 
 
+# A config project's usual start: a check pipeline enqueued by hand and a base job.
+CHECK_CONFIG = {
+    "zuul.d/base.yaml": """
+        - pipeline:
+            name: check
+            manager: independent
+            trigger: {}
+        - job:
+            name: base
+            parent: null
+            timeout: 120
+        """,
+}
+
+
 def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 

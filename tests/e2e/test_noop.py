@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-from tests.e2e.system import TENANT_YAML, SluiceSystem
+from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 
-CONFIG = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: check
-            manager: independent
-            trigger: {}
-        - job:
-            name: base
-            parent: null
-        """,
-}
+CONFIG = CHECK_CONFIG
 
 APP = {
     ".zuul.yaml": """

@@ -12,21 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.system import TENANT_YAML, SluiceSystem
+from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 from tests.fixtures.waiting import wait_until
 
-CONFIG = {
-    "zuul.d/base.yaml": """
-        - pipeline:
-            name: check
-            manager: independent
-            trigger: {}
-        - job:
-            name: base
-            parent: null
-            timeout: 120
-        """,
-}
+CONFIG = CHECK_CONFIG
 
 APP = {
     ".zuul.yaml": """

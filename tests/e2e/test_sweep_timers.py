@@ -15,20 +15,9 @@ import pytest
 from scheduler.zk import paths
 from scheduler.zk.client import connect
 from scheduler.zk.event_queue import EventQueue
-from tests.e2e.system import TENANT_YAML, SluiceSystem
+from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 
-CONFIG = {
-    "zuul.d/base.yaml": """
-        - pipeline:
-            name: check
-            manager: independent
-            trigger: {}
-        - job:
-            name: base
-            parent: null
-            timeout: 120
-        """,
-}
+CONFIG = CHECK_CONFIG
 
 APP = {
     ".zuul.yaml": "- job: {name: unit, run: ci/pass.sh}\n- project: {check: {jobs: [unit]}}\n",

@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 
 # nudge(task name, arguments)
 Nudge = Callable[[str, tuple[str, ...]], None]
+# Seconds a reconfiguration task waits for the tenant's write lock before it
+# gives way (LockTimeoutError: the task is retried later, the requests stay).
+LOCK_WAIT = 2.0
 
 
 def touches_config(files: Iterable[str], extra: Iterable[str] = ()) -> bool:
@@ -74,7 +77,9 @@ def apply_requests(client: ZooKeeperClient, settings: Settings, tenant: str, fet
     why = sorted({str(e.payload.get("why", "")) for e in events})
     log.info("tenant %s: reconfiguring (%s)", tenant, "; ".join(why))
     try:
-        result = reconfigure_tenant(client, settings, tenant, fetch)
+        # Never wait long for the write lock: a `sluice reconfigure` holding it
+        # may be waiting for this very merger worker's jobs. The task retries.
+        result = reconfigure_tenant(client, settings, tenant, fetch, lock_timeout=LOCK_WAIT)
         for message in result.messages:
             log.warning("tenant %s: %s", tenant, message)
         retire_removed_pipelines(client, settings, tenant, result.layout)

@@ -296,10 +296,8 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         return found
 
     def tenant_file() -> list[str]:
-        def nudge(task: str, args: tuple[str, ...]) -> None:
-            dispatch.send(task, *args, settings=settings)
-
-        return check_tenant_file(client, settings, nudge)
+        # the next step nudges every tenant with requests, these included
+        return check_tenant_file(client, settings, lambda task, args: None)
 
     def reconfigurations() -> list[str]:
         found = idle.tenants_to_reconfigure(client)

@@ -205,7 +205,8 @@ class PipelinePass:
             return self._merge_event(requests, kind, item, request)
         job = str(payload.get("job", ""))
         if kind == RequestEvent.STARTED.value:
-            return ev.BuildStarted(request, item.uuid, buildset, job, time.time())
+            worker = str(payload.get("worker", ""))
+            return ev.BuildStarted(request, item.uuid, buildset, job, time.time(), worker)
         if kind == RequestEvent.PAUSED.value:
             data = requests.paused_data(request)
             return ev.BuildPaused(request, item.uuid, buildset, job, data)

@@ -193,6 +193,8 @@ class JobRequestQueue:
             "buildset": request.buildset_uuid,
             "job": request.job_name,
         }
+        if request.worker:
+            payload["worker"] = request.worker  # who runs it (build history's executor)
         queue.put_ops(payload, txn)
         return [queue]
 

@@ -38,4 +38,4 @@ def test_noop_job_succeeds_without_an_executor(system: SluiceSystem) -> None:
     }
     # no executor ran it: the scheduler completed it (no log, no worker)
     assert not builds["noop"]["log_url"] and not builds["noop"]["executor"]
-    assert builds["after-noop"]["log_url"]
+    assert builds["after-noop"]["log_url"] and builds["after-noop"]["executor"]

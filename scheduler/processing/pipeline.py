@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler import reconfiguration_requests, tasknames
+from scheduler import dispatch, reconfiguration_requests, tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
@@ -290,7 +290,7 @@ class PipelinePass:
                 self.env.nudge(tasknames.MERGE, (new.request.uuid,), None)
             else:
                 zone = new.request.info.get("zone") or None
-                route = f"executor.{zone}" if zone else None
+                route = dispatch.executor_queue_name(zone) if zone else None
                 self.env.nudge(tasknames.BUILD, (new.request.uuid, zone), route)
         for cancel in manager.intents.cancels:
             root = paths.executor_queue(cancel.zone or None)

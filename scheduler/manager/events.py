@@ -124,10 +124,6 @@ def _change(data: Mapping[str, Any], keys: tuple[str, ...] = ("branch",)) -> Cha
     return Change.from_dict(dict(raw))
 
 
-def _build_ids(data: Mapping[str, Any]) -> dict[str, str]:
-    return {key: _text(data, key) for key in ("build", "item", "buildset", "job")}
-
-
 def _enqueue(data: Mapping[str, Any]) -> PipelineEvent:
     return Enqueue(_change(data), str(data.get("event_id", "")), str(data.get("result_id", "")))
 
@@ -148,45 +144,13 @@ def _promote(data: Mapping[str, Any]) -> PipelineEvent:
     return Promote(changes, str(data.get("event_id", "")), str(data.get("result_id", "")))
 
 
-def _build_started(data: Mapping[str, Any]) -> PipelineEvent:
-    return BuildStarted(
-        **_build_ids(data), time=float(data.get("time", 0.0)), worker=str(data.get("worker", ""))
-    )
-
-
-def _build_paused(data: Mapping[str, Any]) -> PipelineEvent:
-    ids = _build_ids(data)
-    result_data = data.get("result_data") or {}
-    if not isinstance(result_data, Mapping):
-        raise MalformedEventError(f"build-paused: result_data must be a mapping: {data!r}")
-    return BuildPaused(ids["build"], ids["item"], ids["buildset"], ids["job"], dict(result_data))
-
-
-def _build_completed(data: Mapping[str, Any]) -> PipelineEvent:
-    try:
-        result = Result(str(data.get("result")))
-    except ValueError:
-        raise MalformedEventError(f"unknown build result {data.get('result')!r}") from None
-    return BuildCompleted(
-        **_build_ids(data),
-        result=result,
-        message=str(data.get("message", "")),
-        start_time=data.get("start_time"),
-        end_time=data.get("end_time"),
-        result_data=dict(data.get("result_data") or {}),
-        log_path=str(data.get("log_path", "")),
-    )
-
-
-# MergeCompleted is built by the processor, which reads the merge result
-# that the event only names (see scheduler.processing).
+# Build and merge events are built by the processor from the request events
+# of the job request queues, which only name the request (the result is read
+# from the queue; see scheduler.processing.pipeline): nothing puts them as such.
 _DECODERS: dict[str, Callable[[Mapping[str, Any]], PipelineEvent]] = {
     "enqueue": _enqueue,
     "dequeue": _dequeue,
     "promote": _promote,
-    "build-started": _build_started,
-    "build-paused": _build_paused,
-    "build-completed": _build_completed,
 }
 
 

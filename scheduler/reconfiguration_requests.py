@@ -31,9 +31,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from scheduler import tasknames
+from scheduler.config import parse_tenant_config
 from scheduler.config.checkout import candidate_paths
 from scheduler.layouts import reconfigure_tenant
 from scheduler.layouts.errors import TenantNotFoundError
+from scheduler.layouts.reconfigure import retire_tenant
 from scheduler.reconfiguration import (
     Fetch,
     ReconfigurationError,
@@ -41,6 +43,7 @@ from scheduler.reconfiguration import (
     tenant_names,
 )
 from scheduler.settings import Settings
+from scheduler.zk import config_cache as cc
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, OpFailedError, Transaction
@@ -84,12 +87,28 @@ def apply_requests(client: ZooKeeperClient, settings: Settings, tenant: str, fet
             log.warning("tenant %s: %s", tenant, message)
         retire_removed_pipelines(client, settings, tenant, result.layout)
     except TenantNotFoundError as exc:
-        # The tenant left the tenant file: its requests are moot. Its layout
-        # state stays as it was; see docs/config.md.
         log.warning("tenant %s: not reconfigured: %s", tenant, exc)
+        if left_tenant_file(settings, tenant) and cc.load_layout_state(client, tenant):
+            # Removed from a valid tenant file: every pipeline retires.
+            result = retire_tenant(client, tenant, lock_timeout=LOCK_WAIT)
+            retire_removed_pipelines(client, settings, tenant, result.layout)
     for event in events:
         queue.ack(event)
     return True
+
+
+def left_tenant_file(settings: Settings, tenant: str) -> bool:
+    """Whether the tenant file is readable, valid, and does not name ``tenant``.
+
+    A file that cannot be read or has errors retires nothing (the tenant
+    keeps its layout until the file is mended).
+    """
+    try:
+        text = Path(settings.tenant_config).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    config = parse_tenant_config(text, Path(settings.tenant_config).name, settings.connections)
+    return not config.errors and config.tenant(tenant) is None
 
 
 def file_digest(path: Path) -> str:
@@ -117,7 +136,9 @@ def check_tenant_file(client: ZooKeeperClient, settings: Settings, nudge: Nudge)
         recorded, version = None, -1
     if recorded == digest:
         return []
-    tenants = tenant_names(settings)
+    named = tenant_names(settings)
+    # a tenant with a layout that the file no longer names is asked too (retired)
+    tenants = named + [t for t in cc.layout_tenants(client) if t not in named]
     why = "the tenant file is new" if recorded is None else "the tenant file changed"
     requests = Transaction(client)
     for tenant in tenants:

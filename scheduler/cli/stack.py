@@ -8,7 +8,7 @@ import click
 
 from scheduler import dispatch
 from scheduler.cli.common import clear_errors, settings
-from scheduler.reconfiguration import ReconfigurationError
+from scheduler.reconfiguration import ReconfigurationError, tenant_names
 from scheduler.reconfiguration_requests import check_tenant_file
 from scheduler.settings import Settings
 from scheduler.stack.local import LocalStack, describe
@@ -44,9 +44,13 @@ def load_tenants(conf: Settings) -> None:
             asked = check_tenant_file(
                 client, conf, lambda task, args: dispatch.send(task, *args, settings=conf)
             )
+            named = set(tenant_names(conf))
         except ReconfigurationError as exc:
             click.echo(f"no tenants loaded: {exc}", err=True)
             return
+        for tenant in (t for t in asked if t not in named):
+            click.echo(f"tenant {tenant}: no longer in the tenant file (retired)")
+        asked = [t for t in asked if t in named]
         deadline = time.monotonic() + LAYOUT_WAIT
         waiting = list(asked)
         while waiting and time.monotonic() < deadline:

@@ -133,7 +133,27 @@ def reconfigure_tenant(
     lock_timeout: float | None = None,
 ) -> ReconfigureResult:
     """Reconfigure ``tenant_name`` under its write lock; see the module docstring."""
-    tenant = load_tenant(settings, tenant_name)
+    return _under_write_lock(client, load_tenant(settings, tenant_name), fetch, lock_timeout)
+
+
+def retire_tenant(
+    client: ZooKeeperClient, tenant_name: str, *, lock_timeout: float | None = None
+) -> ReconfigureResult:
+    """Give a tenant that left the tenant file an empty layout (no project, no pipeline).
+
+    Its pipelines are then removed ones: their passes dequeue and report
+    their items (``retire_removed_pipelines``). The empty layout state stays.
+    """
+    return _under_write_lock(client, Tenant(tenant_name, projects=()), _no_fetch, lock_timeout)
+
+
+def _no_fetch(connection: str, project: str) -> Mapping[str, Mapping[str, str]]:
+    raise AssertionError(f"a tenant without projects fetched {connection}/{project}")
+
+
+def _under_write_lock(
+    client: ZooKeeperClient, tenant: Tenant, fetch: Fetch, lock_timeout: float | None
+) -> ReconfigureResult:
     held = locks.acquire(
         client,
         paths.tenant_lock(tenant.name),

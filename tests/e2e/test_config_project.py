@@ -191,3 +191,21 @@ def test_a_removed_pipeline_reports_its_items(demo: SluiceSystem) -> None:
     assert buildset["pipeline"] == "experimental" and buildset["result"] == "DEQUEUED"
     assert "removed" in buildset["message"]
     assert [(b["job"], b["result"]) for b in demo.builds()] == [("slow", "ABORTED")]
+
+
+def test_a_tenant_removed_from_the_tenant_file_reports_its_items(demo: SluiceSystem) -> None:
+    """A tenant that leaves main.yaml: its items are dequeued and reported, builds aborted."""
+    slow = {"ci/pass.sh": "#!/bin/sh\nsleep 120\n"}  # the change makes its own job slow
+    demo.repos.commit("app", "feature", slow, base=demo.app_base)  # type: ignore[attr-defined]
+    demo.start_workers()
+    demo.start_worker(("maintenance",), env={"SLUICE_SWEEP_INTERVAL": "1"}, beat=True)
+    wait_until(lambda: enqueued(demo, "app"), timeout=60, what="the tenant's first layout")
+    wait_until(lambda: "running" in demo.sluice("status"), timeout=60, what="the slow build")
+    demo.tenant(TENANT.replace("name: demo", "name: other"))
+    wait_until(demo.buildsets, timeout=60, what="the removed tenant's report")
+    demo.sluice("wait", "--idle", "--timeout", "60")
+    (buildset,) = demo.buildsets()
+    assert buildset["pipeline"] == "check" and buildset["result"] == "DEQUEUED"
+    assert [(b["job"], b["result"]) for b in demo.builds()] == [("unit", "ABORTED")]
+    code, output = enqueue_result(demo, "app")
+    assert code == 1, output

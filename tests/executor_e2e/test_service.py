@@ -153,7 +153,8 @@ def test_a_lost_session_stops_the_build_and_the_sweep_records_it_lost(
     report = build.join(30)
 
     assert isinstance(report, ExecutionReport)
-    assert report.outcome is BuildOutcome.LOCK_LOST and report.result is ResultCode.ABORTED
+    # stopped for a lost claim: worth another attempt, never a failure of the change
+    assert report.outcome is BuildOutcome.LOCK_LOST and report.result is ResultCode.RETRY
     assert builds.queue().get_result(request.uuid) is None  # the fenced completion was refused
     assert [r.uuid for r in builds.queue().lost_requests()] == [request.uuid]
 

@@ -48,7 +48,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.settings import Settings
@@ -246,7 +246,17 @@ def _run_claimed(
         log.error("build request %s: unusable build spec: %s", claimed.uuid, exc)
         return refused_result(claimed.uuid, f"the build request holds no valid build spec: {exc}")
     control = RequestControl(queue, claimed, poll_interval=options.poll_interval, notify=notify)
-    return run_build(spec, control, options)
+    result = run_build(spec, control, options)
+    if control.stopped_for is not None and result.result is ResultCode.ABORTED:
+        # Stopped because this worker lost its claim, not cancelled by the
+        # scheduler: the build is worth another attempt (RETRY counts against
+        # the job's attempts), never a failure of the change.
+        result = replace(
+            result,
+            result=ResultCode.RETRY,
+            message=f"the executor lost its claim: {control.stopped_for}",
+        )
+    return result
 
 
 def _complete(queue: JobRequestQueue, claimed: ClaimedRequest, result: BuildResult) -> BuildOutcome:

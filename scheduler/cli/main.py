@@ -3,26 +3,102 @@
 ``--config`` (or ``SLUICE_CONFIG``) names the ``sluice.yaml``; the option
 is exported to the environment so Celery's ``celeryconfig`` and every
 process started from here read the same file.
+
+Commands load lazily: each lives in its own module, imported only when it
+runs, so ``sluice --help`` imports neither SQLAlchemy nor Celery nor the
+demo. Their one-line help is kept here (``COMMANDS``); a test checks it
+against each command's own docstring.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
 
 import click
 
-from scheduler.cli.demo import demo
-from scheduler.cli.history import builds, buildsets
-from scheduler.cli.manage import dequeue, enqueue, promote, reconfigure_command
-from scheduler.cli.stack import stack
-from scheduler.cli.state import status, wait
-from scheduler.cli.system import roundtrip
 from scheduler.errors import SluiceError
 
+# name -> (module, attribute, the command's one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "builds": ("scheduler.cli.history", "builds", "Build attempts, newest first."),
+    "buildsets": (
+        "scheduler.cli.history",
+        "buildsets",
+        "Buildsets (one per tested item), newest first.",
+    ),
+    "demo": (
+        "scheduler.cli.demo",
+        "demo",
+        "Run the sample tenant through check and gate, live, on the local stack.",
+    ),
+    "dequeue": (
+        "scheduler.cli.manage",
+        "dequeue",
+        "Take the item of REF out of PIPELINE (its builds are aborted).",
+    ),
+    "enqueue": (
+        "scheduler.cli.manage",
+        "enqueue",
+        "Enqueue REF of PROJECT into PIPELINE; prints the item id.",
+    ),
+    "promote": (
+        "scheduler.cli.manage",
+        "promote",
+        "Move the items of REF... to the head of their queue, in the order given.",
+    ),
+    "reconfigure": (
+        "scheduler.cli.manage",
+        "reconfigure_command",
+        "Read every project's config through the mergers and rebuild tenant layouts.",
+    ),
+    "roundtrip": (
+        "scheduler.cli.system",
+        "roundtrip",
+        "Send a round-trip task through the broker to a worker and print what it did.",
+    ),
+    "stack": (
+        "scheduler.cli.stack",
+        "stack",
+        "Run the local stack: ZooKeeper, Redis and Celery workers.",
+    ),
+    "status": (
+        "scheduler.cli.state",
+        "status",
+        "Pipelines, queues, items and their jobs with state, result and elapsed time.",
+    ),
+    "wait": (
+        "scheduler.cli.state",
+        "wait",
+        "Exit 0 once no events, items or requests are pending; 1 on timeout.",
+    ),
+}
 
-@click.group()
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported when one runs, not to list them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module, attribute, _ = entry
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup)
 @click.option(
     "--config",
     "config",
@@ -36,22 +112,6 @@ def cli(config: Path | None) -> None:
         if not config.is_file():
             raise click.ClickException(f"{config}: config file not found")
         os.environ["SLUICE_CONFIG"] = str(config.resolve())
-
-
-for command in (
-    stack,
-    demo,
-    roundtrip,
-    status,
-    wait,
-    builds,
-    buildsets,
-    enqueue,
-    dequeue,
-    promote,
-    reconfigure_command,
-):
-    cli.add_command(command)
 
 
 def main() -> None:

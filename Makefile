@@ -20,7 +20,7 @@ lint:
 	$(VENV)/ruff format --check .
 
 typecheck:
-	$(VENV)/mypy celeryconfig.py tasks scheduler workers web
+	$(VENV)/mypy celeryconfig.py tasks scheduler workers web cli
 
 pytest:
 	$(VENV)/pytest

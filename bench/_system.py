@@ -22,11 +22,11 @@ import redis
 from sqlalchemy import create_engine, select
 from sqlalchemy.exc import OperationalError
 
+from cli.stack import process
+from cli.stack.process import free_port
+from cli.stack.redis import RedisServer
+from cli.stack.zookeeper import ZooKeeperServer, four_letter
 from scheduler.reporting.models import BuildRow, BuildsetRow
-from scheduler.stack import process
-from scheduler.stack.process import free_port
-from scheduler.stack.redis import RedisServer
-from scheduler.stack.zookeeper import ZooKeeperServer, four_letter
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory, WorkerProcess

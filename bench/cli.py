@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=11)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from scheduler.cli.main import COMMANDS
+    from cli.main import COMMANDS
 
     floor = timed([sys.executable, "-c", "pass"], args.runs)
     rows = [

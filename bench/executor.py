@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cli.stack.process import free_port
+from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.settings import ZooKeeperSettings
-from scheduler.stack.process import free_port
-from scheduler.stack.zookeeper import ZooKeeperServer
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue

@@ -23,9 +23,9 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from cli.stack.process import free_port
+from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.settings import ZooKeeperSettings
-from scheduler.stack.process import free_port
-from scheduler.stack.zookeeper import ZooKeeperServer
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue

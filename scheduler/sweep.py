@@ -41,10 +41,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scheduler import dispatch, idle, tasknames
+from scheduler import dispatch, tasknames
 from scheduler.reconfiguration_requests import check_tenant_file
 from scheduler.settings import Settings
 from scheduler.state.store import PipelineStore
+from scheduler.views import idle
 from scheduler.zk import inventory, locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue

@@ -1,6 +1,6 @@
 """Fixtures for every test level; each lives in a small module of tests/fixtures."""
 
-from scheduler.stack import process
+from cli.stack import process
 from tests.fixtures.services import (  # noqa: F401
     redis_server,
     redis_url,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cli.state import status_document
+from cli.commands.state import status_document
 from scheduler.zk.client import ConnectionState, ZooKeeperClient, connect
 from tests.chaos.gate import REFS, SESSION_TIMEOUT, GateRun
 from tests.fixtures.ensemble import (  # noqa: F401

@@ -15,9 +15,9 @@ import time
 import pytest
 import redis
 
-from scheduler.stack.process import is_alive
-from scheduler.stack.redis import RedisServer
-from scheduler.stack.zookeeper import ZooKeeperServer
+from cli.stack.process import is_alive
+from cli.stack.redis import RedisServer
+from cli.stack.zookeeper import ZooKeeperServer
 from tests.chaos.gate import SESSION_TIMEOUT, GateRun
 from tests.fixtures.waiting import wait_until
 

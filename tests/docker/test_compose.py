@@ -22,8 +22,8 @@ from celery.bin.base import CLIContext
 from celery.bin.celery import celery as celery_cli
 from sqlalchemy.engine import make_url
 
+from cli.main import cli as sluice_cli
 from scheduler import dispatch, settings
-from scheduler.cli.main import cli as sluice_cli
 from scheduler.config import parse_tenant_config
 from tests.docker.deployment import (
     COMPOSE_FILE,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from scheduler.cli.main import cli
+from cli.main import cli
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory, WorkerProcess
 
 GIT_ENV = {

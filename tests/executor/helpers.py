@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.stack.process import is_alive
+from cli.stack.process import is_alive
 from scheduler.wire.build_spec import JobStep
 from workers.executor import BuildControl, BuildResult, BuildSpec, RunnerOptions, run_build
 

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from scheduler.stack.process import is_alive
+from cli.stack.process import is_alive
 from tests.executor.helpers import (
     LEFTOVERS,
     BuildThread,

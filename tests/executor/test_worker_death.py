@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scheduler.stack.process import is_alive
+from cli.stack.process import is_alive
 from tests.executor.helpers import LEFTOVERS, Repo, make_spec, processes_of_build, read_pids
 from tests.fixtures.waiting import wait_until
 from workers.executor import RunnerOptions

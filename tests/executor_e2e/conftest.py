@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.stack import process, workers
 from scheduler.settings import Settings, load_settings
-from scheduler.stack import process, workers
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import redis
 
+from cli.stack.process import is_alive
 from scheduler.dispatch import executor_queue_name, send_build
-from scheduler.stack.process import is_alive
 from scheduler.zk.job_requests import RequestEvent, RequestState
 from tests.executor.helpers import Repo, make_spec, processes_of_build
 from tests.executor_e2e.conftest import SESSION_TIMEOUT, Builds

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import pytest
 
-from scheduler.cli.main import COMMANDS, cli
+from cli.main import COMMANDS, cli
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -24,7 +24,7 @@ def test_the_listed_help_is_the_commands_own(name: str) -> None:
 def test_help_imports_no_heavy_module() -> None:
     code = (
         "import sys\n"
-        "from scheduler.cli.main import cli\n"
+        "from cli.main import cli\n"
         "try:\n"
         "    cli(['--help'])\n"
         "except SystemExit:\n"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scheduler.stack import process
+from cli.stack import process
 from tests.e2e.system import Repos
 from tests.fixtures.waiting import wait_until
 
@@ -114,7 +114,7 @@ def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
     script.write_text(
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from scheduler.stack import process\n"
+        "from cli.stack import process\n"
         "process.children_die_with_parent()\n"
         "child = process.spawn(['sleep', '300'], Path(sys.argv[1]))\n"
         "print(child.pid, flush=True)\n"

@@ -7,7 +7,7 @@ import sys
 import urllib.request
 import uuid
 
-from scheduler.stack import process
+from cli.stack import process
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from cli.stack import process, workers
 from scheduler import dispatch
 from scheduler.settings import Settings, load_settings
-from scheduler.stack import process, workers
 from scheduler.wire.merge_requests import merger_queue, submit_merge_job
 from scheduler.wire.merger import MergerJob, job_kind
 from scheduler.zk import paths

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from scheduler.cli.main import cli
+from cli.main import cli
 from scheduler.processing.reporters import HistoryReporter
 from scheduler.reporting import LogReporter, ReporterSet, SqlReporter, open_database
 from scheduler.zk.client import connect

@@ -6,7 +6,7 @@ from scheduler.manager import events as ev
 from scheduler.model.build import BuildState, Dependency, JobInfo
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
-from scheduler.status import job_state
+from scheduler.views.status import job_state
 from tests.scheduler.gate_harness import Gate
 from tests.scheduler.test_manager_independent import Harness, enqueue
 

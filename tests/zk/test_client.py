@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
+from cli.stack.process import free_port
 from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings
-from scheduler.stack.process import free_port
 from scheduler.zk import locks, paths, stored
 from scheduler.zk.client import ConnectionState, ZooKeeperClient, attach, connect
 from scheduler.zk.context import LockContext

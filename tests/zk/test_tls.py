@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
+from cli.stack.process import free_port
+from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.errors import SluiceError, StackError
 from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings, ZooKeeperTLS
-from scheduler.stack.process import free_port
-from scheduler.stack.zookeeper import ZooKeeperServer
 from scheduler.zk import components, locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.context import LockContext

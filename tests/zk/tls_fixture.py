@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.stack.zookeeper import ServerTLS
+from cli.stack.zookeeper import ServerTLS
 
 PASSWORD = "sluice-test-store"
 DAYS = "2"

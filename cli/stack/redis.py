@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 
 import redis
 
-from scheduler.stack import process
+from cli.stack import process
 
 
 def ping(url: str, timeout: float = 1.0) -> bool:

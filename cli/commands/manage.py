@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 
+from cli.commands.common import clear_errors, settings
+from cli.gitrefs import list_refs, resolve
 from scheduler import dispatch, tasknames
-from scheduler.cli.common import clear_errors, settings
 from scheduler.errors import SluiceError
-from scheduler.gitrefs import list_refs, resolve
 from scheduler.layouts import TenantLayouts
 from scheduler.model.change import Change
 from scheduler.reconfiguration import merger_fetch, reconfigure

@@ -11,8 +11,8 @@ import uuid
 
 import click
 
+from cli.commands.common import clear_errors, settings
 from scheduler import dispatch, tasknames
-from scheduler.cli.common import clear_errors, settings
 
 
 @click.command("roundtrip")

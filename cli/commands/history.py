@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from scheduler.cli.common import clear_errors, settings
+from cli.commands.common import clear_errors, settings
 from scheduler.reporting import list_builds, list_buildsets, open_database
 
 BUILD_COLUMNS = ("job", "project", "ref", "pipeline", "result", "attempt", "end_time", "uuid")

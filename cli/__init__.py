@@ -1,5 +1,5 @@
 """The ``sluice`` command line."""
 
-from scheduler.cli.main import main
+from cli.main import main
 
 __all__ = ["main"]

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from celery import Celery
 
+from cli.stack import process, workers
+from cli.stack import redis as redis_service
+from cli.stack import zookeeper as zk_service
 from scheduler.errors import StackError
 from scheduler.settings import Settings
-from scheduler.stack import process, workers
-from scheduler.stack import redis as redis_service
-from scheduler.stack import zookeeper as zk_service
 
 
 @dataclass

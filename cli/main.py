@@ -23,54 +23,54 @@ from scheduler.errors import SluiceError
 
 # name -> (module, attribute, the command's one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "builds": ("scheduler.cli.history", "builds", "Build attempts, newest first."),
+    "builds": ("cli.commands.history", "builds", "Build attempts, newest first."),
     "buildsets": (
-        "scheduler.cli.history",
+        "cli.commands.history",
         "buildsets",
         "Buildsets (one per tested item), newest first.",
     ),
     "demo": (
-        "scheduler.cli.demo",
+        "cli.commands.demo",
         "demo",
         "Run the sample tenant through check and gate, live, on the local stack.",
     ),
     "dequeue": (
-        "scheduler.cli.manage",
+        "cli.commands.manage",
         "dequeue",
         "Take the item of REF out of PIPELINE (its builds are aborted).",
     ),
     "enqueue": (
-        "scheduler.cli.manage",
+        "cli.commands.manage",
         "enqueue",
         "Enqueue REF of PROJECT into PIPELINE; prints the item id.",
     ),
     "promote": (
-        "scheduler.cli.manage",
+        "cli.commands.manage",
         "promote",
         "Move the items of REF... to the head of their queue, in the order given.",
     ),
     "reconfigure": (
-        "scheduler.cli.manage",
+        "cli.commands.manage",
         "reconfigure_command",
         "Read every project's config through the mergers and rebuild tenant layouts.",
     ),
     "roundtrip": (
-        "scheduler.cli.system",
+        "cli.commands.system",
         "roundtrip",
         "Send a round-trip task through the broker to a worker and print what it did.",
     ),
     "stack": (
-        "scheduler.cli.stack",
+        "cli.commands.stack",
         "stack",
         "Run the local stack: ZooKeeper, Redis and Celery workers.",
     ),
     "status": (
-        "scheduler.cli.state",
+        "cli.commands.state",
         "status",
         "Pipelines, queues, items and their jobs with state, result and elapsed time.",
     ),
     "wait": (
-        "scheduler.cli.state",
+        "cli.commands.state",
         "wait",
         "Exit 0 once no events, items or requests are pending; 1 on timeout.",
     ),

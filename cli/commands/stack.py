@@ -6,12 +6,12 @@ import time
 
 import click
 
+from cli.commands.common import clear_errors, settings
+from cli.stack.local import LocalStack, describe
 from scheduler import dispatch
-from scheduler.cli.common import clear_errors, settings
 from scheduler.reconfiguration import ReconfigurationError, tenant_names
 from scheduler.reconfiguration_requests import check_tenant_file
 from scheduler.settings import Settings
-from scheduler.stack.local import LocalStack, describe
 from scheduler.zk import config_cache
 from scheduler.zk.client import connect
 

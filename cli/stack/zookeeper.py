@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cli.stack import process
 from scheduler.errors import StackError
-from scheduler.stack import process
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 # Jars beyond zookeeper.jar's own manifest Class-Path: a logger binding, and

@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from scheduler import status as status_view
-from scheduler.cli.common import clear_errors, settings
-from scheduler.idle import pending_work
+from cli.commands.common import clear_errors, settings
 from scheduler.state.store import PipelineStore
+from scheduler.views import status as status_view
+from scheduler.views.idle import pending_work
 from scheduler.zk import inventory
 from scheduler.zk.client import ZooKeeperClient, connect
 

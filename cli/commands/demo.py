@@ -17,16 +17,16 @@ from typing import Any
 
 import click
 
-from scheduler.cli.common import clear_errors, settings
-from scheduler.cli.manage import enqueue_change
-from scheduler.cli.state import status_document, zookeeper
-from scheduler.cli.system import roundtrip
-from scheduler.demo import live, repos
+from cli.commands.common import clear_errors, settings
+from cli.commands.manage import enqueue_change
+from cli.commands.state import status_document, zookeeper
+from cli.commands.system import roundtrip
+from cli.demo import live, repos
 from scheduler.errors import SluiceError
-from scheduler.idle import pending_work
 from scheduler.reconfiguration import merger_fetch, reconfigure
 from scheduler.reporting import estimate_durations, list_buildsets, open_database
 from scheduler.settings import Settings
+from scheduler.views.idle import pending_work
 
 TENANT = "demo"
 

@@ -1,0 +1,1 @@
+"""The commands of ``sluice``, one module per group (loaded lazily by ``cli.main``)."""

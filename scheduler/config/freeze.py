@@ -50,6 +50,7 @@ from scheduler.config.layout import Layout
 from scheduler.config.model import Dependency, JobVariant, Playbook, RequiredProject, Semaphore
 from scheduler.config.regex import matches_any
 from scheduler.config.serialize import canonical_json
+from scheduler.jsondata import deep_merge
 
 OVERRIDE = (
     "description",
@@ -164,17 +165,6 @@ class FrozenJob:
 
 def _playbooks(items: Sequence[Mapping[str, Any]]) -> tuple[Playbook, ...]:
     return tuple(Playbook(p["path"], p["project"], p["branch"], p["trusted"]) for p in items)
-
-
-def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    result = dict(base)
-    for key, value in update.items():
-        old = result.get(key)
-        if isinstance(old, Mapping) and isinstance(value, Mapping):
-            result[key] = deep_merge(old, value)
-        else:
-            result[key] = value
-    return result
 
 
 def variant_matches(variant: JobVariant, branch: str) -> bool:

@@ -42,6 +42,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scheduler.jsondata import deep_merge
 from scheduler.wire.build_result import Phase
 from scheduler.wire.build_spec import BuildSpec
 from workers.executor.errors import ResultDataError
@@ -90,19 +91,7 @@ def job_environment(
 def job_vars(spec: BuildSpec) -> dict[str, Any]:
     """Parent data (without its ``zuul`` key) overlaid with the job's own vars."""
     parent = {k: v for k, v in spec.parent_data.items() if k != "zuul"}
-    return merge(parent, spec.vars)
-
-
-def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep merge of two JSON objects; ``over`` wins where both have a non-object."""
-    merged = dict(base)
-    for key, value in over.items():
-        old = merged.get(key)
-        if isinstance(old, Mapping) and isinstance(value, Mapping):
-            merged[key] = merge(old, value)
-        else:
-            merged[key] = value
-    return merged
+    return deep_merge(parent, spec.vars)
 
 
 def write_job_files(spec: BuildSpec, layout: BuildLayout) -> None:

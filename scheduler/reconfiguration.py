@@ -17,7 +17,7 @@ from scheduler import dispatch, tasknames
 from scheduler.config import Layout, parse_tenant_config
 from scheduler.errors import SluiceError
 from scheduler.layouts import reconfigure_tenant
-from scheduler.layouts.reconfigure import FetchedBranches, ReconfigureResult
+from scheduler.layouts.reconfigure import Fetch, FetchedBranches, ReconfigureResult
 from scheduler.settings import Settings
 from scheduler.wire import merger as wire
 from scheduler.wire.merge_requests import merge_and_wait
@@ -25,8 +25,6 @@ from scheduler.zk import flags, inventory, paths
 from scheduler.zk.client import ZooKeeperClient
 
 log = logging.getLogger(__name__)
-
-Fetch = Callable[[str, str], dict[str, dict[str, str]]]
 
 
 class ReconfigurationError(SluiceError):

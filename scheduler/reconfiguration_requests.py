@@ -35,9 +35,8 @@ from scheduler.config import parse_tenant_config
 from scheduler.config.checkout import candidate_paths
 from scheduler.layouts import reconfigure_tenant
 from scheduler.layouts.errors import TenantNotFoundError
-from scheduler.layouts.reconfigure import retire_tenant
+from scheduler.layouts.reconfigure import Fetch, retire_tenant
 from scheduler.reconfiguration import (
-    Fetch,
     ReconfigurationError,
     retire_removed_pipelines,
     tenant_names,

@@ -40,6 +40,7 @@ from scheduler.config import (
     parse_tenant_config,
     reconfigure,
 )
+from scheduler.config.reconfigure import BranchKey
 from scheduler.layouts.errors import LockTimeoutError, TenantNotFoundError
 from scheduler.layouts.state import KeptInfo, LayoutState, state_data
 from scheduler.settings import Settings
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 # fetch(connection, project) -> {branch: {path: text}} (a FetchedBranches when
 # the fetcher knows the repository's default branch)
 Fetch = Callable[[str, str], Mapping[str, Mapping[str, str]]]
-BranchKey = tuple[str, str]
 # Tried in this order when the fetcher does not know the default branch.
 CONVENTIONAL_DEFAULTS = ("main", "master")
 

@@ -10,7 +10,8 @@ very workers it waits for).
 
 from __future__ import annotations
 
-from scheduler.reconfiguration import Fetch, fetch_with
+from scheduler.layouts.reconfigure import Fetch
+from scheduler.reconfiguration import fetch_with
 from scheduler.reconfiguration_requests import apply_requests
 from scheduler.settings import Settings
 from scheduler.wire import merger as wire

@@ -43,7 +43,7 @@ from scheduler.reconfiguration import (
 )
 from scheduler.settings import Settings
 from scheduler.zk import config_cache as cc
-from scheduler.zk import paths, stored
+from scheduler.zk import flags, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, OpFailedError, Transaction
 from scheduler.zk.errors import NoDataError
@@ -79,6 +79,32 @@ def apply_requests(client: ZooKeeperClient, settings: Settings, tenant: str, fet
     why = sorted({str(e.payload.get("why", "")) for e in events})
     log.info("tenant %s: reconfiguring (%s)", tenant, "; ".join(why))
     try:
+        _reconfigure_or_retire(client, settings, tenant, fetch)
+    except ReconfigurationError as exc:
+        # The requests stay (the sweep asks again); say why for `stack up` and operators.
+        stored.save(
+            LockContext(client), paths.tenant_reconfigure_error(tenant), {"error": str(exc)}
+        )
+        raise
+    flags.lower_flag(client, paths.tenant_reconfigure_error(tenant))
+    for event in events:
+        queue.ack(event)
+    return True
+
+
+def reconfigure_error(client: ZooKeeperClient, tenant: str) -> str | None:
+    """Why the tenant's last requested reconfiguration failed, None if it did not."""
+    try:
+        found = stored.load(LockContext(client), paths.tenant_reconfigure_error(tenant))
+    except NoDataError:
+        return None
+    return str(found.data.get("error", ""))
+
+
+def _reconfigure_or_retire(
+    client: ZooKeeperClient, settings: Settings, tenant: str, fetch: Fetch
+) -> None:
+    try:
         # Never wait long for the write lock: a `sluice reconfigure` holding it
         # may be waiting for this very merger worker's jobs. The task retries.
         result = reconfigure_tenant(client, settings, tenant, fetch, lock_timeout=LOCK_WAIT)
@@ -91,9 +117,6 @@ def apply_requests(client: ZooKeeperClient, settings: Settings, tenant: str, fet
             # Removed from a valid tenant file: every pipeline retires.
             result = retire_tenant(client, tenant, lock_timeout=LOCK_WAIT)
             retire_removed_pipelines(client, settings, tenant, result.layout)
-    for event in events:
-        queue.ack(event)
-    return True
 
 
 def left_tenant_file(settings: Settings, tenant: str) -> bool:

@@ -10,7 +10,7 @@ from cli.commands.common import clear_errors, settings
 from cli.stack.local import LocalStack, describe
 from scheduler import dispatch
 from scheduler.reconfiguration import ReconfigurationError, tenant_names
-from scheduler.reconfiguration_requests import check_tenant_file
+from scheduler.reconfiguration_requests import check_tenant_file, reconfigure_error
 from scheduler.settings import Settings
 from scheduler.zk import config_cache
 from scheduler.zk.client import connect
@@ -53,11 +53,21 @@ def load_tenants(conf: Settings) -> None:
         asked = [t for t in asked if t in named]
         deadline = time.monotonic() + LAYOUT_WAIT
         waiting = list(asked)
+        failed: dict[str, str] = {}
         while waiting and time.monotonic() < deadline:
-            waiting = [t for t in waiting if config_cache.load_layout_state(client, t) is None]
+            failed.update((t, e) for t in waiting if (e := reconfigure_error(client, t)))
+            waiting = [
+                t
+                for t in waiting
+                if t not in failed and config_cache.load_layout_state(client, t) is None
+            ]
             time.sleep(0.2 if waiting else 0)
         for tenant in asked:
-            click.echo(f"tenant {tenant}: " + ("not loaded yet" if tenant in waiting else "loaded"))
+            if tenant in failed:
+                state = f"not loaded yet: {failed[tenant]} (the sweep asks again)"
+            else:
+                state = "not loaded yet" if tenant in waiting else "loaded"
+            click.echo(f"tenant {tenant}: {state}")
     finally:
         client.stop()
         client.close()

@@ -219,6 +219,11 @@ def tenant_reconfigure_queue(tenant: str) -> str:
     return join(tenant_events(tenant), "reconfigure")
 
 
+def tenant_reconfigure_error(tenant: str) -> str:
+    """Why the tenant's last requested reconfiguration failed (absent once one succeeds)."""
+    return join("config", "reconfigure-errors", segment(tenant))
+
+
 def tenant_file_state() -> str:
     """The digest of the tenant file the last reconfiguration requests were made for."""
     return join("config", "tenant-file")

@@ -4,17 +4,19 @@
 the pipeline lock (coalesced, :mod:`scheduler.processing.coalesce`) each
 pass
 
-1. reads the pipeline state (validated cache, :mod:`scheduler.state.store`);
-2. reads the management, trigger and result event queues, in that order;
-3. applies the events and advances every item (:mod:`scheduler.manager`);
-4. commits, in ONE transaction fenced by the pipeline lock: the changed state
+1. **read**s the pipeline state (validated cache, :mod:`scheduler.state.store`);
+2. **appl**ies the management, trigger and result events, in that order, and
+   advances every item (:mod:`scheduler.manager`);
+3. **decide**s what it commits besides the state (acks, requests, semaphores,
+   management outcomes, reconfiguration requests);
+4. **commit**s, in ONE transaction fenced by the pipeline lock: the changed state
    documents, the acks of the consumed events, the new merge and build
    requests and the semaphore updates. Either all of it happens or none,
    so an event is applied exactly once (DESIGN.md invariants 3 and 4);
-5. after the commit: nudges the new requests' tasks, asks for cancels, runs
-   the reporters for finished items and then removes them in a second
-   commit (a crash in between repeats the idempotent reports, never loses
-   one).
+5. after the commit, **nudge**s the new requests' tasks, asks for cancels and
+   wakes the waiters of freed semaphores;
+6. **report**s finished items and then removes them in a second commit (a
+   crash in between repeats the idempotent reports, never loses one).
 
 Request events name a request and its buildset; a completed request's
 result is read from its queue here, so the event stays small.
@@ -37,9 +39,11 @@ from scheduler.model.results import Result
 from scheduler.processing import testhooks
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.environment import Environment, NewRequest
+from scheduler.processing.semaphores import TxnLedger
 from scheduler.state.store import PipelineStore
 from scheduler.zk import flags, locks, paths, stored
 from scheduler.zk.context import OpFailedError, Transaction
+from scheduler.zk.doctree import DocTree
 from scheduler.zk.event_queue import Event, EventQueue
 from scheduler.zk.job_requests import JobRequestQueue, RequestEvent
 
@@ -90,20 +94,53 @@ class PipelinePass:
     config_merged: list[str] = field(default_factory=list)
 
     def run(self) -> bool:
-        """One pass; True if it consumed events or decided anything."""
+        """One pass in named steps; True if another pass may find something."""
         store = PipelineStore(self.env.client)
-        tree = store.read(self.tenant, self.pipeline, locked=True)
-        state = store.state(self.tenant, self.pipeline, tree)
+        tree, state = self.read(store)
         manager, ledger = self.env.managers.open(self.env.client, self.tenant, self.pipeline)
+        self.apply(manager, state)
+        txn = self.decide(manager, state, ledger)
+        if txn is None:
+            return False  # nothing new (a push may be pending: its result will wake us)
+        try:
+            tree = self.commit(store, tree, state, txn)
+        except OpFailedError as exc:
+            if ledger.layout_fence is None or exc.path != ledger.layout_fence[0]:
+                raise
+            # A reconfiguration replaced the layout during this pass: nothing was
+            # committed; decide again with the new layout.
+            log.info("%s/%s: the layout changed during the pass; again", self.tenant, self.pipeline)
+            return True
+        self.nudge(manager, ledger)
+        landed = self.report(manager, store, tree, state)
+        # Another pass only if it can find something: items left the queue
+        # (those behind may move up), or a queue had more events than one
+        # pass takes. New events raise the dirty flag, which the loop checks.
+        return bool(landed) or self.more_events
+
+    # -- the steps ---------------------------------------------------------------
+
+    def read(self, store: PipelineStore) -> tuple[DocTree, PipelineState]:
+        """The pipeline's state (the validated cache or ZooKeeper)."""
+        tree = store.read(self.tenant, self.pipeline, locked=True)
+        return tree, store.state(self.tenant, self.pipeline, tree)
+
+    def apply(self, manager: PipelineManager, state: PipelineState) -> None:
+        """Apply the queued events, then advance every item (the manager decides)."""
         self._apply_events(manager, state)
         manager.advance(state)
+
+    def decide(
+        self, manager: PipelineManager, state: PipelineState, ledger: TxnLedger
+    ) -> Transaction | None:
+        """Everything the pass commits besides the state; None if it decided nothing."""
         intents = manager.intents
         txn = Transaction(self.env.client)
         self._request_ops(manager, state, txn)
         if not (
             self.consumed or self.requests or intents.cancels or intents.resumes or intents.reports
         ):
-            return False  # nothing new (a push may be pending: its result will wake us)
+            return None
         for queue, event in self.consumed:
             queue.ack_ops(event, txn)
         ledger.add_ops(txn)
@@ -114,28 +151,32 @@ class PipelinePass:
         if self.config_merged:
             why = "merged config change " + ", ".join(self.config_merged)
             reconfiguration_requests.request_ops(self.env.client, self.tenant, why, txn)
+        return txn
+
+    def commit(
+        self, store: PipelineStore, tree: DocTree, state: PipelineState, txn: Transaction
+    ) -> DocTree:
+        """The changed state and ``txn`` in ONE transaction fenced by the pipeline lock."""
         testhooks.hold_before_commit()
-        try:
-            tree = store.write(self.held.context, tree, state, extra=txn)
-        except OpFailedError as exc:
-            if ledger.layout_fence is None or exc.path != ledger.layout_fence[0]:
-                raise
-            # A reconfiguration replaced the layout during this pass: nothing was
-            # committed; decide again with the new layout.
-            log.info("%s/%s: the layout changed during the pass; again", self.tenant, self.pipeline)
-            return True
+        return store.write(self.held.context, tree, state, extra=txn)
+
+    def nudge(self, manager: PipelineManager, ledger: TxnLedger) -> None:
+        """After the commit: the new requests' tasks, cancels, and waiters of freed slots."""
         self._after_commit(manager)
         for tenant, pipeline in ledger.to_wake():  # a slot freed: waiters elsewhere retry
             self.env.nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
-        landed: list[str] = []
-        if intents.reports:
-            landed = self._report(manager, state, intents.reports)
-            manager.finish_reported(state, landed)
-            store.write(self.held.context, tree, state)
-        # Another pass only if it can find something: items left the queue
-        # (those behind may move up), or a queue had more events than one
-        # pass takes. New events raise the dirty flag, which the loop checks.
-        return bool(landed) or self.more_events
+
+    def report(
+        self, manager: PipelineManager, store: PipelineStore, tree: DocTree, state: PipelineState
+    ) -> list[str]:
+        """Report finished items, then remove those whose reports landed (a second commit)."""
+        reports = manager.intents.reports
+        if not reports:
+            return []
+        landed = self._report(manager, state, reports)
+        manager.finish_reported(state, landed)
+        store.write(self.held.context, tree, state)
+        return landed
 
     # -- events ---------------------------------------------------------------
 

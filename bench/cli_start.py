@@ -8,7 +8,7 @@ Measures, as separate processes (median of ``--runs``):
   imports before it does any work.
 
 Prints a table with the ratio to the floor. Not run in CI except in smoke
-mode (``tests/bench/test_smoke.py``): ``.venv/bin/python bench/cli.py``.
+mode (``tests/bench/test_smoke.py``): ``.venv/bin/python bench/cli_start.py``.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler import dispatch, tasknames
-from scheduler.reconfiguration_requests import check_tenant_file
+from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings import Settings
 from scheduler.state.store import PipelineStore
 from scheduler.views import idle

@@ -9,8 +9,12 @@ import click
 from cli.commands.common import clear_errors, settings
 from cli.stack.local import LocalStack, describe
 from scheduler import dispatch
-from scheduler.reconfiguration import ReconfigurationError, tenant_names
-from scheduler.reconfiguration_requests import check_tenant_file, reconfigure_error
+from scheduler.reconfiguration import (
+    ReconfigurationError,
+    check_tenant_file,
+    reconfigure_error,
+    tenant_names,
+)
 from scheduler.settings import Settings
 from scheduler.zk import config_cache
 from scheduler.zk.client import connect

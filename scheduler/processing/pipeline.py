@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler import dispatch, reconfiguration_requests, tasknames
+from scheduler import dispatch, reconfiguration, tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
@@ -150,7 +150,7 @@ class PipelinePass:
             txn.create(path, stored.encode(outcome))
         if self.config_merged:
             why = "merged config change " + ", ".join(self.config_merged)
-            reconfiguration_requests.request_ops(self.env.client, self.tenant, why, txn)
+            reconfiguration.request_ops(self.env.client, self.tenant, why, txn)
         return txn
 
     def commit(
@@ -201,7 +201,7 @@ class PipelinePass:
     def _note_config_merge(self, state: PipelineState, item_uuid: str) -> None:
         """Zuul reconfigures the tenant when a change that edits config merges."""
         item = state.items.get(item_uuid)
-        if item is not None and reconfiguration_requests.touches_config(item.buildset.files):
+        if item is not None and reconfiguration.touches_config(item.buildset.files):
             self.config_merged.append(item.change.key)
 
     def _record_outcome(

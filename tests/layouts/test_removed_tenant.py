@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.layouts import TenantLayouts, reconfigure_tenant
 from scheduler.layouts.reconfigure import retire_tenant
-from scheduler.reconfiguration_requests import left_tenant_file
+from scheduler.reconfiguration import left_tenant_file
 from scheduler.zk.client import ZooKeeperClient
 from tests.fixtures.services import ZooKeeperTarget
 from tests.layouts.gitrepos import GitRepos

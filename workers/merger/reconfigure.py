@@ -1,6 +1,6 @@
 """Reconfiguring a tenant on a merger worker, with the config read from its own repo cache.
 
-The reconfiguration requests of a tenant (:mod:`scheduler.reconfiguration_requests`)
+The reconfiguration requests of a tenant (:mod:`scheduler.reconfiguration`)
 are applied by the ``sluice.merger.reconfigure`` task on the ``merger``
 queue: the worker that applies them holds a repo cache, so it reads branch
 heads and config files itself instead of sending merger jobs and waiting
@@ -11,8 +11,7 @@ very workers it waits for).
 from __future__ import annotations
 
 from scheduler.layouts.reconfigure import Fetch
-from scheduler.reconfiguration import fetch_with
-from scheduler.reconfiguration_requests import apply_requests
+from scheduler.reconfiguration import apply_requests, fetch_with
 from scheduler.settings import Settings
 from scheduler.wire import merger as wire
 from scheduler.zk.client import ZooKeeperClient

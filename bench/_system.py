@@ -31,6 +31,9 @@ from tests.e2e.system import SluiceSystem
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory, WorkerProcess
 
+# A benchmark killed from outside leaves no ZooKeeper or Redis behind.
+process.children_die_with_parent()
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.settings import ZooKeeperSettings
@@ -39,6 +40,9 @@ from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from workers.executor import BuildSpec, RunnerOptions
 from workers.executor.service import BuildOutcome, execute_request
+
+# A benchmark killed from outside leaves no ZooKeeper or Redis behind.
+process.children_die_with_parent()
 
 RESULTS = paths.pipeline_result_queue("bench", "check")
 SLICE = 0.5  # seconds per slice; a build takes a few tens of ms

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.settings import ZooKeeperSettings
@@ -30,6 +31,9 @@ from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
+
+# A benchmark killed from outside leaves no ZooKeeper behind.
+process.children_die_with_parent()
 
 
 def compare(

@@ -10,15 +10,24 @@ from __future__ import annotations
 from kombu import Queue
 
 from scheduler import tasknames
+from scheduler.exposure import broker_ssl_options
 from scheduler.settings import load_settings
 
 _settings = load_settings()
 
+# With its password when one is configured (or the local stack made one):
+# redis://:<password>@host:port/db. Celery and Flower print it redacted.
 broker_url = _settings.broker_url
 # Results live in ZooKeeper and SQL; the backend only carries small task
 # return values (round trips, pings) for operators and tests.
 result_backend = _settings.broker_url
+# A rediss:// broker: the CA, certificate and key of broker.tls, for both.
+broker_use_ssl = broker_ssl_options(_settings.broker_url, _settings.broker.tls) or False
+redis_backend_use_ssl = broker_ssl_options(_settings.broker_url, _settings.broker.tls)
 result_expires = 3600
+# A result keeps its task's name and arguments (identifiers only), so that
+# `sluice retry TASK_ID` can send the same task again (scheduler/resend.py).
+result_extended = True
 
 # Nudges, not orders: a message carries identifiers only, as JSON.
 task_serializer = "json"
@@ -51,13 +60,7 @@ task_queues = (
     Queue("executor"),
     Queue("maintenance"),
 )
-task_routes = {
-    "sluice.scheduler.*": {"queue": "scheduler"},
-    "sluice.merger.*": {"queue": "merger"},
-    "sluice.executor.*": {"queue": "executor"},
-    "sluice.maintenance.*": {"queue": "maintenance"},
-    "sluice.system.*": {"queue": "maintenance"},
-}
+task_routes = {f"{prefix}*": {"queue": queue} for prefix, queue in tasknames.QUEUES.items()}
 
 # Every maintenance worker runs the timer (``--beat``): the sweep re-nudges
 # pending requests and records lost ones (scheduler/sweep.py); its ZooKeeper

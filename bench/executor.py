@@ -38,8 +38,9 @@ from scheduler.settings import ZooKeeperSettings
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
+from workers.claims import Delivery
 from workers.executor import BuildSpec, RunnerOptions
-from workers.executor.service import BuildOutcome, execute_request
+from workers.executor.service import execute_request
 
 # A benchmark killed from outside leaves no ZooKeeper or Redis behind.
 process.children_die_with_parent()
@@ -124,7 +125,7 @@ def build_lifecycle(
         request = JobRequest(build_uuid, job_name="noop", result_queue=RESULTS)
         queue.submit(request, spec.to_dict())
         report = execute_request(queue, build_uuid, "bench-executor", options)
-        assert report.outcome is BuildOutcome.COMPLETED, report
+        assert report.outcome is Delivery.COMPLETED, report
         result = queue.get_result(build_uuid)
         assert result is not None and result.result["result"] == "SUCCESS", result
 

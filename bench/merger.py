@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduler.settings import ConnectionSettings
-from scheduler.wire.merger import Change, MergeJob, MergeMode
+from scheduler.wire.merger import MergeChange, MergeJob, MergeMode
 from workers.merger import RepoCache, run_merge_job
 
 STACKS = (1, 5, 20)
@@ -90,7 +90,7 @@ def build_remote(base: Path, env: dict[str, str], files: int, changes: int) -> P
 def stack_job(job_id: str, stack: int, mode: MergeMode, tag: str) -> MergeJob:
     """Changes 1..stack; ``tag`` makes the change names (and so the memo keys) new."""
     changes = tuple(
-        Change(
+        MergeChange(
             "git", "bench", "main", ref=f"refs/changes/{n}", merge_mode=mode, change_id=f"{n}{tag}"
         )
         for n in range(1, stack + 1)

@@ -66,7 +66,6 @@ from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.processing import pipeline as processing
 from scheduler.processing.environment import Environment, NewRequest
-from scheduler.processing.semaphores import TxnLedger
 from scheduler.settings import load_settings
 from scheduler.state.store import PipelineStore
 from scheduler.zk import context as zk_context
@@ -74,6 +73,7 @@ from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue, JobResult
+from scheduler.zk.ledger import TxnLedger
 from scheduler.zk.management import wait_for_result
 from tests.fixtures.waiting import wait_until
 from tests.scheduler.world import Formats
@@ -455,7 +455,9 @@ def gate_depth(services: Services, depth: int, samples: int) -> dict[str, Any]:
     client = connect(phase.system.environment.zookeeper.settings())
     pipeline = "gate"
     try:
-        env = Environment(client, GateManagers(), GateFormats(), lambda task, args, queue: None, [])
+        env = Environment(
+            client, GateManagers(), GateFormats(), lambda task, args, queue, label="": None, []
+        )
         events = EventQueue(client, paths.pipeline_management_queue(TENANT, pipeline))
         for n in range(depth):
             change = {

@@ -23,11 +23,21 @@ from scheduler.errors import SluiceError
 
 # name -> (module, attribute, the command's one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "autohold": (
+        "cli.commands.autohold",
+        "autohold",
+        "Keep the workspace of the next failing builds of a job; list and delete requests.",
+    ),
     "builds": ("cli.commands.history", "builds", "Build attempts, newest first."),
     "buildsets": (
         "cli.commands.history",
         "buildsets",
         "Buildsets (one per tested item), newest first.",
+    ),
+    "components": (
+        "cli.commands.components",
+        "components",
+        "Registered processes: kind, host, pid, queues, state, version and age.",
     ),
     "demo": (
         "cli.commands.demo",
@@ -44,6 +54,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "enqueue",
         "Enqueue REF of PROJECT into PIPELINE; prints the item id.",
     ),
+    "encrypt": (
+        "cli.commands.encrypt",
+        "encrypt",
+        "Encrypt a secret with PROJECT's public key; prints the secret stanza (as zuul-client).",
+    ),
+    "metrics": (
+        "cli.commands.metrics",
+        "metrics",
+        "Serve Prometheus metrics read from ZooKeeper and SQL at /metrics.",
+    ),
     "promote": (
         "cli.commands.manage",
         "promote",
@@ -54,6 +74,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "reconfigure_command",
         "Read every project's config through the mergers and rebuild tenant layouts.",
     ),
+    "retry": (
+        "cli.commands.ops",
+        "retry",
+        "Send the Sluice task TASK_ID again (same task and arguments, a new id).",
+    ),
+    "rerun": (
+        "cli.commands.rerun",
+        "rerun",
+        "Dequeue the item of REF (if any) and enqueue REF again; prints the new item id.",
+    ),
     "roundtrip": (
         "cli.commands.system",
         "roundtrip",
@@ -62,7 +92,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "stack": (
         "cli.commands.stack",
         "stack",
-        "Run the local stack: ZooKeeper, Redis and Celery workers.",
+        "Run the local stack: ZooKeeper, Redis, Celery workers and the web.",
     ),
     "status": (
         "cli.commands.state",
@@ -73,6 +103,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "cli.commands.state",
         "wait",
         "Exit 0 once no events, items or requests are pending; 1 on timeout.",
+    ),
+    "web": (
+        "cli.commands.web",
+        "web",
+        "Serve the REST API, the status pages, /health and /metrics over HTTP.",
     ),
 }
 

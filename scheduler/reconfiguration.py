@@ -34,8 +34,9 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from scheduler import dispatch, tasknames
 from scheduler.config import Layout, parse_tenant_config
@@ -51,6 +52,7 @@ from scheduler.layouts.reconfigure import (
 )
 from scheduler.settings import Settings
 from scheduler.wire import merger as wire
+from scheduler.wire.events import MalformedEventError, ReconfigureEvent, decode_as
 from scheduler.wire.merge_requests import merge_and_wait
 from scheduler.zk import config_cache as cc
 from scheduler.zk import flags, inventory, paths, stored
@@ -165,7 +167,7 @@ def request_ops(client: ZooKeeperClient, tenant: str, why: str, txn: Transaction
     """Add a reconfiguration request for ``tenant`` to ``txn``."""
     queue = EventQueue(client, paths.tenant_reconfigure_queue(tenant))
     queue.ensure()
-    queue.put_ops({"type": "reconfigure", "why": why, "time": time.time()}, txn)
+    queue.put_ops(ReconfigureEvent(why, time.time()).to_dict(), txn)
 
 
 def apply_requests(client: ZooKeeperClient, settings: Settings, tenant: str, fetch: Fetch) -> bool:
@@ -174,7 +176,7 @@ def apply_requests(client: ZooKeeperClient, settings: Settings, tenant: str, fet
     events = queue.read()
     if not events:
         return False
-    why = sorted({str(e.payload.get("why", "")) for e in events})
+    why = sorted({_why(e.payload) for e in events})
     log.info("tenant %s: reconfiguring (%s)", tenant, "; ".join(why))
     try:
         _reconfigure_or_retire(client, settings, tenant, fetch)
@@ -188,6 +190,13 @@ def apply_requests(client: ZooKeeperClient, settings: Settings, tenant: str, fet
     for event in events:
         queue.ack(event)
     return True
+
+
+def _why(payload: Mapping[str, Any]) -> str:
+    try:
+        return decode_as(payload, ReconfigureEvent).why
+    except MalformedEventError as exc:  # still a request to reconfigure: do it
+        return f"(malformed request: {exc})"
 
 
 def reconfigure_error(client: ZooKeeperClient, tenant: str) -> str | None:

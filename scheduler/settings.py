@@ -12,7 +12,8 @@ typo in a setting must never silently fall back to a default.
 Environment variables override the file (for containers and tests):
 ``SLUICE_ZK_HOSTS``, ``SLUICE_ZK_ROOT``, ``SLUICE_ZK_SESSION_TIMEOUT``,
 ``SLUICE_BROKER_URL``, ``SLUICE_DATABASE_URL``, ``SLUICE_STATE_DIR``,
-``SLUICE_TENANT_CONFIG``, ``SLUICE_SWEEP_INTERVAL``.
+``SLUICE_TENANT_CONFIG``, ``SLUICE_SWEEP_INTERVAL``, ``SLUICE_WEB_LISTEN``,
+``SLUICE_KEYSTORE_PASSWORD_FILE``, ``SLUICE_BROKER_PASSWORD_FILE``.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from scheduler import exposure
 from scheduler.errors import SettingsError
+from scheduler.settings_yaml import SettingsReader, load_mapping, read_password_file, resolve_path
 
 CONFIG_ENV = "SLUICE_CONFIG"
 DEFAULT_CONFIG_NAME = "sluice.yaml"
 DEFAULT_STATE_DIR = ".sluice"
+# the broker password the local stack makes for the Redis it starts
+BROKER_PASSWORD_FILE = "broker.password"
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,11 @@ class ZooKeeperAuth:
 
 
 @dataclass(frozen=True)
-class ZooKeeperTLS:
-    """TLS options for the ZooKeeper client (paths already absolute)."""
+class TLSSettings:
+    """TLS options of a client: ZooKeeper's (``zookeeper.tls``), the broker's (``broker.tls``).
+
+    Paths are already absolute; ``verify`` false accepts any server certificate.
+    """
 
     ca: str | None = None
     cert: str | None = None
@@ -58,7 +64,7 @@ class ZooKeeperSettings:
     # Deadline for a single ZooKeeper call; none may block forever.
     call_timeout: float = 10.0
     auth: ZooKeeperAuth | None = None
-    tls: ZooKeeperTLS | None = None
+    tls: TLSSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,118 @@ class ExecutorSettings:
     result_data_limit: int = 1024 * 1024
     # Characters of job output kept in job-output.txt (0: no limit).
     log_limit: int = 256 * 1024 * 1024
+    # "bwrap": jobs run in bubblewrap, seeing only their own build (docs/executor.md)
+    sandbox: str = "none"
+    # Always merge an item's changes again in this executor's own repo cache,
+    # even where the merger's cache is readable (an executor on another host
+    # does it anyway when the commits are missing: workers/executor/speculation.py)
+    merge_here: bool = False
+
+
+@dataclass(frozen=True)
+class Authenticator:
+    """One way to check an admin's JWT (``web.authenticators`` in ``sluice.yaml``).
+
+    ``algorithm`` HS256 checks the signature with ``secret``; RS256 with the
+    PEM public key at ``public_key``. ``issuer`` and ``audience``, when set,
+    must match the token's ``iss`` and ``aud`` claims.
+    """
+
+    name: str
+    algorithm: str
+    secret: str = ""
+    public_key: str = ""
+    issuer: str = ""
+    audience: str = ""
+    # the claim naming the user in logs and outcomes
+    uid_claim: str = "sub"
+
+
+class ListenAddress:
+    """``host`` and ``port`` of a listener's ``listen`` (``HOST:PORT``)."""
+
+    listen: str
+
+    @property
+    def host(self) -> str:
+        return self.listen.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rsplit(":", 1)[1])
+
+
+@dataclass(frozen=True)
+class WebSettings(ListenAddress):
+    """The HTTP face (``web:`` in ``sluice.yaml``, docs/web.md)."""
+
+    listen: str = "127.0.0.1:9000"
+    # how users reach it (links in reports); "" means http://<listen>
+    public_url: str = ""
+    # reads need a valid token too (admin verbs always do)
+    protect_reads: bool = False
+    authenticators: tuple[Authenticator, ...] = ()
+    # serve outside loopback with no authenticator (admin verbs all refused);
+    # without it such a web refuses to start (scheduler/exposure.py)
+    allow_unauthenticated: bool = False
+
+    @property
+    def url(self) -> str:
+        return (self.public_url or f"http://{self.listen}").rstrip("/")
+
+
+@dataclass(frozen=True)
+class KeystoreSettings:
+    """The password that encrypts the projects' private keys in ZooKeeper (``keystore:``).
+
+    Inline, or the first line of ``password_file``; "" when not configured
+    or the file is missing: only what needs keys asks (:meth:`require_password`).
+    """
+
+    password: str = ""
+    password_file: Path | None = None
+
+    def require_password(self) -> str:
+        """The password; :class:`SettingsError` naming the setting when there is none."""
+        if self.password:
+            return self.password
+        if self.password_file is not None:
+            raise SettingsError(
+                f"keystore.password_file: {self.password_file} is missing or empty "
+                "(`sluice stack up` writes the local stack's)"
+            )
+        raise SettingsError(
+            "no keystore password: set keystore.password or keystore.password_file in sluice.yaml"
+        )
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """The broker's and result backend's password and TLS (``broker:`` in ``sluice.yaml``).
+
+    The password goes into ``broker_url`` when that names none
+    (:func:`scheduler.exposure.with_broker_password`): inline, or the first line of
+    ``password_file``. Without either, a loopback broker uses the local
+    stack's ``<state_dir>/broker.password`` if it exists.
+    """
+
+    password: str = ""
+    password_file: Path | None = None
+    # a rediss:// broker: its CA, our certificate and key (Celery's broker_use_ssl)
+    tls: TLSSettings | None = None
+
+
+@dataclass(frozen=True)
+class FlowerSettings(ListenAddress):
+    """The local stack's Flower (``flower:``): where it listens and who may log in.
+
+    ``basic_auth_file`` holds ``user:password`` lines. Without one the stack
+    makes a login and prints it once; outside loopback one is required.
+    """
+
+    # port 0: a free port, picked at start
+    listen: str = "127.0.0.1:0"
+    basic_auth_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +226,13 @@ class Settings:
     # after this many seconds (see docs/celery.md on acks for builds).
     visibility_timeout: float = 3600.0
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    # Worker log lines: "text" (Celery's format, for a terminal) or "json"
+    # (one JSON object per line with the ids of what it is about).
+    log_format: str = "text"
+    web: WebSettings = field(default_factory=WebSettings)
+    keystore: KeystoreSettings = field(default_factory=KeystoreSettings)
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    flower: FlowerSettings = field(default_factory=FlowerSettings)
     # Where the settings came from (None: built-in defaults only).
     source: Path | None = None
 
@@ -119,82 +244,14 @@ class Settings:
     def run_dir(self) -> Path:
         return self.state_dir / "run"
 
+    @property
+    def broker_password_file(self) -> Path:
+        """Where the broker's password is kept: ``broker.password_file``, else the stack's."""
+        return self.broker.password_file or self.state_dir / BROKER_PASSWORD_FILE
+
 
 # --------------------------------------------------------------------------
 # Loading
-
-
-class _LineLoader(yaml.SafeLoader):
-    """A safe loader that remembers the line of every mapping key."""
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
-    loader.flatten_mapping(node)
-    mapping: dict[str, Any] = {}
-    lines: dict[str, int] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        mapping[key] = loader.construct_object(value_node, deep=True)
-        lines[str(key)] = key_node.start_mark.line + 1
-    mapping["__lines__"] = lines
-    return mapping
-
-
-_LineLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
-
-
-class _Reader:
-    """Walks one mapping of the file, reporting errors with file and line."""
-
-    def __init__(self, data: dict[str, Any], where: str, prefix: str = "") -> None:
-        self.data = dict(data)
-        self.lines: dict[str, int] = self.data.pop("__lines__", {})
-        self.where = where
-        self.prefix = prefix
-        self.used: set[str] = set()
-
-    def error(self, key: str, message: str) -> SettingsError:
-        line = self.lines.get(key)
-        loc = f"{self.where}:{line}" if line else self.where
-        return SettingsError(f"{loc}: {self.prefix}{key}: {message}")
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        self.used.add(key)
-        if key not in self.data or self.data[key] is None:
-            return default
-        value = self.data[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-            raise self.error(key, f"expected {_kind_name(names)}, got {type(value).__name__}")
-        return value
-
-    def sub(self, key: str) -> _Reader | None:
-        value = self.get(key, dict, None)
-        if value is None:
-            return None
-        return _Reader(value, self.where, f"{self.prefix}{key}.")
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            raise self.error(unknown[0], "unknown key")
-
-
-def _kind_name(name: str) -> str:
-    return {"str": "a string", "float": "a number", "dict": "a mapping", "bool": "true/false"}.get(
-        name, name
-    )
-
-
-def _resolve_path(value: str, base: Path) -> Path:
-    path = Path(value).expanduser()
-    # normpath, not resolve(): ``..`` goes, symlinks stay as the operator wrote them
-    return Path(os.path.normpath(path if path.is_absolute() else base / path))
 
 
 def _resolve_database_url(url: str, base: Path) -> str:
@@ -209,10 +266,10 @@ def _resolve_database_url(url: str, base: Path) -> str:
 def _resolve_baseurl(value: str, base: Path) -> str:
     if "://" in value or (":" in value.split("/", 1)[0] and "@" in value):
         return value  # file://, ssh://, https://, user@host:path
-    return str(_resolve_path(value, base))
+    return str(resolve_path(value, base))
 
 
-def _read_zookeeper(reader: _Reader | None, base: Path) -> ZooKeeperSettings:
+def _read_zookeeper(reader: SettingsReader | None, base: Path) -> ZooKeeperSettings:
     if reader is None:
         return ZooKeeperSettings()
     hosts = reader.get("hosts", str, ZooKeeperSettings.hosts)
@@ -233,27 +290,29 @@ def _read_zookeeper(reader: _Reader | None, base: Path) -> ZooKeeperSettings:
         auth_reader.finish()
         if not auth.username:
             raise reader.error("auth", "needs a username")
-    tls = None
-    tls_reader = reader.sub("tls")
-    if tls_reader is not None:
-
-        def path(key: str) -> str | None:
-            assert tls_reader is not None
-            value = tls_reader.get(key, str, None)
-            return None if value is None else str(_resolve_path(value, base))
-
-        tls = ZooKeeperTLS(
-            ca=path("ca"),
-            cert=path("cert"),
-            key=path("key"),
-            verify=tls_reader.get("verify", bool, True),
-        )
-        tls_reader.finish()
+    tls = _read_tls(reader.sub("tls"), base)
     reader.finish()
     return ZooKeeperSettings(hosts, root, session_timeout, call_timeout, auth, tls)
 
 
-def _read_connections(reader: _Reader | None, base: Path) -> dict[str, ConnectionSettings]:
+def _read_tls(reader: SettingsReader | None, base: Path) -> TLSSettings | None:
+    """A ``tls:`` section (``ca``, ``cert``, ``key``, ``verify``), paths resolved."""
+    if reader is None:
+        return None
+
+    def path(key: str) -> str | None:
+        assert reader is not None
+        value = reader.get(key, str, None)
+        return None if value is None else str(resolve_path(value, base))
+
+    tls = TLSSettings(
+        ca=path("ca"), cert=path("cert"), key=path("key"), verify=reader.get("verify", bool, True)
+    )
+    reader.finish()
+    return tls
+
+
+def _read_connections(reader: SettingsReader | None, base: Path) -> dict[str, ConnectionSettings]:
     if reader is None:
         return {}
     connections: dict[str, ConnectionSettings] = {}
@@ -269,15 +328,32 @@ def _read_connections(reader: _Reader | None, base: Path) -> dict[str, Connectio
             if not baseurl:
                 raise sub.error("driver", "a git connection needs a 'baseurl'")
             baseurl = _resolve_baseurl(baseurl, base)
+            options: dict[str, Any] = _git_polling(sub)
             sub.finish()
-            options: dict[str, Any] = {}
         else:
+            if baseurl:  # where the forge's repositories are cloned from
+                baseurl = _resolve_baseurl(baseurl, base)
             options = {k: v for k, v in sub.data.items() if k not in sub.used}
         connections[name] = ConnectionSettings(name, driver, baseurl, options)
     return connections
 
 
-def _read_executor(reader: _Reader | None) -> ExecutorSettings:
+# Zuul's git driver polls every two hours by default.
+DEFAULT_POLL_DELAY = 7200.0
+
+
+def _git_polling(sub: SettingsReader) -> dict[str, Any]:
+    """A git connection's polling: ``poll_delay`` seconds (0: never), ``poll_partitions``."""
+    delay = sub.get("poll_delay", float, DEFAULT_POLL_DELAY)
+    if delay < 0:
+        raise sub.error("poll_delay", "must not be negative (0 turns polling off)")
+    partitions = sub.get("poll_partitions", int, 1)
+    if not 1 <= partitions <= 1024:
+        raise sub.error("poll_partitions", "must be between 1 and 1024")
+    return {"poll_delay": delay, "poll_partitions": partitions}
+
+
+def _read_executor(reader: SettingsReader | None) -> ExecutorSettings:
     if reader is None:
         return ExecutorSettings()
     default = ExecutorSettings()
@@ -296,28 +372,140 @@ def _read_executor(reader: _Reader | None) -> ExecutorSettings:
         if counts[key] < minimum:
             raise reader.error(key, f"must be at least {minimum}")
     share_objects = reader.get("share_objects", bool, default.share_objects)
+    merge_here = reader.get("merge_here", bool, default.merge_here)
+    sandbox = reader.get("sandbox", str, default.sandbox)
+    if sandbox not in ("none", "bwrap"):
+        raise reader.error("sandbox", f"expected none or bwrap, got {sandbox!r}")
     reader.finish()
     return ExecutorSettings(
         poll_interval=poll_interval,
         kill_grace=kill_grace,
         share_objects=share_objects,
+        sandbox=sandbox,
+        merge_here=merge_here,
         **counts,
     )
 
 
+ALGORITHMS = ("HS256", "RS256")
+
+
+def _read_authenticator(reader: SettingsReader, index: int, base: Path) -> Authenticator:
+    name = reader.get("name", str, f"auth-{index}")
+    algorithm = reader.get("algorithm", str, None)
+    if algorithm not in ALGORITHMS:
+        raise reader.error("algorithm", f"expected one of {', '.join(ALGORITHMS)}")
+    secret = reader.get("secret", str, "")
+    public_key = reader.get("public_key", str, "")
+    if algorithm == "HS256" and not secret:
+        raise reader.error("algorithm", "HS256 needs a 'secret'")
+    if algorithm == "RS256":
+        if not public_key:
+            raise reader.error("algorithm", "RS256 needs a 'public_key' (a PEM file)")
+        public_key = str(resolve_path(public_key, base))
+    found = Authenticator(
+        name=name,
+        algorithm=algorithm,
+        secret=secret,
+        public_key=public_key,
+        issuer=reader.get("issuer", str, ""),
+        audience=reader.get("audience", str, ""),
+        uid_claim=reader.get("uid_claim", str, "sub"),
+    )
+    reader.finish()
+    return found
+
+
+def _read_listen(reader: SettingsReader, default: str, lowest_port: int = 1) -> str:
+    listen: str = reader.get("listen", str, default)
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not lowest_port <= int(port) < 65536:
+        raise reader.error("listen", f"expected HOST:PORT, got {listen!r}")
+    return listen
+
+
+def _read_web(reader: SettingsReader | None, base: Path) -> WebSettings:
+    if reader is None:
+        return WebSettings()
+    listen = _read_listen(reader, WebSettings.listen)
+    reader.used.add("authenticators")
+    entries = reader.data.get("authenticators") or []
+    if not isinstance(entries, list):
+        raise reader.error("authenticators", "expected a list of mappings")
+    authenticators = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise reader.error("authenticators", f"entry {index + 1}: expected a mapping")
+        sub = SettingsReader(entry, reader.where, f"{reader.prefix}authenticators[{index}].")
+        authenticators.append(_read_authenticator(sub, index, base))
+    found = WebSettings(
+        listen=listen,
+        public_url=reader.get("public_url", str, ""),
+        protect_reads=reader.get("protect_reads", bool, False),
+        authenticators=tuple(authenticators),
+        allow_unauthenticated=reader.get("allow_unauthenticated", bool, False),
+    )
+    reader.finish()
+    return found
+
+
+def _read_flower(reader: SettingsReader | None, base: Path) -> FlowerSettings:
+    if reader is None:
+        return FlowerSettings()
+    listen = _read_listen(reader, FlowerSettings.listen, lowest_port=0)
+    auth_file = reader.get("basic_auth_file", str, None)
+    reader.finish()
+    return FlowerSettings(listen, None if auth_file is None else resolve_path(auth_file, base))
+
+
+def _read_password(reader: SettingsReader, base: Path) -> tuple[str, Path | None]:
+    """``password`` or ``password_file`` of a section (not both): the inline one, the path."""
+    password = reader.get("password", str, "")
+    password_file = reader.get("password_file", str, "")
+    if password and password_file:
+        raise reader.error("password_file", "give password or password_file, not both")
+    return password, resolve_path(password_file, base) if password_file else None
+
+
+def _read_keystore(reader: SettingsReader | None, base: Path) -> KeystoreSettings:
+    if reader is None:
+        return KeystoreSettings()
+    password, path = _read_password(reader, base)
+    reader.finish()
+    if path is not None:
+        return KeystoreSettings(read_password_file(path), path)
+    return KeystoreSettings(password)
+
+
+def _read_broker(reader: SettingsReader | None, base: Path, url: str) -> BrokerSettings:
+    if reader is None:
+        return BrokerSettings()
+    password, path = _read_password(reader, base)
+    if (password or path) and exposure.url_password(url) is not None:
+        raise reader.error("password", "broker_url names a password already; give it once")
+    tls = _read_tls(reader.sub("tls"), base)
+    reader.finish()
+    return BrokerSettings(password, path, tls)
+
+
 def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
-    reader = _Reader(data, where)
+    reader = SettingsReader(data, where)
     zookeeper = _read_zookeeper(reader.sub("zookeeper"), base)
     broker_url = reader.get("broker_url", str, "redis://127.0.0.1:6379/0")
     database_url = reader.get("database_url", str, None)
-    state_dir = _resolve_path(reader.get("state_dir", str, DEFAULT_STATE_DIR), base)
+    state_dir = resolve_path(reader.get("state_dir", str, DEFAULT_STATE_DIR), base)
     if database_url is None:
         database_url = f"sqlite:///{state_dir / 'sluice.db'}"
-    tenant_config = _resolve_path(reader.get("tenant_config", str, "main.yaml"), base)
+    tenant_config = resolve_path(reader.get("tenant_config", str, "main.yaml"), base)
     connections = _read_connections(reader.sub("connections"), base)
     sweep_interval = reader.get("sweep_interval", float, 10.0)
     visibility_timeout = reader.get("visibility_timeout", float, 3600.0)
     executor = _read_executor(reader.sub("executor"))
+    log_format = _log_format(reader.get("log_format", str, "text"), f"{where}: log_format")
+    web = _read_web(reader.sub("web"), base)
+    keystore = _read_keystore(reader.sub("keystore"), base)
+    broker = _read_broker(reader.sub("broker"), base, broker_url)
+    flower = _read_flower(reader.sub("flower"), base)
     reader.finish()
     return Settings(
         zookeeper=zookeeper,
@@ -329,7 +517,21 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
         sweep_interval=sweep_interval,
         visibility_timeout=visibility_timeout,
         executor=executor,
+        log_format=log_format,
+        web=web,
+        keystore=keystore,
+        broker=broker,
+        flower=flower,
     )
+
+
+LOG_FORMATS = ("text", "json")
+
+
+def _log_format(value: str, where: str) -> str:
+    if value not in LOG_FORMATS:
+        raise SettingsError(f"{where}: expected one of {', '.join(LOG_FORMATS)}, got {value!r}")
+    return value
 
 
 def _float_env(name: str, value: str) -> float:
@@ -354,8 +556,18 @@ _ENV_OVERRIDES: dict[str, Callable[[Settings, str], Settings]] = {
     "SLUICE_DATABASE_URL": lambda s, v: replace(s, database_url=v),
     "SLUICE_STATE_DIR": lambda s, v: replace(s, state_dir=Path(v).resolve()),
     "SLUICE_TENANT_CONFIG": lambda s, v: replace(s, tenant_config=Path(v).resolve()),
+    "SLUICE_LOG_FORMAT": lambda s, v: replace(
+        s, log_format=_log_format(v, "environment SLUICE_LOG_FORMAT")
+    ),
+    "SLUICE_WEB_LISTEN": lambda s, v: replace(s, web=replace(s.web, listen=v)),
     "SLUICE_SWEEP_INTERVAL": lambda s, v: replace(
         s, sweep_interval=_float_env("SLUICE_SWEEP_INTERVAL", v)
+    ),
+    "SLUICE_KEYSTORE_PASSWORD_FILE": lambda s, v: replace(
+        s, keystore=KeystoreSettings(read_password_file(Path(v).resolve()), Path(v).resolve())
+    ),
+    "SLUICE_BROKER_PASSWORD_FILE": lambda s, v: replace(
+        s, broker=replace(s.broker, password="", password_file=Path(v).resolve())
     ),
 }
 
@@ -379,17 +591,7 @@ def find_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:
 
 def parse_settings(text: str, where: str, base: Path) -> Settings:
     """Parse the text of a ``sluice.yaml``; ``where`` names it in errors."""
-    try:
-        data = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        loc = f"{where}:{mark.line + 1}" if mark is not None else where
-        raise SettingsError(f"{loc}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise SettingsError(f"{where}: expected a mapping at the top level")
-    return _from_mapping(data, where, base)
+    return _from_mapping(load_mapping(text, where), where, base)
 
 
 def load_settings(
@@ -407,4 +609,4 @@ def load_settings(
         value = environ.get(name)
         if value:
             settings = apply(settings, value)
-    return settings
+    return exposure.with_broker_password(settings)

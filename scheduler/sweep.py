@@ -41,15 +41,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scheduler import dispatch, tasknames
+from scheduler import dispatch, tasklabels, tasknames
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings import Settings
 from scheduler.state.store import PipelineStore
 from scheduler.views import idle
-from scheduler.zk import inventory, locks, paths
+from scheduler.zk import deliveries, inventory, locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.context import LockContext
+from scheduler.zk.errors import NoDataError, ZooKeeperError
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
-from scheduler.zk.semaphores import Semaphore
+from scheduler.zk.semaphores import SemaphoreNode
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +158,9 @@ def request_queue_steps(
 
 
 def _build_nudge(zone: str | None, settings: Settings) -> Nudge:
-    return lambda request: dispatch.send_build(request.uuid, zone, settings=settings)
+    return lambda request: dispatch.send_build(
+        request.uuid, zone, settings=settings, label=tasklabels.request_label(request)
+    )
 
 
 def _broker_count(queue_name: str, settings: Settings) -> Callable[[], int]:
@@ -211,7 +215,9 @@ def standard_steps(
     if renudge_merges:
 
         def merge_nudge(request: JobRequest) -> object:
-            return dispatch.send_merge(request.uuid, settings=settings)
+            return dispatch.send_merge(
+                request.uuid, settings=settings, label=tasklabels.request_label(request)
+            )
 
     steps = request_queue_steps(
         "merger",
@@ -239,6 +245,37 @@ def run_steps(steps: Sequence[SweepStep], report: SweepReport) -> None:
             report.failed[step.name] = f"{type(exc).__name__}: {exc}"
 
 
+# Steps whose results are counted in /stats/sweep (metrics): recoveries, re-nudges.
+COUNTED = (":lost", ":renudge")
+
+
+def _count(context: LockContext, report: SweepReport) -> None:
+    """Add what this sweep recovered and re-nudged to the totals (under the sweep lock)."""
+    done = {n: len(ids) for n, ids in report.done.items() if ids and n.endswith(COUNTED)}
+    if not done:
+        return
+    try:
+        try:
+            found = stored.load(context, paths.sweep_stats())
+            totals, version = dict(found.data.get("totals", {})), found.version
+        except NoDataError:
+            totals, version = {}, -1
+        for name, count in done.items():
+            totals[name] = int(totals.get(name, 0)) + count
+        stored.save(context, paths.sweep_stats(), {"totals": totals}, version=version)
+    except ZooKeeperError as exc:  # a count is for people; the sweep's work is done
+        log.warning("sweep: totals not recorded: %s", exc)
+
+
+def sweep_totals(context: LockContext) -> dict[str, int]:
+    """What every sweep so far recovered and re-nudged, by step (``merger:lost`` ...)."""
+    try:
+        found = stored.load(context, paths.sweep_stats())
+    except NoDataError:
+        return {}
+    return {str(k): int(v) for k, v in dict(found.data.get("totals", {})).items()}
+
+
 def run_sweep(
     client: ZooKeeperClient,
     steps: Sequence[SweepStep] | Callable[[], Sequence[SweepStep]],
@@ -263,6 +300,7 @@ def run_sweep(
                 report.failed["steps"] = f"{type(exc).__name__}: {exc}"
                 steps = []
         run_steps(steps, report)
+        _count(held.context, report)
     finally:
         held.release()
     report.seconds = time.monotonic() - started
@@ -323,6 +361,7 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         SweepStep("pipelines", pipelines),
         SweepStep("semaphores", lambda: release_leaked_semaphores(client, nudge_pipeline)),
         SweepStep("semaphore-waiters", lambda: wake_semaphore_waiters(client, nudge_pipeline)),
+        SweepStep("webhook-deliveries", lambda: deliveries.prune(client)),
     ]
 
 
@@ -345,7 +384,7 @@ def wake_semaphore_waiters(client: ZooKeeperClient, nudge: Callable[[str, str], 
     """
     woken: list[str] = []
     for path in inventory.semaphores(client):
-        semaphore = Semaphore(client, path)
+        semaphore = SemaphoreNode(client, path)
         if not semaphore.has_free_slot():
             continue
         for tenant, pipeline in semaphore.waiters():
@@ -374,7 +413,7 @@ def release_leaked_semaphores(
         return holder.split("/", 1)[0] in live
 
     for path in inventory.semaphores(client):
-        semaphore = Semaphore(client, path)
+        semaphore = SemaphoreNode(client, path)
         freed = semaphore.cleanup(exists)
         released += [f"{path}:{h}" for h in freed]
         if freed and nudge is not None:

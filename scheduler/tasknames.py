@@ -15,3 +15,20 @@ RECONFIGURE = "sluice.merger.reconfigure"
 BUILD = "sluice.executor.build"
 SWEEP = "sluice.maintenance.sweep"
 ROUNDTRIP = "sluice.system.roundtrip"
+
+# The Celery queue of each task, by name prefix (celeryconfig's task_routes).
+QUEUES = {
+    "sluice.scheduler.": "scheduler",
+    "sluice.merger.": "merger",
+    "sluice.executor.": "executor",
+    "sluice.maintenance.": "maintenance",
+    "sluice.system.": "maintenance",
+}
+
+
+def queue_of(name: str) -> str:
+    """The queue task ``name`` is routed to (``scheduler`` for an unknown prefix)."""
+    for prefix, queue in QUEUES.items():
+        if name.startswith(prefix):
+            return queue
+    return "scheduler"

@@ -11,6 +11,10 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 # the tests run a PostgreSQL server of their own (and stop it: tests/fixtures/postgres.py)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+# headless Chromium: the tests take screenshots of Flower's pages (tests/e2e/test_flower.py)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# jobs in a sandbox (executor.sandbox: bwrap) and its tests
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

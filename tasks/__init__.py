@@ -5,7 +5,14 @@ and call plain functions in ``scheduler/`` or ``workers/``. Nothing imports
 this package; code that must send a task uses :mod:`scheduler.dispatch`.
 """
 
-from tasks import executor, maintenance, merger, scheduler, system  # noqa: F401  (registers the tasks)
+from tasks import (  # noqa: F401  (registers the tasks and the log format)
+    executor,
+    logs,
+    maintenance,
+    merger,
+    scheduler,
+    system,
+)
 from tasks.app import app
 
 __all__ = ["app"]

@@ -5,22 +5,31 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import worker_process_shutdown
 
-from scheduler.zk import client as zk_client
+from scheduler import processlocal
+from tasks import consumer
+from workers import bootsteps
+
+# Channels of a lost broker connection raise a connection error, not an
+# AttributeError that stops the worker (tasks/consumer.py).
+consumer.install()
 
 app = Celery("sluice")
 app.config_from_object("celeryconfig")
+# The worker registers in ZooKeeper's component registry and closes its
+# per-process resources when it stops (workers/bootsteps.py).
+app.steps["worker"].add(bootsteps.Registration)
+app.steps["worker"].add(bootsteps.GatherersStep)
+app.steps["worker"].add(bootsteps.Resources)
 
 
-@worker_process_init.connect
-def _fresh_zookeeper_client(**_: Any) -> None:
-    # A prefork child must not use its parent's kazoo client; the client is
-    # created lazily on first use in this process (never blocking here: a
-    # slow handler gets the child killed after 4 s).
-    zk_client.forget_inherited_clients()
+# A prefork child never uses its parent's ZooKeeper client, engines or
+# runtime: scheduler/processlocal.py forgets them at the fork, and the child
+# makes its own on first use (never here: a worker_process_init handler
+# that blocks for 4 s gets the child killed).
 
 
 @worker_process_shutdown.connect
-def _close_zookeeper_client(**_: Any) -> None:
-    zk_client.close_process_clients()
+def _close_process_resources(**_: Any) -> None:
+    processlocal.close_all()

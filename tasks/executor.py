@@ -13,22 +13,21 @@ claim is re-sent by the sweep from ``pending()``.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery import Task
 
 from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
-from scheduler.settings import load_settings
+from scheduler.settings import Settings, load_settings
 from scheduler.zk.client import process_client
-from scheduler.zk.errors import ZooKeeperUnavailableError
+from tasks import retrying
 from tasks.app import app
 from workers.executor.service import execute, worker_name
 
-# Retries when ZooKeeper is unreachable (before the claim, or at completion
-# after the claim was released): back-off doubling from RETRY_DELAY seconds.
-MAX_RETRIES = 5
-RETRY_DELAY = 2.0
+log = logging.getLogger(__name__)
 
 
 class BuildRequestError(SluiceError):
@@ -51,21 +50,60 @@ def _zone(value: object) -> str | None:
     return value
 
 
-@app.task(name=tasknames.BUILD, bind=True, acks_late=False, max_retries=MAX_RETRIES)
+@app.task(name=tasknames.BUILD, bind=True, acks_late=False, **retrying.WORKER)
 def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> dict[str, Any]:
     """Claim the build request ``request_uuid`` of ``zone``, run it and store its result."""
     uuid, zone_name = _request_uuid(request_uuid), _zone(zone)
     settings = load_settings()
-    try:
-        client = process_client(settings.zookeeper)
-        report = execute(
-            settings,
-            client,
-            uuid,
-            zone_name,
-            worker_name(self.request.hostname),
-            notify=lambda request: dispatch.notify_pipeline(request, settings),
-        )
-    except ZooKeeperUnavailableError as exc:
-        raise self.retry(exc=exc, countdown=RETRY_DELAY * 2**self.request.retries) from exc
+    client = process_client(settings.zookeeper)
+    report = execute(
+        settings,
+        client,
+        uuid,
+        zone_name,
+        worker_name(self.request.hostname),
+        notify=lambda request: dispatch.notify_pipeline(request, settings),
+        progress=_progress(self, settings),
+    )
     return report.to_dict()
+
+
+def _progress(task: Task[Any, Any], settings: Settings) -> Callable[[Mapping[str, Any]], None]:
+    """The task's PROGRESS state: phase, elapsed seconds and, from SQL, an estimate.
+
+    Readable with ``AsyncResult(task_id).info`` (the result backend keeps it),
+    and sent as a ``task-progress`` event, so Flower shows the task in state
+    PROGRESS with the phase while it runs. The estimate (the mean of the
+    job's recent successful runs) is read once; a database that cannot answer
+    leaves it out.
+    """
+    estimate: list[float | None] = []
+
+    def report(meta: Mapping[str, Any]) -> None:
+        if not estimate:
+            estimate.append(_estimate(settings, meta))
+        progress = {**meta, "estimate": estimate[0]}
+        task.update_state(state="PROGRESS", meta=progress)
+        try:
+            task.send_event("task-progress", retry=False, **progress)
+        except Exception:  # an event is for people watching; the build goes on
+            log.debug("task-progress event not sent", exc_info=True)
+
+    return report
+
+
+def _estimate(settings: Settings, meta: Mapping[str, Any]) -> float | None:
+    from scheduler.reporting import get_engine
+    from scheduler.reporting.queries import estimate_duration
+
+    try:
+        seconds = estimate_duration(
+            get_engine(settings.database_url),
+            tenant=str(meta.get("tenant", "")),
+            job=str(meta.get("job", "")),
+            project=str(meta.get("project") or "") or None,
+        )
+    except Exception:
+        log.warning("no duration estimate for %s", meta.get("about"), exc_info=True)
+        return None
+    return None if seconds is None else round(seconds, 1)

@@ -18,57 +18,40 @@ from celery import Task
 
 from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
-from scheduler.layouts.errors import LockTimeoutError
 from scheduler.settings import load_settings
 from scheduler.zk.client import process_client
-from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
+from tasks import retrying
 from tasks.app import app
 from workers.merger.reconfigure import reconfigure_tenant_here
 from workers.merger.service import execute, process_cache, worker_name
-
-# Retries when ZooKeeper is unreachable (before the claim, or at completion
-# after the claim was released): back-off doubling from RETRY_DELAY seconds.
-MAX_RETRIES = 5
-RETRY_DELAY = 2.0
-
-
-# A reconfiguration that could not take the tenant lock or reach ZooKeeper is
-# tried again; its requests stay in ZooKeeper meanwhile.
-RETRYABLE = (ZooKeeperUnavailableError, LockLostError, LockTimeoutError)
 
 
 class MergeRequestError(SluiceError):
     """The task was sent with arguments that name no request."""
 
 
-@app.task(name=tasknames.MERGE, bind=True, acks_late=True, max_retries=MAX_RETRIES)
+@app.task(name=tasknames.MERGE, bind=True, acks_late=True, **retrying.WORKER)
 def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
     """Claim the merge request ``request_uuid``, run its job and store its result."""
     if not isinstance(request_uuid, str) or not request_uuid:
         raise MergeRequestError(f"{tasknames.MERGE}: request_uuid must be a non-empty string")
     settings = load_settings()
-    try:
-        client = process_client(settings.zookeeper)
-        report = execute(
-            settings,
-            client,
-            request_uuid,
-            worker_name(self.request.hostname),
-            notify=lambda request: dispatch.notify_pipeline(request, settings),
-        )
-    except ZooKeeperUnavailableError as exc:
-        raise self.retry(exc=exc, countdown=RETRY_DELAY * 2**self.request.retries) from exc
+    client = process_client(settings.zookeeper)
+    report = execute(
+        settings,
+        client,
+        request_uuid,
+        worker_name(self.request.hostname),
+        notify=lambda request: dispatch.notify_pipeline(request, settings),
+    )
     return report.to_dict()
 
 
-@app.task(name=tasknames.RECONFIGURE, bind=True, acks_late=True, max_retries=MAX_RETRIES)
+@app.task(name=tasknames.RECONFIGURE, bind=True, acks_late=True, **retrying.WORKER)
 def reconfigure(self: Task[Any, Any], tenant: str) -> bool:
     """Apply ``tenant``'s reconfiguration requests (a nudge: they are in ZooKeeper)."""
     if not isinstance(tenant, str) or not tenant:
         raise MergeRequestError(f"{tasknames.RECONFIGURE}: tenant must be a non-empty name")
     settings = load_settings()
-    try:
-        client = process_client(settings.zookeeper)
-        return reconfigure_tenant_here(client, settings, process_cache(settings), tenant)
-    except RETRYABLE as exc:
-        raise self.retry(exc=exc, countdown=RETRY_DELAY * 2**self.request.retries) from exc
+    client = process_client(settings.zookeeper)
+    return reconfigure_tenant_here(client, settings, process_cache(settings), tenant)

@@ -7,24 +7,26 @@ every use, so keeping them is safe (DESIGN.md invariant 1).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scheduler import dispatch
+from scheduler.drivers.reporter import DRIVERS, ForgeReporter, ReporterConfig
 from scheduler.layouts import LayoutManagerSource, TenantLayouts
 from scheduler.layouts.source import ProjectsNeeded
-from scheduler.processing.environment import Environment, Nudge
+from scheduler.processing.environment import Environment, ItemReporter, Nudge
 from scheduler.processing.formats import WireFormats
 from scheduler.processing.reporters import HistoryReporter
+from scheduler.processlocal import ProcessLocal
 from scheduler.reporting import LogReporter, ReporterSet, SqlReporter, open_database
 from scheduler.settings import Settings, load_settings
+from scheduler.zk.autoholds import AutoholdIndex
 from scheduler.zk.client import process_client
 from workers.merger.cache import RepoCache
 
-# pid -> runtime: a process never uses a runtime built before its fork
-_runtimes: dict[int, tuple[Environment, TenantLayouts]] = {}
-_settings: dict[int, Settings] = {}
+# A process never uses a runtime built before its fork.
+_runtimes: ProcessLocal[str, tuple[Environment, TenantLayouts]] = ProcessLocal("runtime")
+_settings: ProcessLocal[str, Settings] = ProcessLocal("settings")
 
 
 def _connection_of(layouts: TenantLayouts) -> Callable[[str, str], str]:
@@ -38,11 +40,19 @@ def _connection_of(layouts: TenantLayouts) -> Callable[[str, str], str]:
 
 
 def _nudge(settings: Settings) -> Nudge:
-    def nudge(task: str, args: Sequence[Any], queue: str | None) -> None:
+    def nudge(task: str, args: Sequence[Any], queue: str | None, /, label: str = "") -> None:
         options = {"queue": queue} if queue else {}
-        dispatch.send(task, *args, settings=settings, **options)
+        dispatch.send(task, *args, settings=settings, label=label, **options)
 
     return nudge
+
+
+def _reporter_config(layouts: TenantLayouts) -> ReporterConfig:
+    def config(tenant: str, pipeline: str) -> Mapping[str, Mapping[str, Any]]:
+        found = layouts.get(tenant).layout.pipelines.get(pipeline)
+        return found.reporters if found is not None else {}
+
+    return config
 
 
 def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
@@ -54,26 +64,23 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
         lambda conn, project: str(cache.repo_path(conn, project)),
         ProjectsNeeded(layouts.get),
         lambda tenant, project, branch: layouts.get(tenant).layout.merge_mode(project, branch),
+        AutoholdIndex(client).wants,
     )
     engine = open_database(settings.database_url)
-    reporters = [HistoryReporter(ReporterSet([SqlReporter(engine), LogReporter()]))]
+    reporters: list[ItemReporter] = [
+        HistoryReporter(ReporterSet([SqlReporter(engine), LogReporter()]))
+    ]
+    if any(c.driver in DRIVERS for c in settings.connections.values()):
+        reporters.append(ForgeReporter(settings.connections, _reporter_config(layouts)))
     env = Environment(client, LayoutManagerSource(layouts), formats, _nudge(settings), reporters)
     return env, layouts
 
 
 def runtime_settings() -> Settings:
     """This process's settings (read once per process)."""
-    pid = os.getpid()
-    if pid not in _settings:
-        _settings.clear()
-        _settings[pid] = load_settings()
-    return _settings[pid]
+    return _settings.get("settings", load_settings)
 
 
 def runtime() -> tuple[Environment, TenantLayouts]:
     """This process's runtime (created on first use after a fork)."""
-    pid = os.getpid()
-    if pid not in _runtimes:
-        _runtimes.clear()
-        _runtimes[pid] = build(runtime_settings())
-    return _runtimes[pid]
+    return _runtimes.get("runtime", lambda: build(runtime_settings()))

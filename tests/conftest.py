@@ -4,6 +4,7 @@ from cli.stack import process
 from tests.fixtures.services import (  # noqa: F401
     redis_server,
     redis_url,
+    redis_with_password,
     state_dir,
     zookeeper,
     zookeeper_server,

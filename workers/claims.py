@@ -17,23 +17,23 @@ from __future__ import annotations
 import enum
 import json
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from scheduler.zk.client import WATCHDOG_FRACTION, ConnectionState, ZooKeeperClient
 from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
 from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
+from scheduler.zk.retry import OUTAGE
 
 log = logging.getLogger(__name__)
 
-COMPLETE_ATTEMPTS = 4
-COMPLETE_BACKOFF = 0.5
 
+class Delivery(enum.StrEnum):
+    """What one delivery of a worker task (a merge, a build) did: one vocabulary for both."""
 
-class Completion(enum.StrEnum):
-    COMPLETED = "completed"  # the result is stored
-    REMOVED = "removed"  # the submitter removed the request meanwhile; nothing stored
+    COMPLETED = "completed"  # ran (or was refused) and its result is stored
+    DUPLICATE = "duplicate"  # nothing to claim: another delivery has it, or it is done
+    REMOVED = "removed"  # the submitter removed the request while it ran; nothing stored
     LOCK_LOST = "lock-lost"  # the claim is gone; the sweep records the request as lost
 
 
@@ -57,36 +57,37 @@ def _stored_before(queue: JobRequestQueue, claimed: ClaimedRequest, data: Any) -
 
 def complete(
     queue: JobRequestQueue, claimed: ClaimedRequest, result: Mapping[str, Any], what: str
-) -> Completion:
-    """Store ``result`` for ``claimed``; ``what`` (merge, build) names it in logs."""
+) -> Delivery:
+    """Store ``result`` for ``claimed``; ``what`` (merge, build) names it in logs.
+
+    Retried through outages by the :data:`~scheduler.zk.retry.OUTAGE` policy;
+    when it runs out, the outage propagates (the task retries it in turn).
+    """
     normal = json.loads(json.dumps(result))  # as it reads back from ZooKeeper
-    delay = COMPLETE_BACKOFF
-    for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+    attempts = 0
+
+    def attempt() -> Delivery:
+        nonlocal attempts
+        attempts += 1
         try:
-            try:
-                stored = queue.complete(claimed, result)
-            except LockLostError as exc:
-                if not briefly_suspended(queue.client, claimed):
-                    raise
-                raise ZooKeeperUnavailableError(str(exc)) from exc  # retry like an outage
+            stored = queue.complete(claimed, result)
         except LockLostError as exc:
-            if attempt > 1 and _stored_before(queue, claimed, normal):
-                return Completion.COMPLETED
+            if briefly_suspended(queue.client, claimed):
+                raise ZooKeeperUnavailableError(str(exc)) from exc  # retry like an outage
+            if attempts > 1 and _stored_before(queue, claimed, normal):
+                return Delivery.COMPLETED
             log.warning("%s request %s: result not stored, claim lost: %s", what, claimed.uuid, exc)
-            return Completion.LOCK_LOST
-        except ZooKeeperUnavailableError as exc:
-            if attempt == COMPLETE_ATTEMPTS:
-                raise
-            log.warning(
-                "%s request %s: completing failed (%s), attempt %d of %d",
-                what,
-                claimed.uuid,
-                exc,
-                attempt,
-                COMPLETE_ATTEMPTS,
-            )
-            time.sleep(delay)  # back-off before a retry, not synchronization
-            delay *= 2
-            continue
-        return Completion.COMPLETED if stored else Completion.REMOVED
-    raise AssertionError("unreachable")
+            return Delivery.LOCK_LOST
+        return Delivery.COMPLETED if stored else Delivery.REMOVED
+
+    def retrying(number: int, exc: BaseException) -> None:
+        log.warning(
+            "%s request %s: completing failed (%s), attempt %d of %s",
+            what,
+            claimed.uuid,
+            exc,
+            number,
+            OUTAGE.max_tries,
+        )
+
+    return OUTAGE(attempt, on_retry=retrying)

@@ -10,13 +10,21 @@ queued event and sends the nudge again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from scheduler.zk.job_requests import JobRequest
 
 log = logging.getLogger(__name__)
 
 Notify = Callable[[JobRequest], None]
+
+# progress(meta): a running build's phase, for the task's PROGRESS state
+Progress = Callable[[Mapping[str, Any]], None]
+
+
+def no_progress(_meta: Mapping[str, Any]) -> None:
+    return None
 
 
 def no_notify(_request: JobRequest) -> None:
@@ -28,3 +36,10 @@ def notify_safely(notify: Notify, request: JobRequest, what: str) -> None:
         notify(request)
     except Exception:  # a hook boundary: the sweep re-sends a lost nudge
         log.exception("%s request %s: nudging its pipeline failed", what, request.uuid)
+
+
+def progress_safely(progress: Progress, meta: Mapping[str, Any]) -> None:
+    try:
+        progress(meta)
+    except Exception:  # a hook boundary: progress is for people, never fails a build
+        log.exception("reporting progress %s failed", dict(meta))

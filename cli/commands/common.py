@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import click
 
 from scheduler.errors import SluiceError
 from scheduler.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from scheduler.zk.client import ZooKeeperClient
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -17,6 +21,19 @@ R = TypeVar("R")
 
 def settings() -> Settings:
     return load_settings()
+
+
+@contextmanager
+def zookeeper(conf: Settings | None = None) -> Iterator[ZooKeeperClient]:
+    """A ZooKeeper client for one command, closed after it."""
+    from scheduler.zk.client import connect
+
+    client = connect((conf or settings()).zookeeper)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
 
 
 def clear_errors(func: Callable[P, R]) -> Callable[P, R]:

@@ -18,11 +18,11 @@ from typing import Any
 import click
 
 from cli.commands.common import clear_errors, settings
-from cli.commands.manage import enqueue_change
 from cli.commands.state import status_document, zookeeper
 from cli.commands.system import roundtrip
 from cli.demo import live, repos
 from scheduler.errors import SluiceError
+from scheduler.management import enqueue_change
 from scheduler.reconfiguration import merger_fetch, reconfigure
 from scheduler.reporting import estimate_durations, list_buildsets, open_database
 from scheduler.settings import Settings
@@ -101,12 +101,15 @@ def _summary(conf: Settings, refs: set[str], root: Path, bases: dict[str, str]) 
 
 NEXT = """
 Where to look next
+  {web}/t/{tenant}/status
+                                                   the live status page (REST API: {web}/api)
   sluice --config demo/sluice.yaml status          pipelines, items, jobs (add --json)
   sluice --config demo/sluice.yaml builds          build history from SQL (also: buildsets)
   {logs}/<build uuid>/job-output.txt
                                                    each build's log
-  FLOWER_UNAUTHENTICATED_API=true .venv/bin/celery -A tasks flower --address=127.0.0.1
-                                                   the tasks in Flower, http://127.0.0.1:5555
+  sluice --config demo/sluice.yaml stack up --flower
+                                                   the tasks in Flower (its login printed once)
+  sluice --config demo/sluice.yaml components      the workers registered in ZooKeeper
   make run                                         propose another round of changes
   sluice --config demo/sluice.yaml stack down      stop the stack
 """
@@ -139,4 +142,4 @@ def demo(ctx: click.Context, timeout: float) -> None:
             refs.add(branch)
     _watch(conf, refs, timeout)
     _summary(conf, refs, root, bases)
-    click.echo(NEXT.format(logs=conf.log_dir))
+    click.echo(NEXT.format(logs=conf.log_dir, web=conf.web.url, tenant=TENANT))

@@ -25,19 +25,30 @@ LAYOUT_WAIT = 120.0
 
 @click.group()
 def stack() -> None:
-    """Run the local stack: ZooKeeper, Redis and Celery workers."""
+    """Run the local stack: ZooKeeper, Redis, Celery workers and the web."""
 
 
 @stack.command()
 @click.option("--concurrency", default=2, show_default=True, help="Processes per worker.")
+@click.option("--flower", is_flag=True, help="Also start Flower (its login is printed once).")
 @clear_errors
-def up(concurrency: int) -> None:
+def up(concurrency: int, flower: bool) -> None:
     """Start every missing component and wait until all answer."""
     conf = settings()
     local = LocalStack(conf, worker_concurrency=concurrency)
-    local.up()
+    local.up(flower=flower)
+    for note in local.notes:
+        click.echo(f"note: {note}", err=True)
     click.echo(describe(local.status()))
-    load_tenants(conf)
+    click.echo(f"Web: {conf.web.url}/  (status pages; the REST API under /api)")
+    running = local.load().get("flower")
+    if local.flower_login is not None and running is not None:
+        user, password = local.flower_login.split(":", 1)
+        click.echo(f"Flower: {running.address}  user {user}  password {password}  (shown only now)")
+    elif flower and running is not None:
+        login = "flower.basic_auth_file" if conf.flower.basic_auth_file else "printed at its start"
+        click.echo(f"Flower: {running.address}  (login: {login})")
+    load_tenants(local.settings)
 
 
 def load_tenants(conf: Settings) -> None:

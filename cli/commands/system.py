@@ -13,6 +13,7 @@ import click
 
 from cli.commands.common import clear_errors, settings
 from scheduler import dispatch, tasknames
+from scheduler.exposure import redact
 
 
 @click.command("roundtrip")
@@ -22,7 +23,9 @@ def roundtrip(timeout: float) -> None:
     """Send a round-trip task through the broker to a worker and print what it did."""
     conf = settings()
     token = uuid.uuid4().hex
-    click.echo(f"sending sluice.system.roundtrip({token}) via {conf.broker_url}")
+    click.echo(f"sending sluice.system.roundtrip({token}) via {redact(conf.broker_url)}")
+    # a broker that refuses us is named at once, with what failed (authentication, ...)
+    dispatch.check_broker(conf)
     result = dispatch.send(tasknames.ROUNDTRIP, token, settings=conf)
     try:
         reply = result.get(timeout=timeout)

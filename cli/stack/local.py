@@ -1,45 +1,71 @@
 """``sluice stack up | down | status``: the local stack under the state dir.
 
 ``up`` starts what is missing: a ZooKeeper server (Debian's package, own data
-dir and port), Redis (a reachable one at the configured URL is reused), and
-one ``celery worker`` per queue. It waits by probing (``ruok``, ``PING``,
-Celery ping) and fails naming the component and its log file. What ``up``
-started is recorded in ``<state_dir>/run/stack.json`` so ``down`` stops
-exactly that and nothing else, and a second ``up`` is harmless.
+dir and port), Redis (a reachable one at the configured URL is reused; one it
+starts asks for the broker's password, made once and kept in
+``<state_dir>/broker.password``), and one ``celery worker`` per queue, and
+``sluice web`` on ``web.listen``. The web and Flower are refused before
+anything starts if they would listen outside loopback unauthenticated
+(:mod:`scheduler.exposure`). It waits by probing (``ruok``, ``PING``, Celery
+ping, the web port) and fails naming the component and its log file. What
+``up`` started is recorded in ``<state_dir>/run/stack.json`` so ``down``
+stops exactly that and nothing else, and a second ``up`` is harmless.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import secrets
+import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 from celery import Celery
 
+from cli.stack import flower as flower_service
 from cli.stack import process, workers
 from cli.stack import redis as redis_service
 from cli.stack import zookeeper as zk_service
+from scheduler import exposure
 from scheduler.errors import StackError
 from scheduler.settings import Settings
+from scheduler.settings_yaml import read_password_file
+
+SUPERVISOR = "supervisor"
+FLOWER = "flower"
+WEB = "web"
+# the keystore password the stack makes when sluice.yaml configures none
+KEYSTORE_PASSWORD_FILE = "keystore.password"
+# where ``python -m cli.stack.supervisor`` is importable from
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class Component:
+class StackEntry:
     """One entry of the stack file: a process ``up`` started or a reused service."""
 
     name: str
-    kind: str  # zookeeper | redis | worker
+    kind: str  # zookeeper | redis | worker | supervisor | flower | web
     pid: int | None  # None: an existing service that ``up`` reused
     address: str  # host:port, or the Celery node name of a worker
     log: str = ""
     queues: str = ""
+    # restarts by the supervisor: how many, when the last was, how it had ended
+    restarts: int = 0
+    restarted_at: float = 0.0
+    last_exit: str = ""
 
 
 @dataclass
-class ComponentStatus:
-    component: Component
+class StackEntryStatus:
+    component: StackEntry
     running: bool
     healthy: bool
 
@@ -57,19 +83,34 @@ class LocalStack:
         self.settings = settings
         self.worker_concurrency = worker_concurrency
         self.stack_file = settings.run_dir / "stack.json"
+        # user:password of a Flower that ``up`` started just now (printed once)
+        self.flower_login: str | None = None
+        # what ``up`` wants the operator to know (a reused Redis without a password)
+        self.notes: list[str] = []
 
     # -- the record of what we started ----------------------------------
 
-    def load(self) -> dict[str, Component]:
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive use of the stack file (``up``, ``down`` and the supervisor share it)."""
+        self.stack_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.stack_file.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def load(self) -> dict[str, StackEntry]:
         try:
             raw = json.loads(self.stack_file.read_text())
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
             raise StackError(f"{self.stack_file}: unreadable stack file: {exc}") from None
-        return {entry["name"]: Component(**entry) for entry in raw.get("components", [])}
+        return {entry["name"]: StackEntry(**entry) for entry in raw.get("components", [])}
 
-    def save(self, components: dict[str, Component]) -> None:
+    def save(self, components: dict[str, StackEntry]) -> None:
         self.stack_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.stack_file.with_suffix(".tmp")
         data = {"components": [asdict(c) for c in components.values()]}
@@ -78,35 +119,91 @@ class LocalStack:
 
     # -- up ---------------------------------------------------------------
 
-    def up(self) -> list[Component]:
-        """Start every missing component and wait until all are healthy."""
-        components = self.load()
-        try:
-            for component in self._start_services(components):
-                components[component.name] = component
+    def up(self, *, flower: bool = False) -> list[StackEntry]:
+        """Start every missing component and wait until all are healthy.
+
+        Then a supervisor keeps the workers alive (``cli/stack/supervisor.py``);
+        with ``flower``, Flower watches the broker (:attr:`flower_login` holds
+        the credentials of a Flower started now, to print once).
+        """
+        self.flower_login = None
+        self.notes = []
+        # refused before anything starts: nothing listens outside loopback unauthenticated
+        exposure.refuse_open_web(self.settings.web)
+        if flower:
+            exposure.refuse_open_flower(self.settings.flower)
+        with self.locked():
+            password_file = keystore_password_file(self.settings)
+            if password_file is not None:
+                ensure_password_file(password_file)
+            components = self.load()
+            try:
+                for component in self._start_services(components):
+                    components[component.name] = component
+                    self.save(components)
+                for component in self._start_workers(components):
+                    components[component.name] = component
+                    self.save(components)
+                self._wait_for_workers(components)
+                supervisor = components.get(SUPERVISOR)
+                if supervisor is None or not self._running(supervisor):
+                    components[SUPERVISOR] = self._start_supervisor()
+                current = components.get(FLOWER)
+                if flower and (current is None or not self._running(current)):
+                    components[FLOWER] = self._start_flower()
+                current = components.get(WEB)
+                if current is None or not self._running(current):
+                    components[WEB] = self._start_web()
+            finally:
                 self.save(components)
-            for component in self._start_workers(components):
-                components[component.name] = component
-                self.save(components)
-            self._wait_for_workers(components)
-        finally:
-            self.save(components)
         return list(components.values())
 
-    def _start_services(self, known: dict[str, Component]) -> Iterator[Component]:
+    def _start_flower(self) -> StackEntry:
+        """Flower on ``flower.listen``, behind the configured login or one made now."""
+        log = self.settings.log_dir / "flower.log"
+        started = flower_service.start(self.settings.flower, self._worker_env(), log, PROJECT_ROOT)
+        self.flower_login = started.generated_login
+        return StackEntry(FLOWER, "flower", started.pid, started.address, str(log))
+
+    def _start_web(self) -> StackEntry:
+        """``sluice web`` on ``web.listen`` (127.0.0.1:9000 unless configured)."""
+        host, port = self.settings.web.host, self.settings.web.port
+        address = f"http://{host}:{port}"
+        if process.port_open(host, port):
+            raise StackError(
+                f"web: port {host}:{port} is taken; free it or set web.listen in sluice.yaml"
+            )
+        log = self.settings.log_dir / "web.log"
+        argv = [sys.executable, "-m", "cli", "web", "--listen", f"{host}:{port}"]
+        proc = process.spawn(argv, log, env=self._worker_env(), cwd=PROJECT_ROOT)
+        process.wait_for(
+            lambda: process.port_open(host, port),
+            60,
+            "sluice web",
+            log_file=log,
+            alive=lambda: process.is_alive(proc.pid),
+        )
+        return StackEntry(WEB, "web", proc.pid, address, str(log))
+
+    def _start_supervisor(self) -> StackEntry:
+        log = self.settings.log_dir / "supervisor.log"
+        argv = [sys.executable, "-m", "cli.stack.supervisor", str(self.worker_concurrency)]
+        proc = process.spawn(argv, log, env=self._worker_env(), cwd=PROJECT_ROOT)
+        return StackEntry(SUPERVISOR, "supervisor", proc.pid, "-", str(log))
+
+    def _start_services(self, known: dict[str, StackEntry]) -> Iterator[StackEntry]:
         host, port = self.zookeeper_address()
         current = known.get("zookeeper")
         if not (current and self._running(current) and zk_service.is_healthy(host, port)):
             yield self._start_zookeeper(host, port)
-        url = self.settings.broker_url
         current = known.get("redis")
-        if not (current and self._running(current) and redis_service.ping(url)):
-            yield self._start_redis(url)
+        if not (current and self._running(current) and self._broker_answers()):
+            yield self.start_redis()
 
-    def _start_zookeeper(self, host: str, port: int) -> Component:
+    def _start_zookeeper(self, host: str, port: int) -> StackEntry:
         address = f"{host}:{port}"
         if zk_service.is_healthy(host, port):
-            return Component("zookeeper", "zookeeper", None, address)
+            return StackEntry("zookeeper", "zookeeper", None, address)
         if process.port_open(host, port):
             raise StackError(
                 f"ZooKeeper: port {address} is taken by something that does not answer "
@@ -117,51 +214,91 @@ class LocalStack:
         )
         pid = server.start()
         server.wait_ready(timeout=90)
-        return Component("zookeeper", "zookeeper", pid, address, str(server.log_file))
+        return StackEntry("zookeeper", "zookeeper", pid, address, str(server.log_file))
 
-    def _start_redis(self, url: str) -> Component:
+    def start_redis(self) -> StackEntry:
+        """The broker's Redis: one answering ``broker_url`` is reused, else one is started.
+
+        The Redis the stack starts listens on the URL's loopback address and
+        asks for the broker's password: the configured one, else a random
+        one the stack writes once to ``<state_dir>/broker.password`` (0600)
+        and reuses on every later start. Every process of the stack reads it
+        from there (:func:`scheduler.exposure.with_broker_password`).
+        """
+        url = self.settings.broker_url
         host, port = redis_service.host_port(url)
         address = f"{host}:{port}"
-        if redis_service.ping(url):
-            return Component("redis", "redis", None, address)
-        if host not in ("127.0.0.1", "localhost", "::1"):
-            raise StackError(f"Redis at {url} does not answer PING and is not local to start")
+        failure = redis_service.probe(url, self._broker_ssl())
+        if not failure:
+            if exposure.url_password(url) is None:
+                self.notes.append(f"Redis at {address} (reused) asks for no password")
+            return StackEntry("redis", "redis", None, address)
+        where = f"Redis at {exposure.redact(url)}"
+        if not exposure.is_loopback(host) or self._broker_ssl() is not None:
+            raise StackError(f"{where}: {failure}; the stack starts a plain local Redis only")
         if process.port_open(host, port):
-            raise StackError(f"Redis: port {address} is taken by something that is not Redis")
+            raise StackError(f"{where}: {failure}; its port is taken by another server")
         server = redis_service.RedisServer(
-            data_dir=self.settings.state_dir / "redis", port=port, host=host
+            data_dir=self.settings.state_dir / "redis",
+            port=port,
+            host=host,
+            password=self._broker_password(),
         )
         pid = server.start()
         server.wait_ready()
-        return Component("redis", "redis", pid, address, str(server.log_file))
+        return StackEntry("redis", "redis", pid, address, str(server.log_file))
 
-    def _start_workers(self, known: dict[str, Component]) -> Iterator[Component]:
+    def _broker_password(self) -> str:
+        """The password of the Redis the stack starts; made and kept in a file if none is set."""
+        in_url = exposure.url_password(self.settings.broker_url)
+        if in_url is not None:
+            return unquote(in_url)
+        if not exposure.broker_password(self.settings):
+            ensure_password_file(self.settings.broker_password_file)
+        # from now on this process's clients authenticate too
+        self.settings = exposure.with_broker_password(self.settings)
+        return exposure.broker_password(self.settings)
+
+    def _broker_ssl(self) -> dict[str, Any] | None:
+        return exposure.broker_ssl_options(self.settings.broker_url, self.settings.broker.tls)
+
+    def _broker_answers(self) -> bool:
+        return redis_service.ping(self.settings.broker_url, self._broker_ssl())
+
+    def _start_workers(self, known: dict[str, StackEntry]) -> Iterator[StackEntry]:
         for queue in workers.STACK_QUEUES:
-            name = f"worker-{queue}"
-            current = known.get(name)
+            current = known.get(f"worker-{queue}")
             if current and self._running(current):
                 continue
-            node = workers.node_name(f"sluice-{queue}")
-            log = self.settings.log_dir / f"{name}.log"
-            extra: list[str] = []
-            if queue == "maintenance":
-                # The timer for periodic sweeps runs beside the maintenance worker.
-                schedule = self.settings.run_dir / "celerybeat-schedule"
-                extra = ["--beat", "--schedule", str(schedule)]
-            argv = workers.worker_command(
-                [queue], node, concurrency=self.worker_concurrency, extra=extra
-            )
-            proc = process.spawn(argv, log, env=self._worker_env())
-            yield Component(name, "worker", proc.pid, node, str(log), queue)
+            yield self.start_worker(queue)
+
+    def start_worker(self, queue: str) -> StackEntry:
+        """Spawn the stack's worker of ``queue`` (not waiting for it to answer)."""
+        name = f"worker-{queue}"
+        node = workers.node_name(f"sluice-{queue}")
+        log = self.settings.log_dir / f"{name}.log"
+        extra: list[str] = []
+        if queue == "maintenance":
+            # The timer for periodic sweeps runs beside the maintenance worker.
+            schedule = self.settings.run_dir / "celerybeat-schedule"
+            extra = ["--beat", "--schedule", str(schedule)]
+        argv = workers.worker_command(
+            [queue], node, concurrency=self.worker_concurrency, extra=extra
+        )
+        proc = process.spawn(argv, log, env=self._worker_env())
+        return StackEntry(name, "worker", proc.pid, node, str(log), queue)
 
     def _worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
         if self.settings.source is not None:
             env["SLUICE_CONFIG"] = str(self.settings.source)
         env.setdefault("SLUICE_STATE_DIR", str(self.settings.state_dir))
+        keystore = self.settings.keystore
+        if not keystore.password and keystore.password_file is None:
+            env["SLUICE_KEYSTORE_PASSWORD_FILE"] = str(keystore_password_file(self.settings))
         return env
 
-    def _wait_for_workers(self, components: dict[str, Component]) -> None:
+    def _wait_for_workers(self, components: dict[str, StackEntry]) -> None:
         pending = {c.address: c for c in components.values() if c.kind == "worker"}
         app = self.control_app()
         answered: set[str] = set()
@@ -186,11 +323,13 @@ class LocalStack:
 
     # -- down ------------------------------------------------------------
 
-    def down(self) -> list[Component]:
-        """Stop exactly what ``up`` started, workers first."""
-        components = self.load()
+    def down(self) -> list[StackEntry]:
+        """Stop exactly what ``up`` started: the supervisor, then workers, then services."""
+        with self.locked():
+            components = self.load()
         stopped = []
-        order = sorted(components.values(), key=lambda c: c.kind != "worker")
+        rank = {"supervisor": 0, "flower": 1, "web": 1, "worker": 2}
+        order = sorted(components.values(), key=lambda c: rank.get(c.kind, 3))
         for component in order:
             if component.pid is not None and process.is_alive(component.pid):
                 process.stop_group(component.pid, timeout=15)
@@ -200,7 +339,7 @@ class LocalStack:
 
     # -- status ----------------------------------------------------------
 
-    def status(self) -> list[ComponentStatus]:
+    def status(self) -> list[StackEntryStatus]:
         components = self.load()
         app = self.control_app()
         worker_nodes = [c.address for c in components.values() if c.kind == "worker"]
@@ -212,10 +351,16 @@ class LocalStack:
                 host, port = component.address.rsplit(":", 1)
                 healthy = zk_service.is_healthy(host, int(port))
             elif component.kind == "redis":
-                healthy = redis_service.ping(self.settings.broker_url)
-            else:
+                healthy = self._broker_answers()
+            elif component.kind == "worker":
                 healthy = running and component.address in answering
-            result.append(ComponentStatus(component, running, healthy))
+            elif component.kind == "web":
+                healthy = running and process.port_open(
+                    self.settings.web.host, self.settings.web.port
+                )
+            else:
+                healthy = running
+            result.append(StackEntryStatus(component, running, healthy))
         return result
 
     # -- helpers ------------------------------------------------------------
@@ -229,23 +374,56 @@ class LocalStack:
         app = Celery("sluice-control", set_as_current=False)
         app.conf.update(
             broker_url=self.settings.broker_url,
+            broker_use_ssl=self._broker_ssl() or False,
             broker_connection_retry=False,
             broker_connection_timeout=2,
         )
         return app
 
     @staticmethod
-    def _running(component: Component) -> bool:
+    def _running(component: StackEntry) -> bool:
         return component.pid is None or process.is_alive(component.pid)
 
 
-def describe(statuses: list[ComponentStatus]) -> str:
+def keystore_password_file(settings: Settings) -> Path | None:
+    """The keystore password file of the stack: the configured one, else one in the state dir.
+
+    None when ``sluice.yaml`` gives the password inline.
+    """
+    keystore = settings.keystore
+    if keystore.password_file is not None:
+        return keystore.password_file
+    if keystore.password:
+        return None
+    return settings.state_dir / KEYSTORE_PASSWORD_FILE
+
+
+def ensure_password_file(path: Path) -> bool:
+    """Write a random password to ``path`` (mode 0600) unless it holds one; True if written.
+
+    A password in use is never replaced: the private keys in ZooKeeper are
+    encrypted with it, and only it opens them.
+    """
+    if read_password_file(path):
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_urlsafe(32) + "\n")
+    return True
+
+
+def describe(statuses: list[StackEntryStatus]) -> str:
     """The ``sluice stack status`` table."""
-    rows = [("COMPONENT", "PID", "ADDRESS", "STATE", "LOG")]
+    rows = [("COMPONENT", "PID", "ADDRESS", "STATE", "RESTARTS", "LOG")]
     for st in statuses:
         c = st.component
         pid = str(c.pid) if c.pid is not None else "(reused)"
-        rows.append((c.name, pid, c.address, st.state, c.log))
+        restarts = str(c.restarts)
+        if c.restarts:
+            when = time.strftime("%H:%M:%S", time.localtime(c.restarted_at))
+            restarts = f"{c.restarts} (last {when}, {c.last_exit})"
+        rows.append((c.name, pid, c.address, st.state, restarts, c.log))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()

@@ -1,26 +1,45 @@
-"""A Redis server run as a child, or the reuse of a reachable one."""
+"""A Redis server run as a child, or the reuse of a reachable one.
+
+A Redis the stack starts asks for a password (``requirepass``): it is read
+from a config file of mode 0600 beside its data, never from the command
+line, where ``ps`` would show it to every user of the host.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from typing import Any
+from urllib.parse import quote, urlparse
 
 import redis
 
 from cli.stack import process
+from scheduler import exposure
 
 
-def ping(url: str, timeout: float = 1.0) -> bool:
-    """True if the Redis at ``url`` answers PING."""
+def probe(url: str, ssl_options: Mapping[str, Any] | None = None, timeout: float = 1.0) -> str:
+    """What failed asking the Redis at ``url`` for PING (``authentication failed (...)``).
+
+    "" when it answered.
+    """
     try:
-        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, **(ssl_options or {})
+        )
         try:
-            return bool(client.ping())
+            return "" if client.ping() else "no answer to PING"
         finally:
             client.close()
-    except (redis.RedisError, OSError, ValueError):
-        return False
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return exposure.broker_failure(exc)
+
+
+def ping(url: str, ssl_options: Mapping[str, Any] | None = None, timeout: float = 1.0) -> bool:
+    """True if the Redis at ``url`` answers PING."""
+    return not probe(url, ssl_options, timeout)
 
 
 def host_port(url: str) -> tuple[str, int]:
@@ -34,18 +53,28 @@ class RedisServer:
     port: int
     host: str = "127.0.0.1"
     proc_pid: int | None = None
+    # clients must AUTH with it ("": none, for the tests' own servers)
+    password: str = ""
 
     @property
     def log_file(self) -> Path:
         return self.data_dir / "redis.log"
 
     @property
+    def config_file(self) -> Path:
+        return self.data_dir / "redis.conf"
+
+    @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/0"
 
     def command(self) -> list[str]:
+        # options after the config file override it; the file holds the password
+        config = [str(self.config_file)] if self.password else []
         return [
             "redis-server",
+            *config,
             "--port",
             str(self.port),
             "--bind",
@@ -62,8 +91,18 @@ class RedisServer:
             "no",
         ]
 
+    def write_config(self) -> None:
+        """The config file with ``requirepass``, readable by its owner only."""
+        quoted = self.password.replace("\\", "\\\\").replace('"', '\\"')
+        fd = os.open(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
+        with os.fdopen(fd, "w") as out:
+            out.write(f'requirepass "{quoted}"\n')
+
     def start(self) -> int:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.password:
+            self.write_config()
         proc = process.spawn(self.command(), self.log_file)
         self.proc_pid = proc.pid
         return proc.pid

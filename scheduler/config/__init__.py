@@ -7,7 +7,7 @@ The public API (everything else is internal to the package):
 * :func:`build_layout` — a :class:`Tenant` and its branches' files
   (:class:`UnparsedBranch`, ``path -> text``) → :class:`LayoutResult`
   (a :class:`Layout` plus :class:`ConfigError` s). Pure, deterministic.
-* :meth:`Layout.freeze_job_graph` — project, branch, pipeline, changed
+* :func:`freeze_job_graph` — a layout, project, branch, pipeline, changed
   files → :class:`JobGraph` of :class:`FrozenJob` s, or :class:`FreezeError`.
 * :meth:`Layout.to_json` / :meth:`Layout.content_hash` — canonical form.
 * :func:`speculative_layout` — the layout for an item that proposes
@@ -23,7 +23,7 @@ from __future__ import annotations
 from scheduler.config.errors import ConfigError, FreezeError, YamlError
 from scheduler.config.files import SLUICE_FILE, select_config_files
 from scheduler.config.freeze import FrozenJob
-from scheduler.config.graph import JobGraph
+from scheduler.config.graph import JobGraph, freeze_job_graph
 from scheduler.config.layout import Layout, LayoutResult, new_errors
 from scheduler.config.loader import UnparsedBranch, build_layout
 from scheduler.config.model import (
@@ -72,6 +72,7 @@ __all__ = [
     "Window",
     "YamlError",
     "build_layout",
+    "freeze_job_graph",
     "new_errors",
     "parse_tenant_config",
     "reconfigure",

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from scheduler.config.errors import ConfigError, FreezeError
+from scheduler.config.errors import ConfigError, FreezeError, NotPermittedError
 from scheduler.config.freeze import inheritance_chain
+from scheduler.config.graph import freeze_job_graph
 from scheduler.config.layout import Layout
 from scheduler.config.model import JobVariant, ProjectConfig
 from scheduler.config.tenant import Tenant
@@ -59,7 +60,32 @@ def _variant_problem(
     for dep in attrs.get("dependencies", ()):
         if not dep.soft and dep.name not in layout.jobs:
             return f"dependency {dep.name!r} is not defined", "dependencies"
-    return "", ""
+    return _access_problem(tenant, layout, variant)
+
+
+def _access_problem(tenant: Tenant, layout: Layout, variant: JobVariant) -> tuple[str, str]:
+    """Unknown allowed projects; secrets not defined in the definition's own project."""
+    for project in variant.attrs.get("allowed-projects", ()):
+        if tenant.project(project) is None:
+            message = f"allowed project {project!r} is not in tenant {tenant.name!r}"
+            return message, "allowed-projects"
+    return _secrets_problem(layout, variant), "secrets"
+
+
+def _secrets_problem(layout: Layout, variant: JobVariant) -> str:
+    """A secret must be defined in the project of the job definition that uses it."""
+    source = variant.source
+    for used in variant.attrs.get("secrets", ()):
+        if layout.secret_for(used.secret, source.project, source.branch) is not None:
+            continue
+        if layout.secrets.get(used.secret):
+            owner = layout.secrets[used.secret][0].source.project
+            return (
+                f"secret {used.secret!r} is defined in project {owner!r}; a secret may only "
+                f"be used by jobs defined in the same project"
+            )
+        return f"secret {used.secret!r} is not defined"
+    return ""
 
 
 def _job_problem(layout: Layout, name: str) -> str:
@@ -178,7 +204,9 @@ def _check_graphs(layout: Layout, errors: list[ConfigError]) -> None:
         for branch in layout.branches.get(project, ()):
             for pipeline in pipelines:
                 try:
-                    layout.freeze_job_graph(project, branch, pipeline, None)
+                    freeze_job_graph(layout, project, branch, pipeline, None)
+                except NotPermittedError:
+                    continue  # decided per item, as Zuul does: not a configuration error
                 except FreezeError as exc:
                     if (exc.key(), exc.line) not in seen:
                         seen.add((exc.key(), exc.line))

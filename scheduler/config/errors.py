@@ -96,3 +96,11 @@ class YamlError(ConfigError):
 
 class FreezeError(ConfigError):
     """A job or job graph cannot be frozen for an item."""
+
+
+class NotPermittedError(FreezeError):
+    """A job may not run for this item (post-review, allowed-projects): not a config error.
+
+    Zuul decides this when it freezes an item's jobs, so the layout's load
+    does not report it; the item that would run the job reports it.
+    """

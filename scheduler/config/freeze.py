@@ -31,6 +31,14 @@ How each attribute combines (Zuul's defaults):
   dependencies and tags; a child job may not inherit from it.
 * ``protected``: after a protected variant, only variants and children
   from the same project may apply.
+* ``secrets``: each is bound to the playbooks of the definition that names
+  it (with ``pass-to-parent``, to the playbooks already there too: its
+  parents'); a child's playbooks never see a parent's secrets. A secret of
+  an untrusted project makes the job ``post-review``.
+* ``post-review``: once set it stays set; a post-review job does not run in
+  a pipeline that is not ``post-review`` (the item reports why).
+* ``allowed-projects``: each variant that sets it narrows it further; a
+  project outside it may not run the job.
 
 File matchers are evaluated on the frozen result: with ``files``, the job
 runs if any changed file matches one; with ``irrelevant-files``, it does
@@ -40,16 +48,22 @@ matches (Zuul's behaviour for refs without files).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scheduler.config.errors import FreezeError
+from scheduler.config.errors import FreezeError, NotPermittedError
 from scheduler.config.layout import Layout
-from scheduler.config.model import Dependency, JobVariant, Playbook, RequiredProject, Semaphore
+from scheduler.config.model import (
+    Dependency,
+    JobSecret,
+    JobVariant,
+    Playbook,
+    RequiredProject,
+    Semaphore,
+)
 from scheduler.config.regex import matches_any
-from scheduler.config.serialize import canonical_json
+from scheduler.config.serialize import canonical_json, to_plain
 from scheduler.jsondata import deep_merge
 
 OVERRIDE = (
@@ -102,18 +116,24 @@ class FrozenJob:
     irrelevant_files: tuple[str, ...] = ()
     # the executor zone that runs it ("" = any unzoned executor)
     zone: str = ""
+    # Secret.key -> {"connection", "project", "name", "data"}; data still encrypted
+    secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    post_review: bool = False
+    # None: any project may run it
+    allowed_projects: tuple[str, ...] | None = None
     schema: int = FROZEN_SCHEMA
 
     def to_json(self) -> str:
         return canonical_json(self)
 
-    @classmethod
-    def from_json(cls, text: str) -> FrozenJob:
-        return cls.from_dict(json.loads(text))
+    def to_dict(self) -> dict[str, Any]:
+        """The plain form (what ``to_json`` writes): the one form from freezing to the spec."""
+        plain: dict[str, Any] = to_plain(self)
+        return plain
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FrozenJob:
-        """The inverse of ``to_json``; absent keys take their defaults."""
+        """The inverse of ``to_dict``; absent keys take their defaults."""
         get = data.get
         return cls(
             name=data["name"],
@@ -144,6 +164,9 @@ class FrozenJob:
             files=tuple(get("files", ())),
             irrelevant_files=tuple(get("irrelevant-files", ())),
             zone=get("zone", ""),
+            secrets=get("secrets", {}),
+            post_review=get("post-review", False),
+            allowed_projects=_optional_tuple(get("allowed-projects")),
             schema=get("schema", FROZEN_SCHEMA),
         )
 
@@ -164,7 +187,20 @@ class FrozenJob:
 
 
 def _playbooks(items: Sequence[Mapping[str, Any]]) -> tuple[Playbook, ...]:
-    return tuple(Playbook(p["path"], p["project"], p["branch"], p["trusted"]) for p in items)
+    return tuple(
+        Playbook(
+            p["path"],
+            p["project"],
+            p["branch"],
+            p["trusted"],
+            tuple((alias, key) for alias, key in p.get("secrets", ())),
+        )
+        for p in items
+    )
+
+
+def _optional_tuple(value: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
 
 
 def variant_matches(variant: JobVariant, branch: str) -> bool:
@@ -194,8 +230,10 @@ def inheritance_chain(layout: Layout, name: str) -> list[str]:
 class _Builder:
     """Applies variants one by one, enforcing final/protected/abstract."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, layout: Layout) -> None:
         self.name = name
+        self.layout = layout
+        self.secrets: dict[str, dict[str, Any]] = {}
         self.values: dict[str, Any] = {}
         self.applied: list[str] = []
         self.final_by: JobVariant | None = None
@@ -220,7 +258,7 @@ class _Builder:
                     f"job {variant.name!r} is final; this variant may not change {changed[0]!r}",
                 )
         self._check_protected(variant, f"job {variant.name!r} may not modify protected job")
-        for key, value in variant.attrs.items():
+        for key, value in self._with_secrets(variant).items():
             self._set(key, value)
         self.abstract = self.abstract or bool(variant.attrs.get("abstract"))
         if variant.attrs.get("final"):
@@ -230,6 +268,43 @@ class _Builder:
         self.applied.append(
             f"{variant.source.project}@{variant.source.branch} {variant.source.where()}"
         )
+
+    def _with_secrets(self, variant: JobVariant) -> dict[str, Any]:
+        """The variant's attributes, its playbooks bound to the secrets it names."""
+        attrs = dict(variant.attrs)
+        used: tuple[JobSecret, ...] = attrs.pop("secrets", ())
+        if not used:
+            return attrs
+        bound = tuple((entry.name, self._secret(variant, entry)) for entry in used)
+        passed = tuple(
+            pair for pair, entry in zip(bound, used, strict=True) if entry.pass_to_parent
+        )
+        if passed:
+            for key in PLAYBOOK_KEYS:
+                if key in self.values:
+                    self.values[key] = _bind(self.values[key], passed)
+        for key in PLAYBOOK_KEYS:
+            if key in attrs:
+                attrs[key] = _bind(attrs[key], bound)
+        return attrs
+
+    def _secret(self, variant: JobVariant, entry: JobSecret) -> str:
+        source = variant.source
+        secret = self.layout.secret_for(entry.secret, source.project, source.branch)
+        if secret is None:
+            raise _error(
+                variant,
+                f"secret {entry.secret!r} is not defined in project {source.project!r}",
+            )
+        if not secret.source.trusted:
+            self.values["post-review"] = True
+        self.secrets[secret.key] = {
+            "connection": secret.connection,
+            "project": secret.source.project,
+            "name": secret.name,
+            "data": secret.data,
+        }
+        return secret.key
 
     def _check_protected(self, variant: JobVariant, message: str) -> None:
         owner = self.protected_by
@@ -252,11 +327,30 @@ class _Builder:
             self.values[key] = tuple(merged.values())
         elif key in ("semaphores", "tags"):
             self.values[key] = tuple(dict.fromkeys((*(old or ()), *value)))
+        elif key == "post-review":
+            self.values[key] = bool(old) or bool(value)
+        elif key == "allowed-projects":
+            self.values[key] = tuple(p for p in value if old is None or p in old)
 
 
-def _error(variant: JobVariant, message: str) -> FreezeError:
+PLAYBOOK_KEYS = ("pre-run", "run", "post-run")
+
+
+def _bind(
+    playbooks: tuple[Playbook, ...], pairs: tuple[tuple[str, str], ...]
+) -> tuple[Playbook, ...]:
+    """The playbooks seeing ``pairs`` (alias, secret key) too; a later alias wins."""
+    result = []
+    for playbook in playbooks:
+        seen = dict(playbook.secrets)
+        seen.update(pairs)
+        result.append(replace(playbook, secrets=tuple(seen.items())))
+    return tuple(result)
+
+
+def _error(variant: JobVariant, message: str, kind: type[FreezeError] = FreezeError) -> FreezeError:
     source = variant.source
-    return FreezeError(
+    return kind(
         message,
         path=source.path,
         line=source.line,
@@ -287,7 +381,7 @@ def freeze_job(
     chain = inheritance_chain(layout, name)
     if not own:
         return None
-    builder = _Builder(name)
+    builder = _Builder(name, layout)
     for job in chain:
         matching = [v for v in layout.jobs[job] if variant_matches(v, branch)]
         if matching:
@@ -298,7 +392,27 @@ def freeze_job(
         builder.apply(entry)
     if builder.abstract:
         raise _error(entries[0], f"job {name!r} is abstract and may not be run directly")
-    return _frozen(layout, builder, chain, project=project, branch=branch, pipeline=pipeline)
+    frozen = _frozen(layout, builder, chain, project=project, branch=branch, pipeline=pipeline)
+    _check_may_run(layout, frozen, entries[0])
+    return frozen
+
+
+def _check_may_run(layout: Layout, job: FrozenJob, entry: JobVariant) -> None:
+    """Zuul's post-review and allowed-projects rules, for this pipeline and project."""
+    where = layout.pipelines.get(job.pipeline)
+    if job.post_review and where is not None and not where.post_review:
+        raise _error(
+            entry,
+            f"pre-review pipeline {job.pipeline!r} does not allow post-review job {job.name!r} "
+            "(it uses a secret of an untrusted project, or sets post-review)",
+            NotPermittedError,
+        )
+    if job.allowed_projects is not None and job.project not in job.allowed_projects:
+        raise _error(
+            entry,
+            f"project {job.project!r} is not allowed to run job {job.name!r}",
+            NotPermittedError,
+        )
 
 
 def _frozen(
@@ -330,6 +444,9 @@ def _frozen(
         files=v.get("files", ()),
         irrelevant_files=v.get("irrelevant-files", ()),
         zone=v.get("zone", ""),
+        secrets=dict(builder.secrets),
+        post_review=v.get("post-review", False),
+        allowed_projects=v.get("allowed-projects"),
     )
 
 

@@ -78,8 +78,17 @@ def _entries(
 
 
 def freeze_job_graph(
-    layout: Layout, project: str, branch: str, pipeline: str, files: Sequence[str] | None
+    layout: Layout,
+    project: str,
+    branch: str,
+    pipeline: str,
+    files: Sequence[str] | None = None,
 ) -> JobGraph:
+    """The frozen jobs an item of ``project``/``branch`` runs in ``pipeline`` of ``layout``.
+
+    ``files`` are the changed paths (None or empty: unknown, file matchers
+    then match). Raises :class:`FreezeError`.
+    """
     if pipeline not in layout.pipelines:
         raise FreezeError(f"pipeline {pipeline!r} is not defined", project=project, branch=branch)
     entries, first = _entries(layout, project, branch, pipeline)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from scheduler.config.model import Dependency, JobVariant, Playbook, RequiredProject, SourceContext
+from scheduler.config.model import (
+    Dependency,
+    JobSecret,
+    JobVariant,
+    Playbook,
+    RequiredProject,
+    SourceContext,
+)
 from scheduler.config.schema import (
     Fields,
     Where,
@@ -43,7 +50,18 @@ VARIANT_KEYS = frozenset(
 )
 # An executor zone becomes a Celery queue name (executor.<zone>) and a znode name.
 ZONE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-JOB_KEYS = VARIANT_KEYS | {"name", "parent", "abstract", "final", "protected"}
+# Only a job definition may name secrets and say who may run it (the
+# definition's project owns the secrets; a project stanza may not add any).
+JOB_KEYS = VARIANT_KEYS | {
+    "name",
+    "parent",
+    "abstract",
+    "final",
+    "protected",
+    "secrets",
+    "post-review",
+    "allowed-projects",
+}
 
 
 def parse_job(data: MarkedDict, where: Where, source: SourceContext) -> JobVariant:
@@ -66,10 +84,15 @@ def parse_job(data: MarkedDict, where: Where, source: SourceContext) -> JobVaria
             if parent == name:
                 raise fields.error("parent", "a job may not be its own parent")
         attrs["parent"] = parent
-    for key in ("abstract", "final", "protected"):
+    for key in ("abstract", "final", "protected", "post-review"):
         flag = fields.optional_boolean(key)
         if flag is not None:
             attrs[key] = flag
+    if fields.has("secrets"):
+        attrs["secrets"] = _job_secrets(fields)
+    allowed = fields.string_list("allowed-projects")
+    if allowed is not None:
+        attrs["allowed-projects"] = allowed
     return JobVariant(
         name, source, attrs, fields.regexes("branches"), origin=subject, lines=_lines(data)
     )
@@ -251,3 +274,22 @@ def _semaphores(fields: Fields) -> tuple[str, ...] | None:
         if name not in names:
             names.append(name)
     return tuple(names)
+
+
+def _job_secrets(fields: Fields) -> tuple[JobSecret, ...]:
+    """``secrets:``: names, or ``{name, secret, pass-to-parent}`` (Zuul's forms)."""
+    result: dict[str, JobSecret] = {}
+    for item, line in _items(fields, "secrets"):
+        extra = frozenset({"secret", "pass-to-parent"})
+        name, body = _entry_name(fields, "secrets", item, line, extra)
+        secret, pass_to_parent = name, False
+        if body is not None:
+            sub = Fields(body, fields.where, fields.subject, extra | {"name"}, prefix="secrets.")
+            secret = sub.string("secret") or name
+            pass_to_parent = sub.boolean("pass-to-parent", False)
+        if name in result:
+            raise fields.error_at(line, f"secrets: {name!r} is given twice")
+        if name in ("zuul", "sluice"):
+            raise fields.error_at(line, f"secrets: {name!r} is a reserved name")
+        result[name] = JobSecret(name, secret, pass_to_parent)
+    return tuple(result.values())

@@ -6,14 +6,14 @@ byte-identical JSON and the same :meth:`Layout.content_hash`, which is what
 lets a layout stored in ZooKeeper be checked by any worker.
 
 Build one with :func:`scheduler.config.loader.build_layout`; freeze the
-jobs of an item with :meth:`Layout.freeze_job_graph`.
+jobs of an item with :func:`scheduler.config.graph.freeze_job_graph`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scheduler.config.errors import ConfigError
 from scheduler.config.model import (
@@ -23,12 +23,10 @@ from scheduler.config.model import (
     ProjectConfig,
     ProjectPipeline,
     Queue,
+    Secret,
     Semaphore,
 )
 from scheduler.config.serialize import canonical_json, content_hash
-
-if TYPE_CHECKING:
-    from scheduler.config.graph import JobGraph
 
 LAYOUT_SCHEMA = 1
 
@@ -45,6 +43,8 @@ class Layout:
     semaphores: Mapping[str, Semaphore] = field(default_factory=dict)
     queues: Mapping[str, Queue] = field(default_factory=dict)
     nodesets: Mapping[str, Nodeset] = field(default_factory=dict)
+    # name -> its definitions (one project; one per branch at most)
+    secrets: Mapping[str, tuple[Secret, ...]] = field(default_factory=dict)
     # project -> branches whose configuration was loaded (sorted)
     branches: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     schema: int = LAYOUT_SCHEMA
@@ -59,6 +59,13 @@ class Layout:
     def semaphore(self, name: str) -> Semaphore:
         """A defined semaphore, or Zuul's implicit one with max 1."""
         return self.semaphores.get(name) or Semaphore(name, 1)
+
+    def secret_for(self, name: str, project: str, branch: str) -> Secret | None:
+        """``name`` as defined by ``project``: on ``branch`` if it is there, else its first."""
+        own = [s for s in self.secrets.get(name, ()) if s.source.project == project]
+        on_branch = [s for s in own if s.source.branch == branch]
+        found = on_branch or own
+        return found[0] if found else None
 
     def project_pipelines(
         self, project: str, branch: str, pipeline: str
@@ -100,22 +107,6 @@ class Layout:
             return None
         queue = self.queues.get(name)
         return name, bool(queue and queue.per_branch)
-
-    def freeze_job_graph(
-        self,
-        project: str,
-        branch: str,
-        pipeline: str,
-        files: Sequence[str] | None = None,
-    ) -> JobGraph:
-        """The frozen jobs an item of ``project``/``branch`` runs in ``pipeline``.
-
-        ``files`` are the changed paths (None or empty: unknown, file
-        matchers then match). Raises :class:`FreezeError`.
-        """
-        from scheduler.config.graph import freeze_job_graph
-
-        return freeze_job_graph(self, project, branch, pipeline, files)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from scheduler.config.checks import check_layout
 from scheduler.config.errors import ConfigError
 from scheduler.config.files import select_config_files
 from scheduler.config.layout import Layout, LayoutResult
-from scheduler.config.model import JobVariant, ProjectConfig, SourceContext
+from scheduler.config.model import JobVariant, ProjectConfig, Secret, SourceContext
 from scheduler.config.parser import ParsedConfig, parse_config_text
 from scheduler.config.regex import matches_any
 from scheduler.config.schema import Where
@@ -164,6 +164,7 @@ class _Assembler:
         self.projects: dict[str, list[ProjectConfig]] = {}
         self.templates: dict[str, list[ProjectConfig]] = {}
         self.singles: dict[str, dict[str, Any]] = {"semaphore": {}, "queue": {}, "nodeset": {}}
+        self.secrets: dict[str, list[Secret]] = {}
 
     def add(self, project: TenantProject, parsed: ParsedConfig) -> None:
         for pipeline in parsed.pipelines:
@@ -181,6 +182,19 @@ class _Assembler:
             self.projects.setdefault(stanza.name, []).append(stanza)
         for template in parsed.templates:
             self._template(template)
+        for secret in parsed.secrets:
+            self._secret(project, secret)
+
+    def _secret(self, project: TenantProject, secret: Secret) -> None:
+        """One name, one project (Zuul's rule); a project may define it on each branch."""
+        secret = replace(secret, connection=project.connection)
+        defined = self.secrets.setdefault(secret.name, [])
+        for old in defined:
+            if old.source.project != project.name or old.source.branch == secret.source.branch:
+                where = f"{old.source.project}@{old.source.branch} {old.source.where()}"
+                self._error(secret, f"secret {secret.name!r}", f"is already defined ({where})")
+                return
+        defined.append(secret)
 
     def _error(self, obj: Any, subject: str, message: str) -> None:
         source = obj.source
@@ -247,6 +261,7 @@ class _Assembler:
             semaphores=dict(self.singles["semaphore"]),
             queues=dict(self.singles["queue"]),
             nodesets=dict(self.singles["nodeset"]),
+            secrets={name: tuple(v) for name, v in self.secrets.items()},
             branches=branches,
         )
 

@@ -34,12 +34,64 @@ class SourceContext:
 
 @dataclass(frozen=True)
 class Playbook:
-    """A playbook path in the repo (and branch) of the variant that set it."""
+    """A playbook path in the repo (and branch) of the variant that set it.
+
+    ``secrets`` (set when a job is frozen) pairs each name the playbook sees
+    a secret under with the secret's key in :attr:`FrozenJob.secrets`: a
+    secret is bound to the playbooks of the job definition that names it
+    (and, with ``pass-to-parent``, to its parents' playbooks), never to
+    those a child job adds.
+    """
 
     path: str
     project: str
     branch: str
     trusted: bool
+    secrets: tuple[tuple[str, str], ...] = ()
+
+
+#: How an ``!encrypted/pkcs1-oaep`` value is kept in plain JSON: a mapping of
+#: this one key to the list of base64 ciphertext chunks.
+ENCRYPTED = "!encrypted/pkcs1-oaep"
+
+
+@dataclass(frozen=True)
+class Encrypted:
+    """An ``!encrypted/pkcs1-oaep`` YAML value: base64 chunks, each RSA-OAEP ciphertext."""
+
+    chunks: tuple[str, ...]
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {ENCRYPTED: list(self.chunks)}
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A ``secret:``: data whose encrypted leaves only the executor decrypts.
+
+    ``data`` is plain JSON in which each encrypted value is
+    ``{ENCRYPTED: [chunks]}``; ``connection`` and ``source.project`` name the
+    project key pair that decrypts it.
+    """
+
+    name: str
+    source: SourceContext
+    connection: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """Unique in a layout: the same name may be defined on several branches."""
+        return f"{self.source.project}@{self.source.branch}:{self.name}"
+
+
+@dataclass(frozen=True)
+class JobSecret:
+    """One entry of a job's ``secrets:``: seen as ``name``, defined as ``secret``."""
+
+    name: str
+    secret: str
+    pass_to_parent: bool = False
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ base jobs (``parent: null``) only in config projects; an untrusted project's
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.config.errors import ConfigError
@@ -24,17 +24,27 @@ from scheduler.config.model import (
     Pipeline,
     ProjectConfig,
     Queue,
+    Secret,
     Semaphore,
     SourceContext,
 )
 from scheduler.config.pipelines import parse_pipeline
 from scheduler.config.projects import parse_project
-from scheduler.config.schema import Fields, Where, type_name
+from scheduler.config.schema import Fields, Where, plain_json, type_name
 from scheduler.config.yamlload import MarkedDict, MarkedList, load_yaml
 
-CONFIG_TYPES = ("pipeline", "job", "project", "project-template", "semaphore", "queue", "nodeset")
+CONFIG_TYPES = (
+    "pipeline",
+    "job",
+    "project",
+    "project-template",
+    "semaphore",
+    "queue",
+    "nodeset",
+    "secret",
+)
 ZUUL_ONLY_TYPES = frozenset(
-    {"secret", "pragma", "global-semaphore", "image", "flavor", "label", "section", "provider"}
+    {"pragma", "global-semaphore", "image", "flavor", "label", "section", "provider"}
 )
 
 
@@ -49,6 +59,7 @@ class ParsedConfig:
     semaphores: list[Semaphore] = field(default_factory=list)
     queues: list[Queue] = field(default_factory=list)
     nodesets: list[Nodeset] = field(default_factory=list)
+    secrets: list[Secret] = field(default_factory=list)
 
     def extend(self, other: ParsedConfig) -> None:
         self.pipelines.extend(other.pipelines)
@@ -58,6 +69,7 @@ class ParsedConfig:
         self.semaphores.extend(other.semaphores)
         self.queues.extend(other.queues)
         self.nodesets.extend(other.nodesets)
+        self.secrets.extend(other.secrets)
 
 
 def parse_config_text(
@@ -137,12 +149,8 @@ def _parse_object(
     elif kind in ("project", "project-template"):
         project = parse_project(body, where, source, template=kind == "project-template")
         (parsed.templates if project.template else parsed.projects).append(project)
-    elif kind == "semaphore":
-        parsed.semaphores.append(_semaphore(body, where, source))
-    elif kind == "queue":
-        parsed.queues.append(_queue(body, where, source))
     else:
-        parsed.nodesets.append(_nodeset(body, where, source))
+        _NAMED[kind](body, where, source, parsed)
 
 
 def _subject(kind: str, body: MarkedDict) -> str:
@@ -179,3 +187,44 @@ def _nodeset(body: MarkedDict, where: Where, source: SourceContext) -> Nodeset:
     name = fields.name()
     spec = {key: fields.json(key) for key in ("nodes", "groups", "alternatives") if fields.has(key)}
     return Nodeset(name, source, spec)
+
+
+def _secret(body: MarkedDict, where: Where, source: SourceContext) -> Secret:
+    """A data secret (Zuul's ``oidc`` token secrets are not supported)."""
+    fields = Fields(body, where, _subject("secret", body), {"name", "data", "oidc"})
+    fields.check_keys()
+    name = fields.name()
+    if fields.has("oidc"):
+        raise fields.error("oidc", "token (OIDC) secrets are not supported by Sluice yet")
+    data = fields.raw("data")
+    if not isinstance(data, MarkedDict):
+        raise fields.error("data", f"expected a mapping, got {type_name(data)}")
+    plain = plain_json(fields, "data", data, encrypted=True)
+    return Secret(name, source, connection="", data=plain)
+
+
+def _add_semaphore(
+    body: MarkedDict, where: Where, source: SourceContext, into: ParsedConfig
+) -> None:
+    into.semaphores.append(_semaphore(body, where, source))
+
+
+def _add_queue(body: MarkedDict, where: Where, source: SourceContext, into: ParsedConfig) -> None:
+    into.queues.append(_queue(body, where, source))
+
+
+def _add_nodeset(body: MarkedDict, where: Where, source: SourceContext, into: ParsedConfig) -> None:
+    into.nodesets.append(_nodeset(body, where, source))
+
+
+def _add_secret(body: MarkedDict, where: Where, source: SourceContext, into: ParsedConfig) -> None:
+    into.secrets.append(_secret(body, where, source))
+
+
+# the object types that are a name and a few attributes
+_NAMED: dict[str, Callable[[MarkedDict, Where, SourceContext, ParsedConfig], None]] = {
+    "semaphore": _add_semaphore,
+    "queue": _add_queue,
+    "nodeset": _add_nodeset,
+    "secret": _add_secret,
+}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.config.errors import ConfigError
+from scheduler.config.model import ENCRYPTED, Encrypted
 from scheduler.config.regex import RegexPolicyError, compile_matcher
 from scheduler.config.yamlload import MarkedDict, MarkedList
 
@@ -22,12 +23,11 @@ MAX_NAME = 255
 
 # Keys that Zuul understands but Sluice does not (yet): a clearer message
 # than "unknown key" for someone bringing a Zuul configuration.
+# Keys only a job definition may set (a project pipeline's job entry may not).
+DEFINITION_ONLY_KEYS = frozenset({"secrets", "allowed-projects", "post-review"})
 ZUUL_ONLY_KEYS = frozenset(
     {
         "roles",
-        "secrets",
-        "allowed-projects",
-        "post-review",
         "override-checkout",
         "ansible-version",
         "provides",
@@ -120,6 +120,8 @@ class Fields:
             if key not in self.allowed:
                 if key in ZUUL_ONLY_KEYS:
                     raise self.error(key, "is not supported by Sluice yet")
+                if key in DEFINITION_ONLY_KEYS:
+                    raise self.error(key, "may only be set in a job definition")
                 raise self.error(key, "unknown key")
 
     def has(self, key: str) -> bool:
@@ -252,23 +254,35 @@ def check_name(fields: Fields, key: str, value: str) -> None:
         raise fields.error(key, "must not contain control characters")
 
 
-def plain_json(fields: Fields, key: str, value: Any, depth: int = 0) -> Any:
-    """Copy ``value`` into plain dicts/lists, refusing what JSON cannot hold."""
+def plain_json(
+    fields: Fields, key: str, value: Any, depth: int = 0, *, encrypted: bool = False
+) -> Any:
+    """Copy ``value`` into plain dicts/lists, refusing what JSON cannot hold.
+
+    With ``encrypted`` (a secret's data), ``!encrypted/pkcs1-oaep`` values
+    become ``{ENCRYPTED: [chunks]}``; anywhere else they are refused.
+    """
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise fields.error(key, "numbers must be finite")
         return value
+    if isinstance(value, Encrypted):
+        if not encrypted:
+            raise fields.error(key, f"{ENCRYPTED} values are only allowed in a secret's data")
+        return value.to_json()
     if isinstance(value, Mapping):
         result: dict[str, Any] = {}
         for name, item in value.items():
             if not isinstance(name, str):
                 raise fields.error(key, f"mapping key {name!r} is not a string")
-            result[name] = plain_json(fields, key, item, depth + 1)
+            if encrypted and name == ENCRYPTED:
+                raise fields.error(key, f"mapping key {name!r} is reserved")
+            result[name] = plain_json(fields, key, item, depth + 1, encrypted=encrypted)
         return result
     if isinstance(value, list | MarkedList):
-        return [plain_json(fields, key, item, depth + 1) for item in value]
+        return [plain_json(fields, key, item, depth + 1, encrypted=encrypted) for item in value]
     raise fields.error(key, f"values of type {type_name(value)} are not allowed")
 
 

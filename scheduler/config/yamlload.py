@@ -6,7 +6,9 @@ each key or item, so later stages can say ``zuul.yaml:12``.
 
 What is refused, with a :class:`~scheduler.config.errors.YamlError`:
 
-* syntax errors, more than one document, unknown tags;
+* syntax errors, more than one document, unknown tags (the one tag
+  known besides YAML's own is Zuul's ``!encrypted/pkcs1-oaep``: a base64
+  string or a list of them, read as :class:`~scheduler.config.model.Encrypted`);
 * a key given twice in one mapping (YAML merge keys ``<<`` may be
   overridden, as YAML intends);
 * a text over :data:`MAX_BYTES`;
@@ -30,6 +32,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from scheduler.config.errors import YamlError
+from scheduler.config.model import ENCRYPTED, Encrypted
 
 MAX_BYTES = 1_000_000
 MAX_NODES = 100_000
@@ -113,6 +116,25 @@ class _Loader(yaml.SafeLoader):
             result.item_lines.append(child.start_mark.line + 1)
         return result
 
+    def construct_encrypted(self, node: Node) -> Encrypted:
+        line = node.start_mark.line + 1
+        if isinstance(node, ScalarNode):
+            chunks = [node.value]
+        elif isinstance(node, SequenceNode) and all(
+            isinstance(child, ScalarNode) for child in node.value
+        ):
+            chunks = [child.value for child in node.value]
+        else:
+            chunks = []
+        chunks = ["".join(str(chunk).split()) for chunk in chunks]
+        if not chunks or not all(chunks):
+            raise YamlError(
+                f"{ENCRYPTED}: expected a base64 string or a list of them",
+                path=self.path,
+                line=line,
+            )
+        return Encrypted(tuple(chunks))
+
     def _key(self, key_node: Node) -> Any:
         if not isinstance(key_node, ScalarNode):
             raise YamlError(
@@ -135,6 +157,7 @@ _Loader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG,
     _Loader.construct_marked_sequence,
 )
+_Loader.add_constructor(ENCRYPTED, _Loader.construct_encrypted)
 
 
 class _Measure:

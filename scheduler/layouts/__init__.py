@@ -35,9 +35,7 @@ from scheduler.layouts.reconfigure import (
 from scheduler.layouts.source import (
     LayoutFreezer,
     LayoutManagerSource,
-    config_files_key,
     job_info,
-    split_config_files_key,
 )
 from scheduler.layouts.state import KeptInfo, LayoutState, tenant_from_dict, tenant_to_dict
 from scheduler.layouts.triggers import filter_matches, pipelines_for_event
@@ -59,13 +57,11 @@ __all__ = [
     "UnknownPipelineError",
     "UnsupportedManagerError",
     "build_from_state",
-    "config_files_key",
     "filter_matches",
     "job_info",
     "load_tenant",
     "pipelines_for_event",
     "reconfigure_tenant",
-    "split_config_files_key",
     "tenant_from_dict",
     "tenant_to_dict",
 ]

@@ -32,7 +32,7 @@ from typing import Any
 from scheduler.config import Layout, LayoutResult, Tenant, UnparsedBranch, build_layout
 from scheduler.layouts.errors import LayoutMismatchError, LockTimeoutError, NoLayoutError
 from scheduler.layouts.state import LayoutState
-from scheduler.layouts.triggers import pipelines_for_event
+from scheduler.layouts.triggers import default_branch, pipelines_for_event
 from scheduler.zk import config_cache as cc
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
@@ -189,3 +189,11 @@ class TenantLayouts:
     def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]:
         """Pipelines of ``tenant`` whose triggers match ``event`` (see triggers.py)."""
         return pipelines_for_event(self.get(tenant), event)
+
+    def pipelines(self, tenant: str) -> list[str]:
+        """The names of the tenant's pipelines."""
+        return sorted(self.get(tenant).layout.pipelines)
+
+    def default_branch(self, tenant: str, project: str) -> str:
+        """The branch a tag of ``project`` is tested on (see triggers.py)."""
+        return default_branch(self.get(tenant), project)

@@ -201,6 +201,7 @@ def _reconfigure(context: LockContext, tenant: Tenant, fetch: Fetch) -> Reconfig
         ltime=ltime(client),
         errors=all_errors,
         kept=kept,
+        pipelines=tuple(result.layout.pipelines),
     )
     record = cc.save_layout_state(context, tenant.name, data, used)
     cc.prune_branches(context, [(b.connection, b.project, b.branch) for b in fetched])

@@ -5,7 +5,7 @@
 pipeline it returns the pipeline's manager (by its ``manager`` setting),
 configured from the current layout (:class:`~scheduler.layouts.cache.TenantLayouts`,
 validated against ZooKeeper on every ``open``), and a
-:class:`~scheduler.processing.semaphores.TxnLedger` with the layout's
+:class:`~scheduler.zk.ledger.TxnLedger` with the layout's
 semaphore maxima.
 
 The manager's settings come from the layout (:func:`pipeline_settings`):
@@ -28,9 +28,7 @@ from the layout's branch when the merger did not send them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from scheduler.config import (
     ConfigError,
@@ -43,6 +41,8 @@ from scheduler.config import (
 )
 from scheduler.config import speculative_layout as build_speculative
 from scheduler.config.checkout import candidate_paths
+from scheduler.config.graph import freeze_job_graph
+from scheduler.config.model import Dependency
 from scheduler.layouts.cache import TenantLayout, TenantLayouts
 from scheduler.layouts.errors import UnsupportedManagerError
 from scheduler.manager import manager_class
@@ -50,31 +50,18 @@ from scheduler.manager.base import FreezeResult, PipelineManager, PipelineSettin
 from scheduler.manager.events import MergeOutcome
 from scheduler.manager.retiring import NoLayout, RetiringManager
 from scheduler.manager.window import WindowSettings
-from scheduler.model.build import Dependency, JobInfo
+from scheduler.model.build import JobInfo
 from scheduler.model.item import QueueItem
-from scheduler.processing.semaphores import TxnLedger
+from scheduler.wire.merger import split_config_files_key
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
-
-
-def config_files_key(project: str, branch: str) -> str:
-    """The key of a project branch in ``MergeOutcome.config_files``."""
-    return f"{project}@{branch}"
-
-
-def split_config_files_key(key: str, projects: list[str]) -> tuple[str, str] | None:
-    """``(project, branch)`` of a key, the longest tenant project that fits; None if none."""
-    for project in sorted(projects, key=len, reverse=True):
-        prefix = f"{project}@"
-        if key.startswith(prefix) and len(key) > len(prefix):
-            return project, key[len(prefix) :]
-    return None
+from scheduler.zk.ledger import TxnLedger
 
 
 def job_info(job: FrozenJob, graph: JobGraph) -> JobInfo:
-    """What scheduling needs of a frozen job; ``spec`` is its JSON for the executor."""
+    """What scheduling needs of a frozen job; ``spec`` is its plain form for the executor."""
     soft = {d.name: d.soft for d in job.dependencies}
-    spec: dict[str, Any] = json.loads(job.to_json())
+    spec = job.to_dict()
     return JobInfo(
         name=job.name,
         dependencies=tuple(
@@ -109,7 +96,7 @@ class ProjectsNeeded:
         if found is not None and found[0] is layout:
             return found[1]
         try:
-            graph = layout.freeze_job_graph(project, branch, pipeline, None)
+            graph = freeze_job_graph(layout, project, branch, pipeline, None)
             needed = tuple(sorted({p for job in graph.jobs for p in job.projects_used()}))
         except ConfigError:
             needed = ()  # the item's freeze reports it
@@ -157,8 +144,8 @@ class LayoutFreezer:
             return FreezeResult(errors=tuple(e.text() for e in errors))
         change = item.change
         try:
-            graph = layout.freeze_job_graph(
-                change.project, change.branch, self.pipeline, outcome.files or None
+            graph = freeze_job_graph(
+                layout, change.project, change.branch, self.pipeline, outcome.files or None
             )
         except ConfigError as exc:
             return FreezeResult(errors=(exc.text(),))
@@ -205,6 +192,11 @@ def pipeline_settings(layout: Layout, config: Pipeline) -> PipelineSettings:
     def queue_for(project: str, branch: str) -> tuple[str, bool] | None:
         return layout.queue_for(project, branch, config.name)
 
+    def allows_cycles(project: str, branch: str) -> bool:
+        found = queue_for(project, branch)
+        queue = layout.queues.get(found[0]) if found else None
+        return bool(queue and queue.allow_circular_dependencies)
+
     return PipelineSettings(
         name=config.name,
         manager=config.manager,
@@ -212,6 +204,7 @@ def pipeline_settings(layout: Layout, config: Pipeline) -> PipelineSettings:
         window=window_settings(config.window),
         queue_for=queue_for,
         merge_on_success=merges_on_success(config),
+        allows_cycles=allows_cycles,
     )
 
 

@@ -71,6 +71,8 @@ class LayoutState:
     # of the state node: a changed mzxid means another reconfiguration
     version: int
     mzxid: int
+    # the layout's pipeline names (None: a state written before they were recorded)
+    pipelines: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -92,6 +94,7 @@ class LayoutState:
             sources=record.sources,
             version=record.version,
             mzxid=record.mzxid,
+            pipelines=(tuple(str(p) for p in data["pipelines"]) if "pipelines" in data else None),
         )
 
 
@@ -103,8 +106,13 @@ def state_data(
     ltime: int,
     errors: tuple[str, ...],
     kept: tuple[KeptInfo, ...],
+    pipelines: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """The fields the layout layer stores (the cache adds ``sources``)."""
+    """The fields the layout layer stores (the cache adds ``sources``).
+
+    ``pipelines`` lets a reader (``sluice enqueue``) check a pipeline name
+    without building the layout.
+    """
     return {
         "state-schema": STATE_SCHEMA,
         "tenant": tenant_to_dict(tenant),
@@ -115,4 +123,5 @@ def state_data(
         "kept": [
             {"project": k.project, "branch": k.branch, "errors": list(k.errors)} for k in kept
         ],
+        "pipelines": sorted(pipelines),
     }

@@ -101,7 +101,30 @@ def filter_matches(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     if refs and not _any_match(refs, full_ref(event)):
         return False
     branches = _names(spec.get("branch"))
-    return not (branches and not _any_match(branches, branch_of(event)))
+    if branches and not _any_match(branches, branch_of(event)):
+        return False
+    return _forge_matches(spec, event)
+
+
+def _forge_matches(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
+    """Forge filters: ``action``, ``comment``, ``label``, ``state``, ``status``, ``check``."""
+    actions = _names(spec.get("action"))
+    if actions and str(event.get("action") or "") not in actions:
+        return False
+    comments = _names(spec.get("comment"))
+    if comments and not _any_match(comments, str(event.get("comment") or "")):
+        return False
+    labels = _names(spec.get("label"))
+    if labels and str(event.get("label") or "") not in labels:
+        return False
+    states = _names(spec.get("state"))
+    if states and str(event.get("state") or "") not in states:
+        return False
+    statuses = _names(spec.get("status"))  # regexes over "<context>:<state>"
+    if statuses and not _any_match(statuses, str(event.get("status") or "")):
+        return False
+    checks = _names(spec.get("check"))  # regexes over the check run's name
+    return not (checks and not _any_match(checks, str(event.get("check") or "")))
 
 
 def pipelines_for_event(layout: TenantLayout, event: Mapping[str, Any]) -> list[str]:
@@ -118,6 +141,83 @@ def pipelines_for_event(layout: TenantLayout, event: Mapping[str, Any]) -> list[
         filters = pipeline.trigger.get(connection, ())
         if not any(filter_matches(f, event) for f in filters):
             continue
+        require = pipeline.require.get(connection)
+        if require is not None and not requirements_met(require, event):
+            continue
+        if require is not None and not _needs_ready(require, event):
+            log.info(
+                "%s: a dependency of %s does not meet its requirements", name, event.get("ref")
+            )
+            continue
+        reject = pipeline.reject.get(connection)
+        if reject is not None and _any_requirement(reject, event):
+            continue
         if layout.layout.project_pipelines(project, branch, name):
             found.append(name)
     return found
+
+
+def _checks(spec: Mapping[str, Any], event: Mapping[str, Any]) -> list[bool]:
+    """One result per requirement of ``spec`` (a pipeline's ``require:`` for a forge)."""
+    results = []
+    for key in ("open", "merged", "draft", "approved"):
+        if key in spec:
+            value = bool(event.get(key)) if key != "approved" else bool(event.get("approvals"))
+            results.append(value == bool(spec[key]))
+    labels = set(_names(event.get("labels")))
+    for key in ("label", "labels"):
+        if key in spec:
+            results.append(set(_names(spec[key])) <= labels)
+    if "review" in spec:
+        approvals = _names(event.get("approvals"))
+        for review in spec["review"] if isinstance(spec["review"], list) else [spec["review"]]:
+            wanted = str(review.get("type", "approved")) if isinstance(review, Mapping) else ""
+            users = _names(review.get("username")) if isinstance(review, Mapping) else []
+            if wanted != "approved":
+                results.append(False)  # only approvals are known from the forge so far
+            elif users:
+                results.append(any(_any_match(users, a) for a in approvals))
+            else:
+                results.append(bool(approvals))
+    if "status" in spec:  # regexes over "<context>:<state>" of the head's latest statuses
+        statuses = _names(event.get("statuses"))
+        for wanted in _names(spec["status"]):
+            results.append(any(_any_match([wanted], status) for status in statuses))
+    return results
+
+
+def _needs_ready(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
+    """Every dependency (``needs``, as the driver found them) meets the requirements too."""
+    needs = [n for n in event.get("needs") or () if isinstance(n, Mapping)]
+    others = [
+        n
+        for n in needs
+        if (n.get("project"), n.get("ref")) != (event.get("project"), event.get("ref"))
+    ]
+    return all(requirements_met(spec, n) for n in others)
+
+
+def requirements_met(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
+    """Whether the change an event is about meets every requirement (``require:``)."""
+    return all(_checks(spec, event))
+
+
+def _any_requirement(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
+    """``reject:``: any of its conditions holding rejects the change."""
+    return any(_checks(spec, event))
+
+
+def default_branch(layout: TenantLayout, project: str) -> str:
+    """The branch a project's non-branch refs (tags) are tested on.
+
+    The project's ``default-branch`` if its configuration names one, else
+    ``main`` or ``master`` if it has that branch, else its first branch.
+    """
+    for stanza in layout.layout.projects.get(project, ()):
+        if stanza.default_branch:
+            return stanza.default_branch
+    branches = layout.layout.branches.get(project, ())
+    for name in ("main", "master"):
+        if name in branches:
+            return name
+    return branches[0] if branches else "main"

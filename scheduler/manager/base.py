@@ -71,6 +71,11 @@ def no_shared_queues(project: str, branch: str) -> tuple[str, bool] | None:
     return None
 
 
+def needed(change: Change) -> tuple[Change, ...]:
+    """The changes ``change`` depends on, deepest first, without itself (a cycle)."""
+    return tuple(n for n in change.needs if n.key != change.key)
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
     """What a manager needs of its pipeline's configuration."""
@@ -84,6 +89,8 @@ class PipelineSettings:
     queue_for: QueueNamer = no_shared_queues
     # a success reporter says ``merge: true``: a passed head item is pushed first
     merge_on_success: bool = False
+    # whether the queue of (project, branch) allows circular dependencies
+    allows_cycles: Callable[[str, str], bool] = lambda project, branch: False
 
 
 @dataclass(frozen=True)
@@ -190,8 +197,11 @@ class PipelineManager:
         raise NotImplementedError
 
     def changes_to_merge(self, state: PipelineState, item: QueueItem) -> tuple[Change, ...]:
-        """The changes a merge for ``item`` stacks, in order (``item``'s last)."""
-        return (item.change,)
+        """The changes a merge for ``item`` stacks, in order (``item``'s last).
+
+        A change's dependencies (``Depends-On``) are tested with it, first.
+        """
+        return (*needed(item.change), item.change)
 
     def ready_to_merge(self, state: PipelineState, item: QueueItem) -> bool:
         return item.active
@@ -244,6 +254,14 @@ class PipelineManager:
         state.items[item.uuid] = item
         self.place(state, queue, item)
         log.info("%s: enqueued %s as item %s", self.settings.name, change.key, item.uuid)
+        if change.in_cycle and not self.settings.allows_cycles(change.project, change.branch):
+            chain = " -> ".join(n.ref for n in change.needs)
+            self.set_result(
+                item,
+                Result.ERROR,
+                f"dependency cycle ({change.ref} -> {chain}); "
+                "its queue does not allow circular dependencies",
+            )
         return item
 
     def dequeue_change(self, state: PipelineState, change: Change) -> list[QueueItem]:
@@ -417,7 +435,7 @@ class PipelineManager:
         """Merge, freeze and run ``item`` as far as it goes; set its result when done."""
         buildset = item.buildset
         if buildset.merge_state is MergeState.NEW:
-            if self.ready_to_merge(state, item):
+            if item.result is None and self.ready_to_merge(state, item):
                 self._request_merge(state, item)
             return
         if buildset.merge_state is MergeState.PENDING:

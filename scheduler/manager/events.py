@@ -1,14 +1,16 @@
-"""Typed pipeline events, decoded from the pipeline's event queues.
+"""Pipeline events: what a pipeline manager applies.
 
-A payload is a JSON mapping with a ``type``; :func:`decode` turns it into one
-of the classes below or raises :class:`MalformedEventError` naming what is
-wrong (the caller logs it with the event's path and acknowledges it, so a bad
-event never wedges the queue).
+Management events (:class:`Enqueue`, :class:`Dequeue`, :class:`Promote`)
+travel through the event queues; :func:`scheduler.wire.events.decode` is
+their one decoder and ``to_dict`` their wire form. Build and merge events
+(:class:`MergeCompleted`, :class:`BuildStarted`, ...) are made by the
+processing layer from the request events of the job request queues: they
+never travel as such.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,12 +23,23 @@ class MalformedEventError(SluiceError):
     """A queued event does not have the shape its type requires."""
 
 
+def _ids(event: Enqueue | Dequeue | Promote) -> dict[str, Any]:
+    """The optional routing fields of a management event, when set."""
+    found = {"pipeline": event.pipeline, "event_id": event.event_id, "result_id": event.result_id}
+    return {key: value for key, value in found.items() if value}
+
+
 @dataclass(frozen=True)
 class Enqueue:
     change: Change
     event_id: str = ""
     # management events from the CLI or API: where to record the outcome
     result_id: str = ""
+    # the pipeline a management event is for (tenant queues route by it)
+    pipeline: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "enqueue", "change": self.change.to_dict(), **_ids(self)}
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,10 @@ class Dequeue:
     change: Change
     event_id: str = ""
     result_id: str = ""
+    pipeline: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "dequeue", "change": self.change.to_dict(), **_ids(self)}
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,11 @@ class Promote:
     changes: tuple[Change, ...]
     event_id: str = ""
     result_id: str = ""
+    pipeline: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        changes = [change.to_dict() for change in self.changes]
+        return {"type": "promote", "changes": changes, **_ids(self)}
 
 
 @dataclass(frozen=True)
@@ -106,60 +128,3 @@ class BuildCompleted:
 PipelineEvent = (
     Enqueue | Dequeue | Promote | MergeCompleted | BuildStarted | BuildPaused | BuildCompleted
 )
-
-
-def _text(data: Mapping[str, Any], key: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value:
-        raise MalformedEventError(f"'{key}' must be a non-empty string, got {value!r}")
-    return value
-
-
-def _change(data: Mapping[str, Any], keys: tuple[str, ...] = ("branch",)) -> Change:
-    raw = data.get("change")
-    if not isinstance(raw, Mapping):
-        raise MalformedEventError(f"'change' must be a mapping, got {raw!r}")
-    for key in ("connection", "project", "ref", *keys):
-        _text(raw, key)
-    return Change.from_dict(dict(raw))
-
-
-def _enqueue(data: Mapping[str, Any]) -> PipelineEvent:
-    return Enqueue(_change(data), str(data.get("event_id", "")), str(data.get("result_id", "")))
-
-
-def _dequeue(data: Mapping[str, Any]) -> PipelineEvent:
-    # A dequeue may leave the branch empty: any target branch of the ref.
-    return Dequeue(
-        _change(data, keys=()), str(data.get("event_id", "")), str(data.get("result_id", ""))
-    )
-
-
-def _promote(data: Mapping[str, Any]) -> PipelineEvent:
-    raw = data.get("changes")
-    if not isinstance(raw, list) or not raw:
-        raise MalformedEventError(f"'changes' must be a non-empty list, got {raw!r}")
-    # Like a dequeue, a change may leave the branch empty: any target branch of the ref.
-    changes = tuple(_change({"change": one}, keys=()) for one in raw)
-    return Promote(changes, str(data.get("event_id", "")), str(data.get("result_id", "")))
-
-
-# Build and merge events are built by the processor from the request events
-# of the job request queues, which only name the request (the result is read
-# from the queue; see scheduler.processing.pipeline): nothing puts them as such.
-_DECODERS: dict[str, Callable[[Mapping[str, Any]], PipelineEvent]] = {
-    "enqueue": _enqueue,
-    "dequeue": _dequeue,
-    "promote": _promote,
-}
-
-
-def decode(payload: Mapping[str, Any]) -> PipelineEvent:
-    kind = payload.get("type")
-    decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
-    if decoder is None:
-        raise MalformedEventError(f"unknown event type {kind!r}")
-    try:
-        return decoder(payload)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise MalformedEventError(f"{kind} event: {exc}") from None

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 
 from scheduler.manager import reset
-from scheduler.manager.base import PipelineManager
+from scheduler.manager.base import PipelineManager, needed
 from scheduler.manager.window import in_window
 from scheduler.model.change import Change
 from scheduler.model.item import ChangeQueue, PipelineState, PushState, QueueItem
@@ -84,8 +85,48 @@ class SharedQueueManager(PipelineManager):
         return [item for item in state.items_of(queue) if not item.dequeued]
 
     def changes_to_merge(self, state: PipelineState, item: QueueItem) -> tuple[Change, ...]:
-        chain = reversed(reset.items_ahead(state, item))
-        return (*(ahead.change for ahead in chain), item.change)
+        chain = [ahead.change for ahead in reversed(reset.items_ahead(state, item))]
+        if not self.speculative:
+            return (*needed(item.change), item.change)
+        return (*chain, item.change)
+
+    # -- dependencies ---------------------------------------------------------------
+
+    def enqueue(self, state: PipelineState, change: Change, event_id: str = "") -> QueueItem:
+        """A speculative queue enqueues a change's dependencies ahead of it (Depends-On).
+
+        A dependency must join the same shared queue (it is merged first, in
+        queue order); one that would go elsewhere makes the change an error.
+        """
+        problem = ""
+        cycle_refused = change.in_cycle and not self.settings.allows_cycles(
+            change.project, change.branch
+        )
+        if self.speculative and not cycle_refused:
+            mine = self.queue_name(change)
+            for need in needed(change):
+                live = [i for i in state.find(need) if not i.dequeued]
+                if (live and live[0].queue != mine) or (not live and self.queue_name(need) != mine):
+                    problem = f"depends on {need.ref} of {need.project}, not in queue {mine}"
+                    break
+                if not live:
+                    super().enqueue(state, replace(need, needs=()), event_id)
+        item = super().enqueue(state, change, event_id)
+        if problem:
+            self.set_result(item, Result.ERROR, problem)
+        return item
+
+    def _fail_dependents(self, state: PipelineState, failed: QueueItem, why: str) -> None:
+        """Items that need ``failed``'s change are not merged without it."""
+        for item in list(state.items.values()):
+            if item is failed or item.dequeued or item.push is not PushState.NONE:
+                continue
+            if any(n.key == failed.change.key for n in needed(item.change)):
+                # even a passed result: tested without its dependency, it must not merge
+                message = f"{why}: {failed.change.ref} was not merged"
+                item.result = item.buildset.result = Result.ERROR
+                item.message = item.buildset.message = message
+                self.dequeue(state, item, message, report=True)
 
     def can_start_builds(self, item: QueueItem) -> bool:
         return item.active
@@ -94,6 +135,7 @@ class SharedQueueManager(PipelineManager):
 
     def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None:
         if not item.dequeued:
+            self._fail_dependents(state, item, "a dependency was dequeued")
             reset.detach_behind(
                 self, state, item, reset=True, why=f"item {item.uuid} ahead was dequeued"
             )
@@ -108,6 +150,8 @@ class SharedQueueManager(PipelineManager):
     def process_queue(self, state: PipelineState, queue: ChangeQueue) -> None:
         nnfi: QueueItem | None = None  # the nearest non-failing item so far
         position = 0
+        # only a pipeline holding changes with dependencies pays for looking for them
+        dependencies = any(i.change.needs for i in state.items.values())
         for item in state.items_of(queue):
             if item.dequeued:
                 self._leave(state, item)
@@ -116,6 +160,9 @@ class SharedQueueManager(PipelineManager):
             position += 1
             self._reparent(state, item, nnfi)
             self.advance_item(state, item)
+            if dependencies and self.failing(item):
+                # it will not merge as tested: what depends on it must not merge either
+                self._fail_dependents(state, item, "a dependency failed")
             if item.ahead is None:
                 self._at_head(item)
             if not self.failing(item):
@@ -168,6 +215,8 @@ class SharedQueueManager(PipelineManager):
 
     def _left_head(self, state: PipelineState, item: QueueItem) -> None:
         passed = item.result is Result.SUCCESS
+        if not passed:
+            self._fail_dependents(state, item, "a dependency failed")
         queue = state.queues.get(item.queue)
         if queue is not None and self.adjusts_window:
             window = self.settings.window

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.config.model import Dependency
 from scheduler.model.results import RETRYABLE, Result
 
 
@@ -17,12 +18,6 @@ class BuildState(enum.StrEnum):
     RUNNING = "RUNNING"
     PAUSED = "PAUSED"
     COMPLETED = "COMPLETED"
-
-
-@dataclass(frozen=True)
-class Dependency:
-    name: str
-    soft: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,7 +224,7 @@ class JobState:
         )
 
 
-class JobGraph:
+class BuildsetJobs:
     """The jobs of a buildset with their dependencies (already checked for cycles)."""
 
     def __init__(self, jobs: Mapping[str, JobState]) -> None:

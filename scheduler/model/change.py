@@ -22,6 +22,14 @@ class Change:
     commit: str = ""
     # A ref update of the branch itself (post/periodic pipelines): nothing to merge.
     is_branch_update: bool = False
+    # Changes this one depends on that were not merged when it was enqueued
+    # (Depends-On, resolved by its driver). A dependency cycle is recorded by
+    # the change needing itself.
+    needs: tuple[Change, ...] = ()
+
+    @property
+    def in_cycle(self) -> bool:
+        return any(n.key == self.key for n in self.needs)
 
     @property
     def key(self) -> str:
@@ -39,6 +47,7 @@ class Change:
             "ref": self.ref,
             "commit": self.commit,
             "is_branch_update": self.is_branch_update,
+            **({"needs": [n.to_dict() for n in self.needs]} if self.needs else {}),
         }
 
     @classmethod
@@ -50,4 +59,5 @@ class Change:
             ref=str(data["ref"]),
             commit=str(data.get("commit", "")),
             is_branch_update=bool(data.get("is_branch_update", False)),
+            needs=tuple(cls.from_dict(dict(n)) for n in data.get("needs") or ()),
         )

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.model.build import JobGraph, JobState
+from scheduler.model.build import BuildsetJobs, JobState
 from scheduler.model.change import Change
 from scheduler.model.results import Result
 
@@ -55,8 +55,8 @@ class BuildSet:
     required: list[str] = field(default_factory=list)
 
     @property
-    def graph(self) -> JobGraph:
-        return JobGraph(self.jobs or {})
+    def graph(self) -> BuildsetJobs:
+        return BuildsetJobs(self.jobs or {})
 
     def to_dict(self) -> dict[str, Any]:
         """The buildset node's own data (repo state and jobs live in child nodes)."""

@@ -20,6 +20,7 @@ and non-empty queue (DESIGN.md invariant 2).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -53,7 +54,14 @@ def run_exclusive(
         while passes < max_passes:
             lower_flag(client, flag)
             passes += 1
-            busy = work(held)
+            try:
+                busy = work(held)
+            except Exception:
+                # The pass failed (its task retries or fails): leave the flag
+                # raised so the retry, or the sweep, knows the work is not done.
+                with contextlib.suppress(Exception):
+                    raise_flag(client, flag)
+                raise
             if not busy and not is_raised(client, flag):
                 break
         else:

@@ -10,7 +10,7 @@ through Celery), and tests assemble one from simple parts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,9 +18,9 @@ from scheduler.manager.base import BuildIntent, MergeIntent, PipelineManager
 from scheduler.manager.events import MergeOutcome
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
-from scheduler.processing.semaphores import TxnLedger
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.job_requests import JobRequest, JobResult
+from scheduler.zk.ledger import TxnLedger
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +71,23 @@ class ManagerSource(Protocol):
         """The manager of ``pipeline`` under the tenant's current layout, and its ledger."""
 
 
-class Reporter(Protocol):
+class ItemReporter(Protocol):
     def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
         """Report a finished item; must be idempotent (a crash may repeat it).
 
         Raises if the report did not land (it is tried again later)."""
 
 
-# nudge(task name, arguments, queue or None for the task's default route)
-Nudge = Callable[[str, Sequence[Any], "str | None"], None]
+class Nudge(Protocol):
+    """Send task ``task`` with ``args`` to ``queue`` (None: the task's default route).
+
+    ``label`` says what the task is about, for Flower and logs
+    (:mod:`scheduler.tasklabels`); empty, the sender makes one from the arguments.
+    """
+
+    def __call__(
+        self, task: str, args: Sequence[Any], queue: str | None, /, label: str = ""
+    ) -> None: ...
 
 
 @dataclass
@@ -88,7 +96,7 @@ class Environment:
     managers: ManagerSource
     formats: RequestFormats
     nudge: Nudge
-    reporters: Sequence[Reporter] = ()
+    reporters: Sequence[ItemReporter] = ()
 
     def report(self, tenant: str, pipeline: str, item: QueueItem) -> str:
         """Run every reporter; "" if all landed, else why not (the item is reported again).
@@ -112,3 +120,19 @@ class Environment:
                 )
                 errors.append(f"{type(reporter).__name__}: {exc}")
         return "; ".join(errors)
+
+    def report_start(self, tenant: str, pipeline: str, item: QueueItem) -> None:
+        """Tell the reporters that can (a forge's ``start:``) that ``item``'s testing began.
+
+        Best effort: a failure is logged; the item's result is reported anyway.
+        """
+        for reporter in self.reporters:
+            start = getattr(reporter, "report_start", None)
+            if start is None:
+                continue
+            try:
+                start(tenant, pipeline, item)
+            except Exception as exc:  # a hook boundary: log it, go on
+                log.warning(
+                    "start report of item %s of %s/%s failed: %s", item.uuid, tenant, pipeline, exc
+                )

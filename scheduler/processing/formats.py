@@ -3,16 +3,18 @@
 Implements :class:`~scheduler.processing.environment.RequestFormats` with
 the wire types of :mod:`scheduler.wire`. Where a build fetches its git
 objects from is the caller's business (``sources``): on one host it is the
-merger's repo cache, which holds the speculative merge commits.
+merger's repo cache, which holds the speculative merge commits. A build
+spec also says how that state was merged, so an executor on another host
+can merge it again (:mod:`workers.executor.speculation`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from scheduler.config import FrozenJob
-from scheduler.layouts.source import config_files_key
 from scheduler.manager.base import BuildIntent, MergeIntent
 from scheduler.manager.events import MergeOutcome
 from scheduler.model.change import Change
@@ -24,6 +26,7 @@ from scheduler.wire.build_from_job import spec_for_job
 from scheduler.wire.build_result import BuildResult
 from scheduler.wire.build_spec import BuildSpecError
 from scheduler.wire.merge_requests import new_request
+from scheduler.wire.merger import config_files_key
 from scheduler.zk import paths
 from scheduler.zk.job_requests import JobRequest, JobResult
 
@@ -31,8 +34,14 @@ from scheduler.zk.job_requests import JobRequest, JobResult
 Sources = Callable[[str, str], str]
 
 
-def _wire_change(change: Change, mode: str = "merge") -> wire.Change:
-    return wire.Change(
+def _about(item: QueueItem, **more: Any) -> dict[str, Any]:
+    """What a request is about, for people (task descriptions in Flower, logs)."""
+    change = item.change
+    return {"project": change.project, "change": change.ref or change.commit[:12], **more}
+
+
+def _wire_change(change: Change, mode: str = "merge") -> wire.MergeChange:
+    return wire.MergeChange(
         connection=change.connection,
         project=change.project,
         branch=change.branch,
@@ -69,6 +78,14 @@ def _plain_merge(tenant: str, project: str, branch: str) -> str:
     return "merge"
 
 
+# (tenant, project, job, ref) -> whether an autohold wants this build held if it fails
+HoldOf = Callable[[str, str, str, str], bool]
+
+
+def _no_hold(tenant: str, project: str, job: str, ref: str) -> bool:
+    return False
+
+
 class WireFormats:
     def __init__(
         self,
@@ -76,12 +93,14 @@ class WireFormats:
         sources: Sources,
         needed: Needed = _nothing_needed,
         merge_mode: MergeModeOf = _plain_merge,
+        hold: HoldOf = _no_hold,
     ) -> None:
         # (tenant, project name) -> the project's connection
         self.connection_of = connection_of
         self.sources = sources
         self.needed = needed
         self.merge_mode = merge_mode
+        self.hold = hold
 
     def merge(self, tenant: str, pipeline: str, item: QueueItem, intent: MergeIntent) -> NewRequest:
         job = wire.MergeJob(
@@ -101,6 +120,7 @@ class WireFormats:
             result_queue=paths.pipeline_result_queue(tenant, pipeline),
             event_id=item.event_id,
             request_uuid=intent.request,
+            about=_about(item),
         )
         return NewRequest(request, params, paths.merger_queue())
 
@@ -140,7 +160,16 @@ class WireFormats:
     def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
         change = item.change
         commit = (item.buildset.repo_state or {}).get(change.project, {}).get(change.branch, "")
-        job = wire.PushJob(request_uuid, change.connection, change.project, change.branch, commit)
+        job = wire.PushJob(
+            request_uuid,
+            change.connection,
+            change.project,
+            change.branch,
+            commit,
+            change_ref=change.ref,
+            change_commit=change.commit,
+            merge_request=item.buildset.merge_request or "",
+        )
         request, params = new_request(
             job,
             tenant=tenant,
@@ -149,6 +178,7 @@ class WireFormats:
             result_queue=paths.pipeline_result_queue(tenant, pipeline),
             event_id=item.event_id,
             request_uuid=request_uuid,
+            about=_about(item),
         )
         return NewRequest(request, params, paths.merger_queue())
 
@@ -167,7 +197,11 @@ class WireFormats:
             job_name=intent.job.name,
             event_id=item.event_id,
             result_queue=paths.pipeline_result_queue(tenant, pipeline),
-            info={"zone": intent.job.zone} if intent.job.zone else {},
+            info=_about(
+                item,
+                attempt=intent.build.attempt,
+                **({"zone": intent.job.zone} if intent.job.zone else {}),
+            ),
         )
         repo_state = item.buildset.repo_state or {}
         sources = {
@@ -177,7 +211,7 @@ class WireFormats:
         params: dict[str, object]
         try:
             spec = spec_for_job(
-                FrozenJob.from_json(json.dumps(dict(intent.job.spec))),
+                FrozenJob.from_dict(intent.job.spec),
                 tenant=tenant,
                 ref=item.change.ref,
                 build_uuid=intent.build.uuid,
@@ -185,6 +219,9 @@ class WireFormats:
                 sources=sources,
                 parent_data=intent.parent_data,
                 base_state=item.buildset.base_state,
+                hold=self.hold(tenant, item.change.project, intent.job.name, item.change.ref),
+                merge_request=item.buildset.merge_request or "",
+                connections=self._connections(tenant, repo_state),
             )
             params = spec.to_dict()
         except BuildSpecError as exc:
@@ -194,13 +231,21 @@ class WireFormats:
         root = paths.executor_queue(intent.job.zone or None)
         return NewRequest(request, params, root)
 
+    def _connections(self, tenant: str, projects: Iterable[str]) -> dict[str, str]:
+        """Each project's connection (those no longer in the tenant are left out)."""
+        found: dict[str, str] = {}
+        for project in projects:
+            with contextlib.suppress(LookupError):
+                found[project] = self.connection_of(tenant, project)
+        return found
+
     def build_outcome(self, result: JobResult) -> BuildOutcome:
         data = result.result
         if result.lost or data.get("result") == Result.LOST.value:
             return BuildOutcome(Result.LOST, "the executor was lost")
         build = BuildResult.from_dict(data)
         return BuildOutcome(
-            Result(build.result.value),
+            build.result,
             build.message,
             build.started_at,
             build.ended_at,

@@ -18,11 +18,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from scheduler import tasknames
-from scheduler.model.change import Change
+from scheduler.drivers import ForgeError, webhooks
+from scheduler.errors import SluiceError
 from scheduler.processing.environment import Nudge
+from scheduler.wire.events import (
+    Dequeue,
+    Enqueue,
+    MalformedEventError,
+    TriggerEvent,
+    decode_as,
+    decode_management,
+)
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import Event, EventQueue, commit_creating_parents
@@ -32,6 +42,10 @@ log = logging.getLogger(__name__)
 BATCH = 100
 
 
+class ForgeUnavailableError(SluiceError):
+    """A forge's API did not answer while its events were processed (retried)."""
+
+
 class Routing(Protocol):
     """Which tenants and pipelines an event concerns (from the tenant layouts)."""
 
@@ -39,19 +53,9 @@ class Routing(Protocol):
 
     def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]: ...
 
+    def default_branch(self, tenant: str, project: str) -> str: ...
 
-def change_of_trigger(event: Mapping[str, Any]) -> Change:
-    """The change a trigger event enqueues: a branch update, or a proposed ref."""
-    branch = str(event.get("branch", ""))
-    ref = str(event.get("ref") or branch)
-    return Change(
-        connection=str(event["connection"]),
-        project=str(event["project"]),
-        branch=branch,
-        ref=ref,
-        commit=str(event.get("newrev", "")),
-        is_branch_update=event.get("type") == "ref-updated",
-    )
+    def pipelines(self, tenant: str) -> list[str]: ...
 
 
 def _drain(
@@ -84,25 +88,47 @@ def _drain(
 
 
 def forward_connection_events(
-    client: ZooKeeperClient, routing: Routing, nudge: Nudge, connection: str
+    client: ZooKeeperClient,
+    routing: Routing,
+    nudge: Nudge,
+    connection: str,
+    translate: Callable[[Mapping[str, Any]], list[TriggerEvent]] = webhooks.translate,
 ) -> None:
     queue = EventQueue(client, paths.connection_event_queue(connection))
 
     def route(event: Event) -> list[tuple[str, dict[str, Any]]]:
-        payload = event.payload
-        project = payload.get("project")
-        if not isinstance(project, str) or not project:
-            log.error("%s: dropping event without a project: %s", connection, event.path)
+        try:
+            if webhooks.is_webhook(event.payload):  # a forge's raw event: its driver reads it
+                triggers = translate(event.payload)
+            else:
+                triggers = [decode_as(event.payload, TriggerEvent)]
+        except MalformedEventError as exc:
+            log.error("%s: dropping malformed event %s: %s", connection, event.path, exc)
             return []
-        payload = {**payload, "connection": connection, "event_id": event.id}
-        tenants = routing.tenants_for_project(connection, project)
-        return [(paths.tenant_trigger_queue(t), payload) for t in tenants]
+        except ForgeError as exc:
+            if 400 <= exc.status < 500:  # the forge says no (a pull request gone): drop it
+                log.error("%s: dropping event %s: %s", connection, event.path, exc)
+                return []
+            raise ForgeUnavailableError(f"{connection}: {exc}") from exc
+        routed = []
+        for trigger in triggers:
+            payload = replace(trigger, connection=connection, event_id=event.id).to_dict()
+            tenants = routing.tenants_for_project(connection, trigger.project)
+            routed += [(paths.tenant_trigger_queue(t), payload) for t in tenants]
+        return routed
 
     touched = _drain(client, paths.connection_lock(connection, "events"), queue, route)
     for tenant in sorted({_tenant_of(root) for root in touched}):
         nudge(tasknames.PROCESS_TENANT, (tenant,), None)
     if queue.length():
         nudge(tasknames.FORWARD_CONNECTION_EVENTS, (connection,), None)
+
+
+def is_abandoned(trigger: TriggerEvent) -> bool:
+    """A pull or merge request closed without being merged (Zuul dequeues its items)."""
+    if trigger.type not in ("pull_request", "gl_merge_request"):
+        return False
+    return trigger.extra.get("action") == "closed" and not trigger.extra.get("merged")
 
 
 def _tenant_of(trigger_root: str) -> str:
@@ -115,27 +141,20 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
     targets: dict[str, str] = {}
 
     def route_management(event: Event) -> list[tuple[str, dict[str, Any]]]:
-        pipeline = event.payload.get("pipeline")
-        if not isinstance(pipeline, str) or not pipeline:
+        try:
+            management = decode_management(event.payload)
+        except MalformedEventError as exc:
+            log.error("%s: dropping malformed event %s: %s", tenant, event.path, exc)
+            return []
+        if not management.pipeline:
             log.error("%s: management event without a pipeline: %s", tenant, event.path)
             return []
-        root = paths.pipeline_management_queue(tenant, pipeline)
-        targets[root] = pipeline
-        return [(root, dict(event.payload))]
+        root = paths.pipeline_management_queue(tenant, management.pipeline)
+        targets[root] = management.pipeline
+        return [(root, management.to_dict())]
 
     def route_trigger(event: Event) -> list[tuple[str, dict[str, Any]]]:
-        try:
-            change = change_of_trigger(event.payload)
-        except KeyError as exc:
-            log.error("%s: trigger event %s lacks %s", tenant, event.path, exc)
-            return []
-        payload = {"type": "enqueue", "change": change.to_dict(), "event_id": event.id}
-        routed = []
-        for pipeline in routing.pipelines_for_event(tenant, event.payload):
-            root = paths.pipeline_trigger_queue(tenant, pipeline)
-            targets[root] = pipeline
-            routed.append((root, payload))
-        return routed
+        return _route_trigger(routing, tenant, event, targets)
 
     _drain(client, paths.management_queue_lock(tenant), management, route_management)
     _drain(client, paths.trigger_queue_lock(tenant), trigger, route_trigger)
@@ -143,3 +162,42 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
         nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
     if management.length() or trigger.length():
         nudge(tasknames.PROCESS_TENANT, (tenant,), None)
+
+
+def _route_trigger(
+    routing: Routing, tenant: str, event: Event, targets: dict[str, str]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Where a tenant's trigger event goes (``targets``: queue root -> pipeline, to nudge)."""
+    try:
+        trigger = decode_as(event.payload, TriggerEvent)
+    except MalformedEventError as exc:
+        log.error("%s: dropping malformed event %s: %s", tenant, event.path, exc)
+        return []
+    if not trigger.connection:
+        log.error("%s: trigger event %s names no connection", tenant, event.path)
+        return []
+    try:
+        change = trigger.change()
+    except (KeyError, TypeError, ValueError) as exc:  # its dependencies are malformed
+        log.error("%s: dropping trigger event %s: %s", tenant, event.path, exc)
+        return []
+    if is_abandoned(trigger):  # closed unmerged: its items leave every pipeline
+        gone = Dequeue(replace(change, branch=""), event_id=event.id).to_dict()
+        routed = []
+        for pipeline in routing.pipelines(tenant):
+            root = paths.pipeline_management_queue(tenant, pipeline)
+            targets[root] = pipeline
+            routed.append((root, gone))
+        return routed
+    pipelines = routing.pipelines_for_event(tenant, trigger.to_dict())
+    if not pipelines:
+        return []
+    if not change.branch:  # a tag: tested on the project's default branch
+        change = replace(change, branch=routing.default_branch(tenant, trigger.project))
+    payload = Enqueue(change, event_id=event.id).to_dict()
+    routed = []
+    for pipeline in pipelines:
+        root = paths.pipeline_trigger_queue(tenant, pipeline)
+        targets[root] = pipeline
+        routed.append((root, payload))
+    return routed

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler import dispatch, reconfiguration, tasknames
+from scheduler import dispatch, reconfiguration, tasklabels, tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
@@ -39,13 +39,14 @@ from scheduler.model.results import Result
 from scheduler.processing import testhooks
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.environment import Environment, NewRequest
-from scheduler.processing.semaphores import TxnLedger
 from scheduler.state.store import PipelineStore
-from scheduler.zk import flags, locks, paths, stored
+from scheduler.wire import events as wire_events
+from scheduler.zk import flags, locks, paths, stored, timings
 from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.doctree import DocTree
 from scheduler.zk.event_queue import Event, EventQueue
-from scheduler.zk.job_requests import JobRequestQueue, RequestEvent
+from scheduler.zk.job_requests import JobRequestQueue, RequestEvent, RequestMessage
+from scheduler.zk.ledger import TxnLedger
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +106,22 @@ class PipelinePass:
         try:
             tree = self.commit(store, tree, state, txn)
         except OpFailedError as exc:
-            if ledger.layout_fence is None or exc.path != ledger.layout_fence[0]:
+            if not ledger.guards(exc.path):
                 raise
-            # A reconfiguration replaced the layout during this pass: nothing was
-            # committed; decide again with the new layout.
-            log.info("%s/%s: the layout changed during the pass; again", self.tenant, self.pipeline)
+            # A reconfiguration replaced the layout, or another pipeline took or
+            # freed a semaphore slot, during this pass: nothing was committed;
+            # decide again with what ZooKeeper holds now.
+            log.info(
+                "%s/%s: %s changed during the pass; deciding again",
+                self.tenant,
+                self.pipeline,
+                exc.path,
+            )
             return True
         self.nudge(manager, ledger)
+        self.report_starts(manager, state)
         landed = self.report(manager, store, tree, state)
+        self.measure()
         # Another pass only if it can find something: items left the queue
         # (those behind may move up), or a queue had more events than one
         # pass takes. New events raise the dirty flag, which the loop checks.
@@ -166,6 +175,13 @@ class PipelinePass:
         for tenant, pipeline in ledger.to_wake():  # a slot freed: waiters elsewhere retry
             self.env.nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
 
+    def report_starts(self, manager: PipelineManager, state: PipelineState) -> None:
+        """Items whose first merge was requested in this pass have started (``start:``)."""
+        for merge in manager.intents.merges:
+            item = state.items.get(merge.item)
+            if item is not None and item.buildset.jobs is None:
+                self.env.report_start(self.tenant, self.pipeline, item)
+
     def report(
         self, manager: PipelineManager, store: PipelineStore, tree: DocTree, state: PipelineState
     ) -> list[str]:
@@ -177,6 +193,12 @@ class PipelinePass:
         manager.finish_reported(state, landed)
         store.write(self.held.context, tree, state)
         return landed
+
+    def measure(self) -> None:
+        """How long the events this pass applied waited (for the metrics)."""
+        now = time.time()
+        waited = [now - event.created for _, event in self.consumed if event.created]
+        timings.buffered(self.env.client).add(timings.EVENT_PROCESSING, waited)
 
     # -- events ---------------------------------------------------------------
 
@@ -215,40 +237,42 @@ class PipelinePass:
             live = [i for i in state.find(event.change) if i.change.commit == event.change.commit]
             outcome = {"item": live[0].uuid} if live else {"error": "the change was not enqueued"}
         elif not affected:
-            outcome = {"error": "no such item in the pipeline"}
+            outcome = {"error": "no such item in the pipeline", "reason": "not-found"}
         else:
             key = "dequeued" if isinstance(event, ev.Dequeue) else "promoted"
             outcome = {key: affected}
         self.outcomes[event.result_id] = outcome
 
     def _decode(self, state: PipelineState, event: Event) -> ev.PipelineEvent | PushOutcome | None:
-        payload = event.payload
         try:
-            if str(payload.get("type", "")).startswith("request-"):
-                return self._request_event(state, payload)
-            return ev.decode(payload)
+            decoded = wire_events.decode(event.payload)
         except ev.MalformedEventError as exc:
             log.error("%s: dropping malformed event %s: %s", self.pipeline, event.path, exc)
             return None
+        if isinstance(decoded, RequestMessage):
+            return self._request_event(state, decoded)
+        if isinstance(decoded, ev.Enqueue | ev.Dequeue | ev.Promote):
+            return decoded
+        log.error("%s: dropping %s, not a pipeline event: %s", self.pipeline, event.path, decoded)
+        return None
 
     def _request_event(
-        self, state: PipelineState, payload: dict[str, object]
+        self, state: PipelineState, message: RequestMessage
     ) -> ev.PipelineEvent | PushOutcome | None:
-        queue_root = str(payload.get("queue", ""))
-        request = str(payload.get("request", ""))
-        buildset = str(payload.get("buildset", ""))
+        queue_root = message.queue
+        request = message.request
+        buildset = message.buildset
         item = _item_of_buildset(state.items.values(), buildset)
         if item is None:
             return None  # the buildset was reset or the item left: stale
-        kind = payload.get("type")
+        kind = message.kind
         requests = JobRequestQueue(self.env.client, queue_root)
         if queue_root == paths.merger_queue():
             return self._merge_event(requests, kind, item, request)
-        job = str(payload.get("job", ""))
-        if kind == RequestEvent.STARTED.value:
-            worker = str(payload.get("worker", ""))
-            return ev.BuildStarted(request, item.uuid, buildset, job, time.time(), worker)
-        if kind == RequestEvent.PAUSED.value:
+        job = message.job
+        if kind is RequestEvent.STARTED:
+            return ev.BuildStarted(request, item.uuid, buildset, job, time.time(), message.worker)
+        if kind is RequestEvent.PAUSED:
             data = requests.paused_data(request)
             return ev.BuildPaused(request, item.uuid, buildset, job, data)
         result = requests.get_result(request)
@@ -269,9 +293,9 @@ class PipelinePass:
         )
 
     def _merge_event(
-        self, requests: JobRequestQueue, kind: object, item: QueueItem, request: str
+        self, requests: JobRequestQueue, kind: RequestEvent, item: QueueItem, request: str
     ) -> ev.PipelineEvent | PushOutcome | None:
-        if kind != RequestEvent.COMPLETED.value:
+        if kind is not RequestEvent.COMPLETED:
             return None
         result = requests.get_result(request)
         if result is None:
@@ -327,12 +351,13 @@ class PipelinePass:
         if self.config_merged:
             self.env.nudge(tasknames.RECONFIGURE, (self.tenant,), None)
         for new in self.requests:
+            label = tasklabels.request_label(new.request)
             if new.queue_root == paths.merger_queue():
-                self.env.nudge(tasknames.MERGE, (new.request.uuid,), None)
+                self.env.nudge(tasknames.MERGE, (new.request.uuid,), None, label=label)
             else:
                 zone = new.request.info.get("zone") or None
                 route = dispatch.executor_queue_name(zone) if zone else None
-                self.env.nudge(tasknames.BUILD, (new.request.uuid, zone), route)
+                self.env.nudge(tasknames.BUILD, (new.request.uuid, zone), route, label=label)
         for cancel in manager.intents.cancels:
             root = paths.executor_queue(cancel.zone or None)
             self._queue(root).request_cancel(cancel.build)

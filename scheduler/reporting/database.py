@@ -15,8 +15,6 @@ starts a plain deferred transaction and never takes the write lock.
 
 from __future__ import annotations
 
-import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
+from scheduler.processlocal import ProcessLocal
 from scheduler.reporting.errors import DatabaseUnavailableError, UnsupportedDatabaseError
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
@@ -32,8 +31,8 @@ SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 SQLITE_BUSY_TIMEOUT = 30.0
 READ_ONLY_OPTION = "sluice_read_only"
 
-_engines: dict[tuple[str, int], Engine] = {}
-_engines_lock = threading.Lock()
+# One engine per process and database URL, never inherited across a fork.
+_engines: ProcessLocal[str, Engine] = ProcessLocal("SQL engine", lambda e: e.dispose())
 
 
 def backend_name(database_url: str) -> str:
@@ -64,20 +63,12 @@ def create_database_engine(database_url: str, **kwargs: Any) -> Engine:
 
 def get_engine(database_url: str) -> Engine:
     """The engine of this process for ``database_url``, made on first use."""
-    key = (database_url, os.getpid())
-    with _engines_lock:
-        engine = _engines.get(key)
-        if engine is None:
-            engine = _engines[key] = create_database_engine(database_url)
-        return engine
+    return _engines.get(database_url, lambda: create_database_engine(database_url))
 
 
 def dispose_engines() -> None:
     """Close the pooled connections of this process's engines (at shutdown)."""
-    with _engines_lock:
-        mine = [key for key in _engines if key[1] == os.getpid()]
-        for key in mine:
-            _engines.pop(key).dispose()
+    _engines.close_all()
 
 
 def _sqlite_engine(database_url: str, **kwargs: Any) -> Engine:

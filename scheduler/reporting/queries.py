@@ -250,6 +250,11 @@ def job_durations(
         BuildRow.branch: branch,
         BuildRow.result: BuildResult.SUCCESS,
     }
+    return _durations(engine, filters, limit)
+
+
+def _durations(engine: Engine, filters: Mapping[Any, object], limit: int) -> list[float]:
+    """Seconds taken by the latest ``limit`` finished builds that match, newest first."""
     stmt = (
         _where(select(BuildRow.start_time, BuildRow.end_time), filters)
         .where(BuildRow.start_time.is_not(None), BuildRow.end_time.is_not(None))
@@ -325,3 +330,17 @@ def _as_utc(value: datetime) -> float:
     # Subquery columns lose the UTC type decoration: naive values are UTC.
     aware = value if value.tzinfo else value.replace(tzinfo=UTC)
     return aware.timestamp()
+
+
+def count_by_result(engine: Engine, *, buildsets: bool) -> dict[str, int]:
+    """How many builds (or buildsets) ended with each result (unfinished ones left out)."""
+    column = BuildsetRow.result if buildsets else BuildRow.result
+    stmt = select(column, func.count()).where(column.is_not(None)).group_by(column)
+    with _reading(engine) as session:
+        rows = session.execute(stmt).all()
+    return {str(_result(result)): int(count) for result, count in rows}
+
+
+def build_durations(engine: Engine, limit: int) -> list[float]:
+    """Seconds taken by the latest ``limit`` finished builds, newest first."""
+    return _durations(engine, {}, limit)

@@ -17,15 +17,14 @@ validated against ZooKeeper before it is used (invariant 1).
 from __future__ import annotations
 
 import threading
-import time
 
 from scheduler.model.item import PipelineState
 from scheduler.state import codec
 from scheduler.zk import doctree, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, Transaction
+from scheduler.zk.retry import SETTLE
 
-READ_ATTEMPTS = 25
 _cache_lock = threading.Lock()
 _cache: dict[tuple[int, str, str], doctree.DocTree] = {}
 
@@ -46,9 +45,8 @@ class PipelineStore:
         version once more at the end and starts again if it moved. The lock
         holder (``locked``) has no concurrent writer and skips that check.
         """
-        for attempt in range(READ_ATTEMPTS):
-            if attempt:
-                time.sleep(min(0.01 * attempt, 0.1))  # let the writer's pass finish
+        tree = doctree.DocTree(codec.root_path(tenant, pipeline))
+        for _ in SETTLE.tries():  # a retry lets the writer's pass finish
             tree = doctree.DocTree(codec.root_path(tenant, pipeline))
             root = doctree.get_many(self.client, tree, [tree.root])
             if not root:

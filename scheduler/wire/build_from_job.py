@@ -11,7 +11,11 @@ data) into the spec the executor runs:
   project, the job's required projects and the projects holding its steps;
   each must be in the item's repo state (the merger includes required
   projects at their branch heads);
-* ``override-checkout`` of a required project becomes ``checkouts``.
+* ``override-checkout`` of a required project becomes ``checkouts``;
+* the job's secrets travel still encrypted, each step naming those it sees;
+* the merge request that made the repo state, and each project's
+  connection, go along, so an executor without the merger's repo cache can
+  make that state again (the request's job and result stay in ZooKeeper).
 
 * trusted (config-project) steps run from the branch head, never from a
   speculative merge: where the item's merge moved their branch
@@ -40,6 +44,8 @@ def spec_for_job(
     parent_data: Mapping[str, Any] | None = None,
     hold: bool = False,
     base_state: Mapping[str, Mapping[str, str]] | None = None,
+    merge_request: str = "",
+    connections: Mapping[str, str] | None = None,
 ) -> BuildSpec:
     """The spec of one build of ``job``; :class:`BuildSpecError` if something is missing."""
     used = set(job.projects_used())
@@ -67,14 +73,29 @@ def spec_for_job(
             r.name: r.override_checkout for r in job.required_projects if r.override_checkout
         },
         hold=hold,
+        secrets={key: dict(secret) for key, secret in job.secrets.items()},
+        speculation=_speculation(used, merge_request, connections or {}),
     )
+
+
+def _speculation(
+    used: set[str], merge_request: str, connections: Mapping[str, str]
+) -> dict[str, Any]:
+    """Where the merge that made the repo state is recorded (see BuildSpec)."""
+    if not merge_request:
+        return {}
+    return {
+        "merge_request": merge_request,
+        "connections": {p: connections[p] for p in sorted(used) if p in connections},
+    }
 
 
 def _steps(
     playbooks: Iterable[Playbook], base_state: Mapping[str, Mapping[str, str]]
 ) -> tuple[JobStep, ...]:
     return tuple(
-        JobStep(p.path, p.project, p.branch, _trusted_commit(p, base_state)) for p in playbooks
+        JobStep(p.path, p.project, p.branch, _trusted_commit(p, base_state), p.secrets)
+        for p in playbooks
     )
 
 

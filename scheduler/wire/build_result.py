@@ -26,19 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.model.results import Result
+
 RESULT_SCHEMA = 1
-
-
-class ResultCode(enum.StrEnum):
-    """A build's result, spelled as Zuul spells it."""
-
-    SUCCESS = "SUCCESS"
-    FAILURE = "FAILURE"
-    POST_FAILURE = "POST_FAILURE"
-    TIMED_OUT = "TIMED_OUT"
-    ABORTED = "ABORTED"
-    RETRY = "RETRY"
-    ERROR = "ERROR"
 
 
 class Phase(enum.StrEnum):
@@ -102,7 +92,7 @@ class BuildResult:
     """The outcome of :func:`run_build`; times are seconds since the epoch."""
 
     build_uuid: str
-    result: ResultCode
+    result: Result
     message: str
     started_at: float
     ended_at: float
@@ -140,7 +130,7 @@ class BuildResult:
     def from_dict(cls, data: Mapping[str, Any]) -> BuildResult:
         return cls(
             build_uuid=str(data["build_uuid"]),
-            result=ResultCode(data["result"]),
+            result=Result(data["result"]),
             message=str(data.get("message", "")),
             started_at=float(data["started_at"]),
             ended_at=float(data["ended_at"]),

@@ -56,12 +56,16 @@ class JobStep:
     # (config-project) step whose branch the item's merge moved runs from the
     # branch as it was before the speculative changes
     commit: str | None = None
+    # (name the step sees it under, key in BuildSpec.secrets)
+    secrets: tuple[tuple[str, str], ...] = ()
 
-    def to_json_value(self) -> str | dict[str, str]:
-        """A plain path when it has no project, branch or commit, else an object."""
-        if self.project is None and self.branch is None and self.commit is None:
+    def to_json_value(self) -> str | dict[str, Any]:
+        """A plain path when it has nothing else, else an object."""
+        if (self.project, self.branch, self.commit, self.secrets) == (None, None, None, ()):
             return self.path
-        value = {"path": self.path}
+        value: dict[str, Any] = {"path": self.path}
+        if self.secrets:
+            value["secrets"] = dict(self.secrets)
         if self.project is not None:
             value["project"] = self.project
         if self.branch is not None:
@@ -102,6 +106,16 @@ class BuildSpec:
     ``parent_data`` is the result data of the jobs this one depends on,
     already merged by the scheduler; it is given to the job under its own
     ``vars`` (job vars win), as Zuul does.
+
+    ``speculation`` says where the merge that made the repo state is
+    recorded, so an executor without the merger's repo cache can make it
+    again (merges are deterministic): ``{"merge_request": uuid of the
+    item's merge request in the merger queue, "connections": {project:
+    connection}}`` (:mod:`workers.executor.speculation`).
+
+    ``secrets`` maps a secret's key to ``{connection, project, name, data}``
+    with ``data`` still encrypted (only the executor holds the keystore
+    password); each step's ``secrets`` says which it sees, under what name.
     """
 
     tenant: str
@@ -121,8 +135,10 @@ class BuildSpec:
     vars: JsonObject = field(default_factory=dict)
     parent_data: JsonObject = field(default_factory=dict)
     checkouts: Mapping[str, str] = field(default_factory=dict)
-    # Keep the workspace after the build (an autohold); logs are always kept.
+    # Keep the workspace if the build fails (an autohold); logs are always kept.
     hold: bool = False
+    secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    speculation: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -154,6 +170,8 @@ class BuildSpec:
             "sources": dict(self.sources),
             "checkouts": dict(self.checkouts),
             "hold": self.hold,
+            "secrets": _plain(self.secrets),
+            "speculation": _plain(self.speculation),
         }
 
     @classmethod
@@ -164,7 +182,7 @@ class BuildSpec:
         schema = data.get("schema", SPEC_SCHEMA)
         if not isinstance(schema, int) or schema > SPEC_SCHEMA or schema < 1:
             raise BuildSpecError(f"build spec: unsupported schema {schema!r}")
-        reader = _Reader(data)
+        reader = _SpecReader(data)
         return cls(
             tenant=reader.text("tenant"),
             pipeline=reader.text("pipeline"),
@@ -184,6 +202,8 @@ class BuildSpec:
             sources=reader.text_map("sources"),
             checkouts=reader.text_map("checkouts"),
             hold=reader.flag("hold"),
+            secrets=reader.json_object("secrets"),
+            speculation=reader.json_object("speculation"),
         )
 
     def to_json(self) -> str:
@@ -198,7 +218,7 @@ class BuildSpec:
         return cls.from_dict(data)
 
 
-class _Reader:
+class _SpecReader:
     """Typed access to the fields of a spec dict, errors naming the field."""
 
     def __init__(self, data: Mapping[str, Any]) -> None:
@@ -224,15 +244,24 @@ class _Reader:
         if isinstance(item, str):
             return item
         fields = ("path", "project", "branch", "commit")
+        secrets = item.get("secrets", {}) if isinstance(item, Mapping) else None
         if (
             not isinstance(item, Mapping)
             or not isinstance(item.get("path"), str)
             or not all(isinstance(item.get(f), str | None) for f in fields)
+            or not isinstance(secrets, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in secrets.items())
         ):
             raise BuildSpecError(
                 f"build spec: {key}: expected a path or {{path, project, branch}}, got {item!r}"
             )
-        return JobStep(item["path"], item.get("project"), item.get("branch"), item.get("commit"))
+        return JobStep(
+            item["path"],
+            item.get("project"),
+            item.get("branch"),
+            item.get("commit"),
+            tuple(secrets.items()),
+        )
 
     def seconds(self, key: str) -> float | None:
         value = self.data.get(key)
@@ -301,6 +330,7 @@ def _validate(spec: BuildSpec) -> None:
                 raise BuildSpecError(
                     f"build spec: repo_state.{project}.{branch}: {commit!r} is not a commit id"
                 )
+    _validate_secrets(spec)
     if spec.project not in spec.repo_state:
         raise BuildSpecError(f"build spec: repo_state has no entry for {spec.project!r}")
     missing = sorted(set(spec.repo_state) - set(spec.sources))
@@ -314,6 +344,14 @@ def _validate(spec: BuildSpec) -> None:
         json.dumps({"vars": spec.vars, "parent_data": spec.parent_data})
     except (TypeError, ValueError) as exc:
         raise BuildSpecError(f"build spec: vars/parent_data are not JSON: {exc}") from None
+
+
+def _validate_secrets(spec: BuildSpec) -> None:
+    for phase in ("pre-run", "run", "post-run"):
+        for step in spec.steps(phase):
+            unknown = sorted(key for _, key in step.secrets if key not in spec.secrets)
+            if unknown:
+                raise BuildSpecError(f"build spec: {phase} {step.path}: no secret {unknown[0]!r}")
 
 
 def check_project_name(name: str) -> None:

@@ -34,6 +34,7 @@ request itself is unaffected.
 from __future__ import annotations
 
 import uuid as uuid_module
+from collections.abc import Mapping
 from typing import Any
 
 from scheduler import dispatch
@@ -71,11 +72,13 @@ def new_request(
     event_id: str = "",
     precedence: int = MERGE_PRECEDENCE,
     request_uuid: str | None = None,
+    about: Mapping[str, Any] | None = None,
 ) -> tuple[JobRequest, dict[str, Any]]:
     """The request node and the params of a merge request for ``job`` (nothing is written).
 
     ``job_name`` is the job's ``job_id`` (the result event names it) and
-    ``info["kind"]`` its kind; ``result_queue`` is the event queue that gets
+    ``info["kind"]`` its kind, beside ``about`` (project, change: for
+    people); ``result_queue`` is the event queue that gets
     the ``request-started`` and ``request-completed`` events ("" for none).
     """
     kind = job_kind(job)
@@ -88,7 +91,7 @@ def new_request(
         job_name=job.job_id,
         event_id=event_id,
         result_queue=result_queue,
-        info={"kind": kind.value},
+        info={**(about or {}), "kind": kind.value},
     )
     return request, request_params(job)
 

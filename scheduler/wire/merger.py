@@ -133,7 +133,7 @@ def _load(hint: Any, value: Any) -> Any:  # noqa: PLR0911 (one return per shape)
 
 
 @dataclasses.dataclass(frozen=True)
-class Change(Record):
+class MergeChange(Record):
     """One change to apply: ``ref`` (fetched from the remote), ``commit``, or both.
 
     With both, the ref is fetched and ``commit`` is what gets applied (a
@@ -190,7 +190,7 @@ class MergeJob(Record):
     """
 
     job_id: str
-    changes: tuple[Change, ...]
+    changes: tuple[MergeChange, ...]
     required: tuple[ProjectRef, ...] = ()
     base_state: tuple[ProjectState, ...] = ()
     timestamp: int | None = None
@@ -203,7 +203,7 @@ class FilesChangesJob(Record):
     """List the files a change touches against the merge-base with its branch."""
 
     job_id: str
-    change: Change
+    change: MergeChange
     schema: int = SCHEMA
 
 
@@ -355,8 +355,12 @@ class PushJob(Record):
 
     Fast-forward only: a branch that moved outside Sluice refuses the push
     (failure kind :data:`NOT_FAST_FORWARD`). A branch already at ``commit``
-    is a success, so a push repeated after a crash is harmless. The commit
-    must be in this host's repo cache (the merge that produced it ran here).
+    is a success, so a push repeated after a crash is harmless. A merger
+    whose repo cache lacks the commit (another host merged the item) makes
+    it again from ``merge_request``, the item's merge
+    (:mod:`workers.merger.replay`).
+    On a GitHub connection the forge merges the pull request (``change_ref``
+    ``refs/pull/<n>/head``, at ``change_commit``) through its API instead.
     """
 
     job_id: str
@@ -365,6 +369,11 @@ class PushJob(Record):
     branch: str
     commit: str
     schema: int = SCHEMA
+    # the change as the forge knows it (a forge merges its pull request itself)
+    change_ref: str = ""
+    change_commit: str = ""
+    # the item's merge request: how a merger without the commit makes it again
+    merge_request: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -491,3 +500,17 @@ def decode_result(
         raise InvalidRecordError(f"expected a {parse_kind(kind)} result, got {stored}")
     fields = {k: v for k, v in data.items() if k != "kind"}
     return KIND_CLASSES[stored][1].from_dict(fields)
+
+
+def config_files_key(project: str, branch: str) -> str:
+    """The key of a project branch in ``MergeOutcome.config_files``."""
+    return f"{project}@{branch}"
+
+
+def split_config_files_key(key: str, projects: list[str]) -> tuple[str, str] | None:
+    """``(project, branch)`` of a key, the longest tenant project that fits; None if none."""
+    for project in sorted(projects, key=len, reverse=True):
+        prefix = f"{project}@"
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return project, key[len(prefix) :]
+    return None

@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -57,6 +56,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
 from scheduler.errors import SluiceError
+from scheduler.processlocal import ProcessLocal
 from scheduler.settings import ZooKeeperSettings
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError, ZooKeeperUnavailableError
 
@@ -371,33 +371,22 @@ def attach(settings: ZooKeeperSettings, session_id: int, password: bytes) -> Zoo
     return client
 
 
-_lock = threading.Lock()
-_clients: dict[tuple[int, ZooKeeperSettings], ZooKeeperClient] = {}
+def _close(client: ZooKeeperClient) -> None:
+    client.stop()
+    client.close()
+
+
+# One client per process and settings, never inherited across a fork.
+_clients: ProcessLocal[ZooKeeperSettings, ZooKeeperClient] = ProcessLocal(
+    "ZooKeeper client", _close
+)
 
 
 def process_client(settings: ZooKeeperSettings) -> ZooKeeperClient:
-    """This process's client for ``settings``, created after any fork."""
-    forget_inherited_clients()
-    key = (os.getpid(), settings)
-    with _lock:
-        client = _clients.get(key)
-        if client is None:
-            client = connect(settings)
-            _clients[key] = client
-        return client
-
-
-def forget_inherited_clients() -> None:
-    """Drop clients created by a parent process (call right after a fork)."""
-    with _lock:
-        for stale in [k for k in _clients if k[0] != os.getpid()]:
-            del _clients[stale]
+    """This process's client for ``settings``, created on first use (after any fork)."""
+    return _clients.get(settings, lambda: connect(settings))
 
 
 def close_process_clients() -> None:
-    with _lock:
-        for (pid, _), client in list(_clients.items()):
-            if pid == os.getpid():
-                client.stop()
-                client.close()
-        _clients.clear()
+    """Close this process's clients (a worker process's shutdown)."""
+    _clients.close_all()

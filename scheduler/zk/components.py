@@ -128,3 +128,15 @@ def list_components(client: ZooKeeperClient, kind: str) -> list[ComponentInfo]:
             )
         )
     return sorted(found, key=lambda c: c.path)
+
+
+def all_components(client: ZooKeeperClient) -> list[ComponentInfo]:
+    """Every registered process, of every kind, by kind then path."""
+    try:
+        kinds = client.get_children(paths.components_root())
+    except NoNodeError:
+        return []
+    found: list[ComponentInfo] = []
+    for kind in sorted(kinds):
+        found.extend(list_components(client, paths.unsegment(kind)))
+    return found

@@ -59,10 +59,9 @@ from scheduler.zk.context import (
     Transaction,
 )
 from scheduler.zk.errors import ConflictError, DecodeError, NoDataError
+from scheduler.zk.retry import CONFLICT, TORN_READ
 
 SCHEMA = 1
-# Attempts of a compare-and-set write before giving up with ConflictError.
-ATTEMPTS = 5
 # Delete operations per prune transaction (each is small; stay far from 1 MB).
 PRUNE_BATCH = 500
 
@@ -247,7 +246,7 @@ def read_branch(
     client: ZooKeeperClient, connection: str, project: str, branch: str
 ) -> tuple[BranchIndex, BranchFiles] | None:
     """One consistent version of a branch's files, or None if not cached (or removed)."""
-    for _ in range(ATTEMPTS):
+    for _ in TORN_READ.tries():
         try:
             index = read_index(client, connection, project, branch)
         except NoDataError:
@@ -315,7 +314,7 @@ def write_branch(context: LockContext, branch: BranchFiles) -> BranchIndex:
         "hash": new_hash,
     }
     nodes = [_file_node(*where, d) for d in sorted(set(digests.values()))]
-    for _ in range(ATTEMPTS):
+    for _ in CONFLICT.tries():
         current = _current(client, *where)
         if current is not None and current.hash == new_hash and not current.removed:
             return current
@@ -364,7 +363,7 @@ def _commit_index(
 
 def remove_branch(context: LockContext, connection: str, project: str, branch: str) -> None:
     """Mark a branch gone from its repository (its files stay while a layout uses them)."""
-    for _ in range(ATTEMPTS):
+    for _ in CONFLICT.tries():
         current = _current(context.client, connection, project, branch)
         if current is None or current.removed:
             return
@@ -444,7 +443,7 @@ def save_layout_state(
     sources = [SourceRef.of(b) for b in branches]
     obj = {**data, "sources": [s.to_dict() for s in sources]}
     client.ensure_path(_layout_root())
-    for _ in range(ATTEMPTS):
+    for _ in CONFLICT.tries():
         for branch in branches:
             _write_missing(client, branch)
         exists = client.exists(path) is not None

@@ -62,6 +62,8 @@ class Event:
     version: int
     payload: dict[str, Any]
     data_path: str | None = None
+    # when the event was queued (the node's ctime, seconds); 0 when unknown
+    created: float = 0.0
 
     @property
     def id(self) -> str:
@@ -143,7 +145,7 @@ class EventQueue:
                 except NoNodeError:  # acked meanwhile
                     continue
                 try:
-                    event = self._decode(path, raw, stat.version)
+                    event = self._decode(path, raw, stat.version, stat.ctime / 1000.0)
                 except NewerSchemaError as exc:
                     # Written by a newer Sluice (rolling upgrade): leave it for a newer
                     # reader and stop here, so the events behind it keep their order.
@@ -154,7 +156,7 @@ class EventQueue:
                     events.append(event)
         return events
 
-    def _decode(self, path: str, raw: bytes, version: int) -> Event | None:
+    def _decode(self, path: str, raw: bytes, version: int, created: float) -> Event | None:
         data_path: str | None = None
         try:
             document = stored.decode(raw, path)
@@ -170,7 +172,7 @@ class EventQueue:
             log.error("undecodable event %s acknowledged and dropped: %s", path, exc)
             self.ack(Event(path, version, {}, data_path))
             return None
-        return Event(path, version, payload, data_path)
+        return Event(path, version, payload, data_path, created)
 
     # ------------------------------------------------------------ ack
 

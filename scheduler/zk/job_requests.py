@@ -21,10 +21,10 @@ be claimed until released (tests, debugging).
 
 Round trips of one lifecycle: submit 1 (one transaction: params + request
 [+ waiter]); claim 2 (read, then one transaction: create the lock, set
-RUNNING, queue the "started" event); complete 1 (one fenced transaction:
-set COMPLETED, write the result data and its marker, queue the "completed"
-event, delete the lock; shards first only when the result is over ~900 kB);
-read the result 1-2. Nothing on this path lists a directory.
+RUNNING, queue the "started" event; a read more after a lost answer);
+complete 1 (one fenced transaction: set COMPLETED, write the result data and
+its marker, queue the "completed" event, delete the lock; shards first only
+when the result is over ~900 kB); read the result 1-2. Nothing on this path lists a directory.
 
 Guarantees:
 
@@ -52,11 +52,10 @@ will be found by ``lost_requests()`` and retried by the pipeline.
 from __future__ import annotations
 
 import contextlib
-import enum
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import replace
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -74,69 +73,27 @@ from scheduler.zk.context import (
 from scheduler.zk.errors import DataTooLargeError, NoDataError
 from scheduler.zk.event_queue import EventQueue, commit_creating_parents
 from scheduler.zk.locks import HeldLock
+from scheduler.zk.request_records import (
+    JobRequest,
+    JobResult,
+    RequestEvent,
+    RequestMessage,
+    RequestState,
+)
+from scheduler.zk.retry import OUTAGE
+
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "ClaimedRequest",
+    "JobRequest",
+    "JobRequestQueue",
+    "JobResult",
+    "RequestEvent",
+    "RequestMessage",
+    "RequestState",
+]
 
 MAX_REQUEST_BYTES = 64 * 1024
-
-
-class RequestState(enum.StrEnum):
-    REQUESTED = "REQUESTED"
-    HOLD = "HOLD"
-    RUNNING = "RUNNING"
-    PAUSED = "PAUSED"
-    COMPLETED = "COMPLETED"
-
-
-class RequestEvent(enum.StrEnum):
-    """``type`` of the events a queue puts in a request's result queue."""
-
-    STARTED = "request-started"
-    PAUSED = "request-paused"
-    COMPLETED = "request-completed"
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """A build or merge request. ``version`` is the node version as read (not stored)."""
-
-    uuid: str
-    state: RequestState = RequestState.REQUESTED
-    precedence: int = 200  # lower runs first
-    tenant: str = ""
-    pipeline: str = ""
-    buildset_uuid: str = ""
-    job_name: str = ""
-    event_id: str = ""
-    # Root of the event queue that gets started/paused/completed events ("" = none).
-    result_queue: str = ""
-    worker: str = ""
-    created: float = 0.0
-    info: Mapping[str, Any] = field(default_factory=dict)
-    version: int = -1
-
-    def to_dict(self) -> dict[str, Any]:
-        # Shallow on purpose (dataclasses.asdict deep-copies and is slow on a hot path).
-        data = {name: getattr(self, name) for name in _STORED_FIELDS}
-        data["state"] = self.state.value
-        data["info"] = dict(self.info)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], version: int = -1) -> JobRequest:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        known["state"] = RequestState(known.get("state", RequestState.REQUESTED))
-        known["version"] = version
-        return cls(**known)
-
-
-_STORED_FIELDS = tuple(f.name for f in fields(JobRequest) if f.name != "version")
-
-
-@dataclass(frozen=True)
-class JobResult:
-    uuid: str
-    result: dict[str, Any]
-    completed: float
-    lost: bool = False
 
 
 class ClaimedRequest:
@@ -186,16 +143,10 @@ class JobRequestQueue:
         if not request.result_queue:
             return []
         queue = EventQueue(self.client, request.result_queue)
-        payload = {
-            "type": kind.value,
-            "queue": self.root,
-            "request": request.uuid,
-            "buildset": request.buildset_uuid,
-            "job": request.job_name,
-        }
-        if request.worker:
-            payload["worker"] = request.worker  # who runs it (build history's executor)
-        queue.put_ops(payload, txn)
+        message = RequestMessage(
+            kind, self.root, request.uuid, request.buildset_uuid, request.job_name, request.worker
+        )
+        queue.put_ops(message.to_dict(), txn)
         return [queue]
 
     # ------------------------------------------------------------ submitter side
@@ -352,11 +303,41 @@ class JobRequestQueue:
         return document
 
     def claim(self, uuid: str, worker: str) -> ClaimedRequest | None:
-        """Claim a REQUESTED request for ``worker``; None if it is claimed, gone or not ready."""
-        request = self.get(uuid)
-        if request is None or request.state != RequestState.REQUESTED:
-            return None
+        """Claim a REQUESTED request for ``worker``; None if it is claimed, gone or not ready.
+
+        Retried through brief outages (:data:`~scheduler.zk.retry.OUTAGE`).
+        A claim whose answer was lost (the connection dropped after the
+        server committed it, as in an ensemble election) is recognised on
+        the retry: the request is RUNNING for ``worker`` and its lock is
+        this session's. Without that, the request would stay RUNNING under
+        a live lock that nobody runs, and no sweep would ever free it.
+        """
         lock_path = self._path("locks", uuid)
+        tries = 0
+
+        def attempt() -> ClaimedRequest | None:
+            nonlocal tries
+            tries += 1
+            request = self.get(uuid)
+            if request is None:
+                return None
+            if tries > 1 and self._claimed_before(request, worker, lock_path):
+                return ClaimedRequest(request, HeldLock(self.client, lock_path, lock_path))
+            if request.state != RequestState.REQUESTED:
+                return None
+            return self._claim(request, worker, lock_path)
+
+        return OUTAGE(attempt)
+
+    def _claimed_before(self, request: JobRequest, worker: str, lock_path: str) -> bool:
+        """Did an earlier, unanswered attempt of this session claim ``request``?"""
+        if request.state != RequestState.RUNNING or request.worker != worker:
+            return False
+        stat = self.client.exists(lock_path)
+        return stat is not None and stat.ephemeralOwner == self.client.session_id
+
+    def _claim(self, request: JobRequest, worker: str, lock_path: str) -> ClaimedRequest | None:
+        uuid = request.uuid
         running = replace(request, state=RequestState.RUNNING, worker=worker)
         txn = Transaction(self.client)
         txn.create(lock_path, worker.encode(), ephemeral=True)
@@ -534,6 +515,10 @@ class JobRequestQueue:
         """REQUESTED requests, by precedence then age (sweeps re-nudge these)."""
         waiting = [r for r in self._read_all() if r.state == RequestState.REQUESTED]
         return sorted(waiting, key=lambda r: (r.precedence, r.created))
+
+    def all(self) -> list[JobRequest]:
+        """Every request of the queue (for metrics; lists the queue)."""
+        return self._read_all()
 
     def active(self) -> list[JobRequest]:
         """Requests not COMPLETED yet (for ``sluice wait --idle`` and status; lists the queue)."""

@@ -19,7 +19,7 @@ from kazoo.exceptions import NoNodeError
 
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.errors import ZooKeeperUnavailableError
+from scheduler.zk.retry import PATIENT
 
 
 def _setter(event: threading.Event) -> Any:
@@ -34,15 +34,13 @@ def wait_for_result(
     deadline = time.monotonic() + timeout
     while True:
         arrived = threading.Event()
-        try:
-            if client.exists(path, watch=_setter(arrived)) is not None:
-                break
-        except ZooKeeperUnavailableError:
-            # A brief loss (an election, a restart): the outcome is durable, ask again.
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
-            continue
+        # A brief loss (an election, a restart): the outcome is durable, ask again.
+        watch = _setter(arrived)
+        there = PATIENT.within(max(0.0, deadline - time.monotonic()))(
+            lambda: client.exists(path, watch=watch) is not None  # noqa: B023 (called at once)
+        )
+        if there:
+            break
         if not arrived.wait(max(0.0, deadline - time.monotonic())):
             return None
     raw, _ = client.get(path)

@@ -153,16 +153,55 @@ def cleanup_lock(name: str) -> str:
 
 # ---------------------------------------------------------------- components
 
-COMPONENT_KINDS = ("executor", "fingergw", "merger", "scheduler", "web", "worker")
+COMPONENT_KINDS = (
+    "executor",
+    "fingergw",
+    "maintenance",
+    "merger",
+    "scheduler",
+    "web",
+    "worker",
+)
+
+
+def sweep_stats() -> str:
+    """Totals of what sweeps did (recoveries, re-nudges), for metrics."""
+    return "/stats/sweep"
+
+
+def timings_root() -> str:
+    """Histograms of durations observed by many processes (``scheduler/zk/timings.py``)."""
+    return "/stats/timings"
+
+
+def hold_requests() -> str:
+    """Autohold requests (``sluice autohold``); an addition to seed 000's map."""
+    return "/hold-requests"
+
+
+def hold_request(request_id: str) -> str:
+    return join(hold_requests(), segment(request_id))
+
+
+def components_root() -> str:
+    return join("components")
 
 
 def components(kind: str) -> str:
-    return join("components", segment(kind))
+    return join(components_root(), segment(kind))
 
 
 def component_prefix(kind: str, hostname: str) -> str:
     """Prefix of a component's ephemeral sequence node (ZooKeeper appends the number)."""
     return join(components(kind), segment(hostname) + "-")
+
+
+# ---------------------------------------------------------------- keys
+
+
+def keystorage(connection: str, project: str) -> str:
+    """A project's secrets key pair, its private key encrypted (``scheduler/zk/keystore.py``)."""
+    return join("keystorage", *_s(connection, project), "secrets")
 
 
 # ---------------------------------------------------------------- config
@@ -200,6 +239,49 @@ def connection_event_queue(connection: str) -> str:
 
 def connection_event_election(connection: str) -> str:
     return join(connection_event_queue(connection), "election")
+
+
+def poller_root(connection: str) -> str:
+    """A git connection's pollers: members, partition locks and offsets."""
+    return join("connections", segment(connection), "pollers")
+
+
+def poller_members(connection: str) -> str:
+    """Ephemeral node per polling worker, listing the partitions it handles (seed 002)."""
+    return join(poller_root(connection), "members")
+
+
+def poller_partition_lock(connection: str, partition: int) -> str:
+    return join(poller_root(connection), "partitions", str(partition), "lock")
+
+
+def poller_partition_offset(connection: str, partition: int) -> str:
+    """The refs last seen for the partition's projects (what the next poll compares to)."""
+    return join(poller_root(connection), "partitions", str(partition), "offset")
+
+
+def webhook_deliveries(connection: str) -> str:
+    """Webhook delivery ids stored, by UTC day (``YYYYMMDD``); the sweep prunes old days."""
+    return join("connections", segment(connection), "deliveries")
+
+
+def webhook_delivery(connection: str, day: str, delivery: str) -> str:
+    """Marks a webhook delivery id as stored (a replayed delivery is stored once)."""
+    return join(webhook_deliveries(connection), segment(day), segment(delivery))
+
+
+def connections_root() -> str:
+    return "/connections"
+
+
+def timer_lock() -> str:
+    """The timer generator's election: its holder alone fires periodic pipelines."""
+    return join("timer", "lock")
+
+
+def timer_state() -> str:
+    """When each timer trigger last fired (seconds), by key."""
+    return join("timer", "state")
 
 
 def tenant_events(tenant: str) -> str:

@@ -5,17 +5,17 @@ A semaphore at :func:`scheduler.zk.paths.semaphore` (tenant) or
 whose stored object lists its holders (``{"holders": [...]}``; a holder is
 an opaque string such as a build or buildset reference), the pipelines that
 wait for a slot (``"waiters": [[tenant, pipeline], ...]``, kept by the pipeline
-passes, see :mod:`scheduler.processing.semaphores`) and the ``max`` the last
+passes, see :mod:`scheduler.zk.ledger`) and the ``max`` the last
 writer knew, so the sweep can tell a waiter that a slot is free.
 
-Guarantees: :meth:`Semaphore.acquire` and :meth:`Semaphore.release` are
+Guarantees: :meth:`SemaphoreNode.acquire` and :meth:`SemaphoreNode.release` are
 compare-and-set updates (read, change, write with the read version, retry
 on a lost race), so concurrent schedulers never exceed ``max`` nor lose a
 holder. ``max`` comes from the caller (the job configuration), so a changed
 limit applies at the next acquire. Acquiring twice for the same holder, or
 releasing a holder that does not hold it, is harmless. A holder whose owner
 disappeared (its buildset was dequeued by a process that then died) leaks;
-:meth:`Semaphore.cleanup` releases every holder for which the caller's
+:meth:`SemaphoreNode.cleanup` releases every holder for which the caller's
 predicate says it no longer exists.
 
 Each update may ride in a fenced transaction (pass the pipeline lock's
@@ -42,11 +42,10 @@ from scheduler.zk.context import (
     Transaction,
 )
 from scheduler.zk.errors import ConflictError
+from scheduler.zk.retry import CONFLICT
 
-_ATTEMPTS = 50
 
-
-class Semaphore:
+class SemaphoreNode:
     """One semaphore node; every method is a compare-and-set loop."""
 
     def __init__(self, client: ZooKeeperClient, path: str) -> None:
@@ -79,7 +78,7 @@ class Semaphore:
         self, change: Callable[[list[str]], list[str] | None], context: LockContext | None
     ) -> bool:
         """Apply ``change`` (None: nothing to write) with compare-and-set; True if written."""
-        for _ in range(_ATTEMPTS):
+        for _ in CONFLICT.tries():
             document, version = self._read()
             new = change(holders_of(document))
             if new is None:
@@ -100,7 +99,8 @@ class Semaphore:
                     continue
                 raise
             return True
-        raise ConflictError(f"{self.path}: too much contention, gave up after {_ATTEMPTS} tries")
+        tries = CONFLICT.max_tries
+        raise ConflictError(f"{self.path}: too much contention, gave up after {tries} tries")
 
     def acquire(self, holder: str, max_holders: int, context: LockContext | None = None) -> bool:
         """Take a slot for ``holder``; False if ``max_holders`` others hold it."""

@@ -44,6 +44,7 @@ from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import Transaction
 from scheduler.zk.errors import DataTooLargeError, DecodeError, NoDataError
+from scheduler.zk.retry import TORN_READ
 
 INLINE_LIMIT = 900_000
 SHARD_SIZE = 900_000
@@ -52,7 +53,6 @@ MAX_SHARDS = 16
 MAX_BLOB_SIZE = SHARD_SIZE * MAX_SHARDS
 POINTER_MAGIC = b"#sluice-shards "
 SHARD_PREFIX = "%shard-"
-_READ_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def write(client: ZooKeeperClient, path: str, data: bytes, txn: Transaction) -> 
 
 def read(client: ZooKeeperClient, path: str) -> BlobRead:
     """The whole blob; :class:`NoDataError` when absent or still a placeholder."""
-    for _ in range(_READ_ATTEMPTS):
+    for _ in TORN_READ.tries():
         try:
             raw, stat = client.get(path)
         except NoNodeError:

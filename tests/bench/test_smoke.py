@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 SMOKES = {
     "throughput": ["throughput.py", "--smoke"],
     "cli_start": ["cli_start.py", "--runs", "1"],
+    "enqueue": ["enqueue.py", "--smoke"],
     "executor": ["executor.py", "--seconds", "0.3"],
     "merger": ["merger.py", "--rounds", "2", "--trials", "1"],
     "zk_primitives": ["zk_primitives.py", "--seconds", "0.2"],

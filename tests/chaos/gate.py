@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cli.stack import process
 from scheduler.processing.testhooks import HOLD_BEFORE_COMMIT
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
@@ -137,14 +138,25 @@ class GateRun:
 
     def wait_enqueued(self, timeout: float = 200) -> None:
         """Every ``sluice enqueue`` answered (its item is in the pipeline)."""
-        for process in self.enqueues:
-            _out, err = process.communicate(timeout=timeout)
-            assert process.returncode == 0, err
+        for enqueue in self.enqueues:
+            _out, err = enqueue.communicate(timeout=timeout)
+            assert enqueue.returncode == 0, err
 
     def finish(self, timeout: float = 200) -> float:
-        """Wait for the enqueues and for idleness; return the run's seconds."""
-        self.wait_enqueued(timeout)
-        self.system.sluice("wait", "--idle", "--timeout", str(timeout))
+        """Wait for the enqueues and for idleness; return the run's seconds.
+
+        On a timeout every worker's log tail is printed (pytest shows it with
+        the failure), so a stall in CI can be understood afterwards.
+        """
+        try:
+            self.wait_enqueued(timeout)
+            self.system.sluice("wait", "--idle", "--timeout", str(timeout))
+        except AssertionError:
+            for worker in self.system.started:
+                alive = "alive" if process.is_alive(worker.pid) else "DEAD"
+                print(f"\n===== {worker.node} {worker.queues} ({alive}) =====")
+                print(worker.log_text()[-6000:])
+            raise
         return time.monotonic() - self.started
 
     def verify(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from scheduler.config import LayoutResult, UnparsedBranch, build_layout
+from scheduler.config.graph import freeze_job_graph
 from tests.config.builders import BASE, dedent, tenant
 
 EXTRA = """
@@ -80,7 +81,7 @@ def render(result: LayoutResult) -> str:
     parts += [e.describe() for e in result.errors]
     for branch in ("main", "stable/1"):
         for pipeline in ("check", "gate"):
-            graph = result.layout.freeze_job_graph("app", branch, pipeline, ["src/a.py"])
+            graph = freeze_job_graph(result.layout, "app", branch, pipeline, ["src/a.py"])
             parts.append(graph.to_json())
     return "\n".join(parts) + "\n"
 

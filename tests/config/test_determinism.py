@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from scheduler.config.graph import freeze_job_graph
 from tests.config.sample import render, sample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,10 +39,10 @@ def test_sample_is_rich_enough_to_mean_something() -> None:
     assert [e.describe() for e in result.errors] == [
         "app@main: .zuul.yaml:18: job 'broken': timeout: expected an integer, got string"
     ]
-    graph = result.layout.freeze_job_graph("app", "main", "check", ["src/a.py"])
+    graph = freeze_job_graph(result.layout, "app", "main", "check", ["src/a.py"])
     assert graph.names == ("pep8", "unit", "integ")
     assert dict(graph.dependencies) == {"pep8": (), "unit": (), "integ": ("unit",)}
-    stable = result.layout.freeze_job_graph("app", "stable/1", "check", None)
+    stable = freeze_job_graph(result.layout, "app", "stable/1", "check", None)
     unit = stable.job("unit")
     assert unit is not None and unit.vars["stable"] is True
 
@@ -60,9 +62,10 @@ def test_frozen_graphs_round_trip_through_json() -> None:
 
     result = sample()
     for branch in ("main", "stable/1"):
-        graph = result.layout.freeze_job_graph("app", branch, "check", None)
+        graph = freeze_job_graph(result.layout, "app", branch, "check", None)
         again = JobGraph.from_json(graph.to_json())
         assert again == graph
         assert again.to_json() == graph.to_json()
         for job in graph.jobs:
-            assert FrozenJob.from_json(job.to_json()) == job
+            assert FrozenJob.from_dict(job.to_dict()) == job
+            assert FrozenJob.from_dict(json.loads(job.to_json())) == job

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from scheduler.config import LayoutResult
+from scheduler.config.graph import freeze_job_graph
 from tests.config.builders import BASE, build, dedent
 
 
@@ -83,14 +84,77 @@ INVALID = [
         "- jbo:\n    name: a\n",
         [
             ".zuul.yaml:1: unknown object type 'jbo' (known: pipeline, job, project, "
-            "project-template, semaphore, queue, nodeset)"
+            "project-template, semaphore, queue, nodeset, secret)"
         ],
     ),
     (
-        "secret-not-supported",
+        "pragma-not-supported",
+        "",
+        "- pragma:\n    implied-branches: [main]\n",
+        [".zuul.yaml:1: pragma: this object type is not supported by Sluice yet"],
+    ),
+    (
+        "secret-without-data",
         "",
         "- secret:\n    name: s\n",
-        [".zuul.yaml:1: secret: this object type is not supported by Sluice yet"],
+        [".zuul.yaml:2: secret 's': data: expected a mapping, got null"],
+    ),
+    (
+        "secret-oidc",
+        "",
+        "- secret:\n    name: s\n    oidc: {}\n",
+        [".zuul.yaml:3: secret 's': oidc: token (OIDC) secrets are not supported by Sluice yet"],
+    ),
+    (
+        "encrypted-bad-value",
+        "",
+        "- secret:\n    name: s\n    data:\n      a: !encrypted/pkcs1-oaep {x: 1}\n",
+        [".zuul.yaml:4: !encrypted/pkcs1-oaep: expected a base64 string or a list of them"],
+    ),
+    (
+        "encrypted-outside-a-secret",
+        "",
+        "- job:\n    name: a\n    vars:\n      a: !encrypted/pkcs1-oaep abc\n",
+        [
+            ".zuul.yaml:3: job 'a': vars: !encrypted/pkcs1-oaep values are only allowed "
+            "in a secret's data"
+        ],
+    ),
+    (
+        "secret-not-defined",
+        "",
+        "- job:\n    name: a\n    secrets: [nope]\n",
+        [".zuul.yaml:3: job 'a': secret 'nope' is not defined"],
+    ),
+    (
+        "secret-of-another-project",
+        "- secret:\n    name: s\n    data: {a: 1}\n",
+        "- job:\n    name: a\n    secrets: [s]\n",
+        [
+            ".zuul.yaml:3: job 'a': secret 's' is defined in project 'config'; "
+            "a secret may only be used by jobs defined in the same project"
+        ],
+    ),
+    (
+        "secret-given-twice",
+        "",
+        "- job:\n    name: a\n    secrets: [s, {name: s, secret: t}]\n",
+        [".zuul.yaml:3: job 'a': secrets: 's' is given twice"],
+    ),
+    (
+        "secret-in-a-project-entry",
+        "",
+        "- project:\n    check:\n      jobs:\n        - base: {secrets: [s]}\n",
+        [
+            ".zuul.yaml:4: project 'app': check: job 'base': secrets: "
+            "may only be set in a job definition"
+        ],
+    ),
+    (
+        "allowed-project-unknown",
+        "",
+        "- job:\n    name: a\n    allowed-projects: [nope]\n",
+        [".zuul.yaml:3: job 'a': allowed project 'nope' is not in tenant 'example'"],
     ),
     (
         "top-level-mapping",
@@ -434,7 +498,7 @@ def test_other_objects_survive_a_broken_one() -> None:
         app="- job: {name: ok}\n- job: {name: bad, timeout: x}\n- project: {check: {jobs: [ok]}}\n"
     )
     assert len(result.errors) == 1
-    assert result.layout.freeze_job_graph("app", "main", "check").names == ("ok",)
+    assert freeze_job_graph(result.layout, "app", "main", "check").names == ("ok",)
 
 
 def test_alias_bomb_in_project_config_is_bounded() -> None:

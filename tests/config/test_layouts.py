@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from scheduler.config import FrozenJob
+from scheduler.config.graph import freeze_job_graph
 from tests.config.builders import BASE, build, dedent, with_base
 
 
@@ -367,7 +368,7 @@ CASES = [
 def test_frozen_jobs(case: Case) -> None:
     result = with_base(case.config, app=case.app)
     assert [str(e) for e in result.errors] == []
-    graph = result.layout.freeze_job_graph("app", case.branch, case.pipeline, case.files)
+    graph = freeze_job_graph(result.layout, "app", case.branch, case.pipeline, case.files)
     assert graph.names == tuple(case.expected)
     for name, expected in case.expected.items():
         job = graph.job(name)
@@ -380,7 +381,7 @@ def test_frozen_jobs(case: Case) -> None:
 
 def test_base_job_defaults() -> None:
     result = with_base(app={"main": {".zuul.yaml": "- project: {check: {jobs: [base]}}\n"}})
-    job = result.layout.freeze_job_graph("app", "main", "check").jobs[0]
+    job = freeze_job_graph(result.layout, "app", "main", "check").jobs[0]
     assert (job.attempts, job.voting, job.timeout, job.parent) == (3, True, 1800, None)
 
 
@@ -409,7 +410,7 @@ def test_shadowed_definitions_are_ignored() -> None:
         tenant_text,
     )
     assert result.errors == ()
-    assert result.layout.freeze_job_graph("app", "main", "check").jobs[0].timeout == 5
+    assert freeze_job_graph(result.layout, "app", "main", "check").jobs[0].timeout == 5
 
 
 def test_excluded_object_types_are_not_loaded() -> None:
@@ -514,7 +515,7 @@ def test_final_and_protected_allow_what_they_should() -> None:
     """
     result = with_base(config, app={"main": {}})
     assert result.errors == ()
-    graph = result.layout.freeze_job_graph("app", "main", "check")
+    graph = freeze_job_graph(result.layout, "app", "main", "check")
     sealed = graph.job("sealed")
     assert sealed is not None and (sealed.voting, sealed.timeout) == (False, 10)
     assert graph.names == ("sealed", "guarded-child")
@@ -580,7 +581,7 @@ def test_branch_options_of_the_tenant() -> None:
     assert result.errors == ()
     assert result.layout.branches["app"] == ("main", "stable")
     # without implied branch matchers both variants apply everywhere, in branch order
-    job = result.layout.freeze_job_graph("app", "main", "check").jobs[0]
+    job = freeze_job_graph(result.layout, "app", "main", "check").jobs[0]
     assert job.timeout == 2
 
 
@@ -589,7 +590,7 @@ def test_noop_is_built_in() -> None:
     app = {"main": {".zuul.yaml": "- project: {check: {jobs: [noop]}}\n"}}
     result = with_base(app=app)
     assert [str(e) for e in result.errors] == []
-    (job,) = result.layout.freeze_job_graph("app", "main", "check").jobs
+    (job,) = freeze_job_graph(result.layout, "app", "main", "check").jobs
     assert (job.name, job.parent, job.run, job.pre_run) == ("noop", None, (), ())
 
 
@@ -611,7 +612,7 @@ def test_zone_and_merge_mode() -> None:
     }
     result = with_base(app=app)
     assert [str(e) for e in result.errors] == []
-    graph = result.layout.freeze_job_graph("app", "main", "check")
+    graph = freeze_job_graph(result.layout, "app", "main", "check")
     assert {j.name: j.zone for j in graph.jobs} == {
         "east": "east-1",
         "child": "east-1",

@@ -15,6 +15,7 @@ from scheduler.config import (
     build_layout,
     parse_tenant_config,
 )
+from scheduler.config.graph import freeze_job_graph
 from scheduler.config.jobs import JOB_KEYS
 from scheduler.config.parser import CONFIG_TYPES
 from scheduler.config.pipelines import PIPELINE_KEYS
@@ -88,7 +89,7 @@ def _check_result(config_text: str, app_text: str) -> None:
         for branch in ("main", "stable"):
             for pipeline in result.layout.pipelines:
                 try:
-                    graph = result.layout.freeze_job_graph(project, branch, pipeline, ["src/a"])
+                    graph = freeze_job_graph(result.layout, project, branch, pipeline, ["src/a"])
                 except FreezeError as exc:
                     assert str(exc)
                 else:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from scheduler.config import UnparsedBranch, reconfigure, speculative_layout
+from scheduler.config.graph import freeze_job_graph
 from tests.config.builders import BASE, dedent, tenant
 
 GOOD = "- job: {name: unit}\n- project: {check: {jobs: [unit]}}\n"
@@ -24,14 +25,14 @@ def test_broken_branch_keeps_its_last_good_config() -> None:
         ".zuul.yaml:2: project 'app': job 'unit' is not defined",
     ]
     assert outcome.result.errors == ()
-    assert outcome.result.layout.freeze_job_graph("app", "main", "check").names == ("unit",)
+    assert freeze_job_graph(outcome.result.layout, "app", "main", "check").names == ("unit",)
 
 
 def test_good_update_is_taken() -> None:
     newer = "- job: {name: unit, timeout: 60}\n- project: {check: {jobs: [unit]}}\n"
     outcome = reconfigure(tenant(), branches(newer), {("app", "main"): branches(GOOD)[1]})
     assert outcome.kept == ()
-    assert outcome.result.layout.freeze_job_graph("app", "main", "check").jobs[0].timeout == 60
+    assert freeze_job_graph(outcome.result.layout, "app", "main", "check").jobs[0].timeout == 60
 
 
 def test_change_with_broken_config_gets_the_error() -> None:

@@ -84,7 +84,15 @@ class Repos:
         )
         return done.stdout.strip()
 
-    def commit(self, project: str, branch: str, files: dict[str, str], base: str = "") -> str:
+    def log(self, project: str, base: str, head: str) -> list[tuple[str, str]]:
+        """``(sha, message)`` of each commit on ``head`` that ``base`` lacks, newest first."""
+        listed = self.git(project, "log", "--format=%H%x00%B%x01", f"{base}..{head}")
+        entries = [e.strip("\n").split("\x00", 1) for e in listed.split("\x01") if e.strip()]
+        return [(sha, message) for sha, message in entries]
+
+    def commit(
+        self, project: str, branch: str, files: dict[str, str], base: str = "", message: str = ""
+    ) -> str:
         path = self.root / project
         if not path.exists():
             path.mkdir(parents=True)
@@ -103,7 +111,7 @@ class Repos:
             if name.endswith(".sh"):
                 target.chmod(0o755)
         self.git(project, "add", "-A")
-        self.git(project, "commit", "-q", "-m", f"update {branch}")
+        self.git(project, "commit", "-q", "-m", message or f"update {branch}")
         return self.git(project, "rev-parse", "HEAD")
 
 

@@ -190,3 +190,19 @@ def test_dequeue_and_a_new_commit_abort_running_builds(demo: SluiceSystem) -> No
     assert sorted(b["result"] for b in demo.builds()) == ["ABORTED", "ABORTED", "ABORTED"]
     (superseded,) = [b for b in sets if b["message"] == "superseded by a newer commit"]
     assert superseded["ref"] == "feature-b"
+
+
+def test_rerun_takes_the_item_out_and_runs_its_jobs_again(system: SluiceSystem) -> None:
+    from tests.e2e.test_check_pipeline import prepare_check
+
+    prepare_check(system)
+    system.start_workers()
+    system.sluice("reconfigure")
+    first = system.enqueue("feature")
+    system.sluice("wait", "--idle", "--timeout", "90")
+    args = ["--tenant", "demo", "--pipeline", "check", "--project", "app", "--branch", "main"]
+    second = system.sluice("rerun", *args, "--ref", "feature").strip().splitlines()[-1]
+    assert len(second) == 32 and second != first
+    system.sluice("wait", "--idle", "--timeout", "90")
+    assert len(system.buildsets()) == 2
+    assert sorted(b["job"] for b in system.builds()) == sorted(["lint", "unit", "experimental"] * 2)

@@ -57,6 +57,15 @@ APP = {
 }
 
 
+def prepare_check(system: SluiceSystem, refs: tuple[str, ...] = ("feature",)) -> None:
+    """The tenant, its config, ``app`` with a branch per ref; no workers yet."""
+    system.tenant(MAIN_YAML)
+    system.repos.commit("config", "main", CONFIG)
+    base = system.repos.commit("app", "main", APP)
+    for ref in refs:
+        system.repos.commit("app", ref, {"src/feature.py": "x = 1\n"}, base=base)
+
+
 def test_a_change_through_check(system: SluiceSystem) -> None:
     system.tenant(MAIN_YAML)
     system.repos.commit("config", "main", CONFIG)

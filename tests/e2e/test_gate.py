@@ -73,6 +73,8 @@ def test_a_gate_of_three_where_the_middle_fails(gate: SluiceSystem) -> None:
 
     results = {b["ref"]: b["result"] for b in gate.buildsets()}
     assert results == {"c1": "SUCCESS", "c2": "FAILURE", "c3": "SUCCESS"}
+    # one host: the executor borrows the merger's objects, it never merges again
+    assert not any("merged again here" in w.log_text() for w in gate.started)
     files = main_files(gate)
     assert "src/one.py" in files and "src/three.py" in files
     assert "src/two.py" not in files and "FAIL" not in files

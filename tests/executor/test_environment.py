@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.executor.helpers import Repo, make_spec
-from workers.executor import BaseControl, ResultCode, RunnerOptions, run_build
+from workers.executor import BaseControl, Result, RunnerOptions, run_build
 
 DUMP_ENV = """
 env > "$SLUICE_LOG_DIR/env-$SLUICE_PHASE"
@@ -29,7 +29,7 @@ def test_environment_names_the_build(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
     log_dir = Path(result.log_path).parent
     env = read_env(log_dir / "env-run")
     workspace = options.state_dir / "builds" / spec.build_uuid
@@ -95,7 +95,7 @@ def test_result_data_reaches_a_dependent_job(repo: Repo, options: RunnerOptions)
     repo.script("consume.sh", USE_PARENT_DATA)
     commit = repo.commit()
     parent = run_build(make_spec(repo, commit, run=("produce.sh",)), BaseControl(), options)
-    assert parent.result is ResultCode.SUCCESS, parent.message
+    assert parent.result is Result.SUCCESS, parent.message
     assert parent.result_data == {"artifact": {"url": "https://logs/x.tar"}, "answer": 42}
 
     child_spec = make_spec(
@@ -103,7 +103,7 @@ def test_result_data_reaches_a_dependent_job(repo: Repo, options: RunnerOptions)
     )
     child = run_build(child_spec, BaseControl(), options)
 
-    assert child.result is ResultCode.SUCCESS, child.log_tail
+    assert child.result is Result.SUCCESS, child.log_tail
     assert any(line.endswith("| run | got https://logs/x.tar 42") for line in child.log_tail)
 
 
@@ -137,7 +137,7 @@ def test_invalid_result_data_fails_the_build(
 
     result = run_build(make_spec(repo, repo.commit()), BaseControl(), limited)
 
-    assert result.result is ResultCode.FAILURE
+    assert result.result is Result.FAILURE
     assert message in result.message
     assert result.result_data == {}
 
@@ -147,7 +147,7 @@ def test_invalid_result_data_keeps_a_worse_result(repo: Repo, options: RunnerOpt
 
     result = run_build(make_spec(repo, repo.commit()), BaseControl(), options)
 
-    assert result.result is ResultCode.FAILURE
+    assert result.result is Result.FAILURE
     assert result.message.startswith("run run.sh failed with exit code 2; result data file")
 
 
@@ -156,5 +156,5 @@ def test_no_result_data_is_empty(repo: Repo, options: RunnerOptions) -> None:
 
     result = run_build(make_spec(repo, repo.commit()), BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS
+    assert result.result is Result.SUCCESS
     assert result.result_data == {}

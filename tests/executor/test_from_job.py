@@ -16,7 +16,7 @@ from workers.executor import (
     BuildSpec,
     BuildSpecError,
     JobStep,
-    ResultCode,
+    Result,
     RunnerOptions,
     run_build,
 )
@@ -108,6 +108,6 @@ def test_frozen_job_runs(repo: Repo, options: RunnerOptions) -> None:
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
     assert any(line.endswith("| run | ran unit") for line in result.log_tail)
     assert Path(result.log_path).is_file()

@@ -10,7 +10,7 @@ import pytest
 from scheduler.errors import SettingsError
 from tests.executor.helpers import BuildThread, Repo, make_spec
 from tests.fixtures.waiting import wait_until
-from workers.executor import BaseControl, LocalControl, ResultCode, RunnerOptions, run_build
+from workers.executor import BaseControl, LocalControl, Result, RunnerOptions, run_build
 from workers.executor.joblog import MAX_LINE, JobLog, LineSplitter
 
 STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}"
@@ -44,7 +44,7 @@ def test_log_is_readable_while_the_build_runs(repo: Repo, options: RunnerOptions
     (Path(control.info.workspace) / "go").touch()
     result = build.join()
 
-    assert result.result is ResultCode.SUCCESS
+    assert result.result is Result.SUCCESS
     assert "| run | second" in log_file.read_text()
 
 
@@ -103,7 +103,7 @@ def test_job_output_beyond_the_limit_is_dropped(repo: Repo, options: RunnerOptio
 
     result = run_build(make_spec(repo, repo.commit()), BaseControl(), limited)
 
-    assert result.result is ResultCode.SUCCESS
+    assert result.result is Result.SUCCESS
     text = Path(result.log_path).read_text()
     assert "| run | 30\n" in text
     assert "| run | 60\n" not in text

@@ -20,7 +20,7 @@ from workers.executor import (
     BaseControl,
     LocalControl,
     Phase,
-    ResultCode,
+    Result,
     RunnerOptions,
     StepOutcome,
     run_build,
@@ -41,7 +41,7 @@ def test_timeout_is_timed_out_and_kills_the_tree(repo: Repo, options: RunnerOpti
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.TIMED_OUT
+    assert result.result is Result.TIMED_OUT
     assert result.message == "run run.sh timed out"
     assert result.steps[0].outcome is StepOutcome.TIMED_OUT
     assert result.steps[0].exit_code is None
@@ -58,7 +58,7 @@ def test_timeout_covers_pre_run_and_run_together(repo: Repo, options: RunnerOpti
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.TIMED_OUT
+    assert result.result is Result.TIMED_OUT
     assert [s.outcome for s in result.steps] == [StepOutcome.OK, StepOutcome.TIMED_OUT]
 
 
@@ -84,7 +84,7 @@ def test_cancel_aborts_within_two_seconds_and_kills_the_tree(
     took = time.monotonic() - cancelled_at
 
     assert took < 2.0, f"cancel took {took:.2f}s"
-    assert result.result is ResultCode.ABORTED
+    assert result.result is Result.ABORTED
     assert result.message == "cancelled during run run.sh"
     assert_tree_gone(log_file.parent, spec.build_uuid)
     assert not (log_file.parent / "post-ran").exists()  # no post-run after a cancel
@@ -98,7 +98,7 @@ def test_leftovers_are_killed_when_the_step_ends(repo: Repo, options: RunnerOpti
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS
+    assert result.result is Result.SUCCESS
     assert_tree_gone(Path(result.log_path).parent, spec.build_uuid)
     assert result.steps[0].duration < 3
 
@@ -117,7 +117,7 @@ def test_grandchild_ignoring_sigterm_is_killed(repo: Repo, options: RunnerOption
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.TIMED_OUT
+    assert result.result is Result.TIMED_OUT
     assert_tree_gone(Path(result.log_path).parent, spec.build_uuid, expected=1)
 
 
@@ -128,7 +128,7 @@ def test_cancel_before_start_runs_nothing(repo: Repo, options: RunnerOptions) ->
 
     result = run_build(make_spec(repo, repo.commit()), control, options)
 
-    assert result.result is ResultCode.ABORTED
+    assert result.result is Result.ABORTED
     assert result.steps == ()
 
 
@@ -148,7 +148,7 @@ def test_pause_waits_for_resume_then_runs_post(repo: Repo, options: RunnerOption
     control.resume()
     result = build.join()
 
-    assert result.result is ResultCode.SUCCESS
+    assert result.result is Result.SUCCESS
     assert post_ran.exists()
 
 
@@ -161,7 +161,7 @@ def test_cancel_while_paused_is_aborted(repo: Repo, options: RunnerOptions) -> N
     control.cancel()
     result = build.join()
 
-    assert result.result is ResultCode.ABORTED
+    assert result.result is Result.ABORTED
     assert result.message == "cancelled while paused"
 
 
@@ -175,7 +175,7 @@ def test_two_builds_run_side_by_side_in_one_process(repo: Repo, options: RunnerO
 
     assert time.monotonic() - started < 3
     for build, result in zip(builds, results, strict=True):
-        assert result.result is ResultCode.SUCCESS, result.message
+        assert result.result is Result.SUCCESS, result.message
         assert any(
             line.endswith(f"| run | done {build.spec.build_uuid}") for line in result.log_tail
         )
@@ -202,7 +202,7 @@ def test_cancel_while_preparing_the_workspace(
 
     result = run_build(spec, CancelOnSecondAsk(), options)
 
-    assert result.result is ResultCode.ABORTED
+    assert result.result is Result.ABORTED
     assert result.message == "cancelled while preparing the workspace"
     assert result.steps == ()
     assert not (options.state_dir / "builds" / spec.build_uuid).exists()

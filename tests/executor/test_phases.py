@@ -11,7 +11,7 @@ from tests.executor.helpers import Repo, make_spec
 from workers.executor import (
     BaseControl,
     Phase,
-    ResultCode,
+    Result,
     RunnerOptions,
     StartedInfo,
     StepOutcome,
@@ -30,7 +30,7 @@ def test_success_runs_every_phase_in_order(repo: Repo, options: RunnerOptions) -
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
     order = (Path(result.log_path).parent / "order").read_text().splitlines()
     project_dir = options.state_dir / "builds" / spec.build_uuid / "src" / "org/project"
     assert order == [f"{n} in {project_dir}" for n in ("pre.sh", "run.sh", "post.sh")]
@@ -48,7 +48,7 @@ def test_run_failure_is_failure_and_post_run_still_runs(repo: Repo, options: Run
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.FAILURE
+    assert result.result is Result.FAILURE
     assert result.message == "run run.sh failed with exit code 3"
     assert result.exit_codes(Phase.RUN) == [3]
     post = Path(result.log_path).parent / "post"
@@ -62,7 +62,7 @@ def test_first_failing_run_step_stops_the_phase(repo: Repo, options: RunnerOptio
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.FAILURE
+    assert result.result is Result.FAILURE
     assert [s.path for s in result.steps] == ["a.sh"]
 
 
@@ -76,7 +76,7 @@ def test_pre_run_failure_is_retry_skips_run_but_runs_post(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.RETRY
+    assert result.result is Result.RETRY
     assert result.message == "pre-run pre.sh failed with exit code 2"
     assert [(s.phase, s.exit_code) for s in result.steps] == [
         (Phase.PRE_RUN, 2),
@@ -91,7 +91,7 @@ def test_pre_run_failure_with_retry_vetoed_is_failure(repo: Repo, options: Runne
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.FAILURE
+    assert result.result is Result.FAILURE
     assert result.result_data == {"zuul": {"retry": False}}
 
 
@@ -105,7 +105,7 @@ def test_post_run_failure_is_post_failure_and_every_post_step_runs(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.POST_FAILURE
+    assert result.result is Result.POST_FAILURE
     assert result.message == "post-run post1.sh failed with exit code 4"
     assert result.exit_codes(Phase.POST_RUN) == [4, 0]
     assert (Path(result.log_path).parent / "post2-ran").exists()
@@ -116,7 +116,7 @@ def test_post_failure_overrides_run_failure_as_in_zuul(repo: Repo, options: Runn
     repo.script("post.sh", "exit 1")
     spec = make_spec(repo, repo.commit(), post_run=("post.sh",))
 
-    assert run_build(spec, BaseControl(), options).result is ResultCode.POST_FAILURE
+    assert run_build(spec, BaseControl(), options).result is Result.POST_FAILURE
 
 
 def test_post_timeout_bounds_each_post_step(repo: Repo, options: RunnerOptions) -> None:
@@ -126,7 +126,7 @@ def test_post_timeout_bounds_each_post_step(repo: Repo, options: RunnerOptions) 
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.POST_FAILURE
+    assert result.result is Result.POST_FAILURE
     assert result.message == "post-run post.sh timed out"
     assert result.steps[-1].outcome is StepOutcome.TIMED_OUT
     assert result.duration < 5
@@ -136,7 +136,7 @@ def test_step_killed_by_a_signal_is_a_failure(repo: Repo, options: RunnerOptions
     repo.script("run.sh", "kill -KILL $$")
     result = run_build(make_spec(repo, repo.commit()), BaseControl(), options)
 
-    assert result.result is ResultCode.FAILURE
+    assert result.result is Result.FAILURE
     assert result.exit_codes(Phase.RUN) == [-9]
     assert result.message == "run run.sh was killed by signal 9"
 
@@ -148,7 +148,7 @@ def test_job_starts_with_default_signal_handling(repo: Repo, options: RunnerOpti
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
     ignored = (Path(result.log_path).parent / "sigign").read_text().split()[1]
     # Signals 1-31. Signals 32 and 33 are glibc's own (NPTL): GNU make ignores
     # them, so under `make test` everything inherits that, and no libc call
@@ -174,7 +174,7 @@ def test_failing_hooks_never_stop_a_build(repo: Repo, options: RunnerOptions) ->
     repo.script("run.sh", "echo fine")
     result = run_build(make_spec(repo, repo.commit()), FailingHooks(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
 
 
 def test_a_runner_bug_is_retry_and_cleans_up(
@@ -189,7 +189,7 @@ def test_a_runner_bug_is_retry_and_cleans_up(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.RETRY
+    assert result.result is Result.RETRY
     assert result.message == "executor error: RuntimeError: boom"
     assert not (options.state_dir / "builds" / spec.build_uuid).exists()
 

@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.wire.build_result import StepOutcome, StepRun
 from scheduler.wire.build_spec import JobStep
-from workers.executor import BuildResult, BuildSpec, BuildSpecError, Phase, ResultCode
+from workers.executor import BuildResult, BuildSpec, BuildSpecError, Phase, Result
 
 COMMIT = "a" * 40
 
@@ -48,8 +48,22 @@ def test_spec_round_trips_through_json() -> None:
     again = BuildSpec.from_json(json.dumps(spec.to_dict()))
 
     assert again == spec
-    assert again.to_dict() == {**spec_dict(), "schema": 1, "timeout": 60.0}
+    extra = {"schema": 1, "timeout": 60.0, "secrets": {}, "speculation": {}}
+    assert again.to_dict() == {**spec_dict(), **extra}
     assert BuildSpec.from_json(spec.to_json()) == spec
+
+
+def test_steps_name_the_secrets_they_see_and_the_spec_keeps_them_encrypted() -> None:
+    secret = {"connection": "git", "project": "org/p", "name": "creds", "data": {"a": 1}}
+    data = spec_dict(
+        run=[{"path": "ci/run", "secrets": {"site": "org/p@main:creds"}}],
+        secrets={"org/p@main:creds": secret},
+    )
+    spec = BuildSpec.from_dict(data)
+    assert spec.steps("run") == (JobStep("ci/run", secrets=(("site", "org/p@main:creds"),)),)
+    assert BuildSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(BuildSpecError, match="run ci/run: no secret 'org/p@main:creds'"):
+        BuildSpec.from_dict({**data, "secrets": {}})
 
 
 def test_spec_ignores_unknown_keys_of_a_newer_writer() -> None:
@@ -96,7 +110,7 @@ def test_spec_from_invalid_json() -> None:
 def test_result_round_trips_through_json() -> None:
     result = BuildResult(
         build_uuid="u",
-        result=ResultCode.POST_FAILURE,
+        result=Result.POST_FAILURE,
         message="post-run x failed",
         started_at=1.5,
         ended_at=3.0,

@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.wire.build_spec import JobStep
 from tests.executor.helpers import Repo, git, make_spec
-from workers.executor import BaseControl, LocalControl, ResultCode, RunnerOptions, run_build
+from workers.executor import BaseControl, LocalControl, Result, RunnerOptions, run_build
 
 SHOW_CHECKOUTS = """
 for p in org/project org/lib; do
@@ -40,7 +40,7 @@ def test_projects_checked_out_at_repo_state(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
     log_dir = Path(result.log_path).parent
     assert (log_dir / "checkouts").read_text().splitlines() == [
         f"org/project {project_commit} main",
@@ -62,7 +62,7 @@ def test_override_checkout_and_only_branch(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
     checkouts = (Path(result.log_path).parent / "checkouts").read_text().splitlines()
     assert checkouts[1] == f"org/lib {lib_develop} develop"
 
@@ -74,7 +74,7 @@ def test_missing_commit_is_retry(repo: Repo, options: RunnerOptions) -> None:
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.RETRY
+    assert result.result is Result.RETRY
     assert result.message == f"workspace: {repo.path}: no such commit for main at {'1' * 40}"
     assert result.steps == ()
 
@@ -86,7 +86,7 @@ def test_unreachable_source_is_retry(repo: Repo, tmp_path: Path, options: Runner
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.RETRY
+    assert result.result is Result.RETRY
     assert "git fetch failed" in result.message
 
 
@@ -105,14 +105,26 @@ def test_workspace_removed_after_build_logs_kept(repo: Repo, options: RunnerOpti
     assert Path(result.log_path).is_file()
 
 
-def test_workspace_kept_when_held(repo: Repo, options: RunnerOptions) -> None:
-    repo.script("run.sh", "mkdir -p ro/x && touch ro/x/f && chmod -w ro/x ro && echo made > out")
+def test_workspace_kept_when_held_and_failed(repo: Repo, options: RunnerOptions) -> None:
+    made = "mkdir -p ro/x && touch ro/x/f && chmod -w ro/x ro && echo made > out"
+    repo.script("run.sh", f"{made} && exit 1")
     spec = make_spec(repo, repo.commit(), hold=True)
 
     result = run_build(spec, BaseControl(), options)
 
+    assert result.result is Result.FAILURE
     assert result.held_workspace == str(options.state_dir / "builds" / spec.build_uuid)
     assert (Path(result.held_workspace) / "src/org/project/out").read_text() == "made\n"
+
+
+def test_a_held_build_that_succeeds_is_cleaned_up(repo: Repo, options: RunnerOptions) -> None:
+    repo.script("run.sh", "echo made > out")
+    spec = make_spec(repo, repo.commit(), hold=True)
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is Result.SUCCESS and result.held_workspace is None
+    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
 
 
 def test_read_only_leftovers_are_removed(repo: Repo, options: RunnerOptions) -> None:
@@ -152,7 +164,7 @@ def test_refused_paths_are_error_and_nothing_runs(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.ERROR
+    assert result.result is Result.ERROR
     assert result.message.startswith(f"run: {path}: ")
     assert message in result.message
     assert result.steps == ()
@@ -165,7 +177,7 @@ def test_symlink_inside_the_repository_is_fine(repo: Repo, options: RunnerOption
     repo.symlink("run.sh", "ci/real.sh")
     result = run_build(make_spec(repo, repo.commit()), BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
 
 
 def test_ambiguous_branch_is_error_naming_the_fix(
@@ -180,7 +192,7 @@ def test_ambiguous_branch_is_error_naming_the_fix(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.ERROR
+    assert result.result is Result.ERROR
     assert result.message == (
         "org/lib: repo state has no branch 'main' and several others (a, b); name one in checkouts"
     )
@@ -209,7 +221,7 @@ def test_steps_from_another_project_and_branch(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
     log_dir = Path(result.log_path).parent
     project_dir = options.state_dir / "builds" / spec.build_uuid / "src" / "org" / "project"
     assert (log_dir / "pre").read_text() == f"base pre in {project_dir}\n"
@@ -232,7 +244,7 @@ def test_step_outside_the_repo_state_is_refused(
 
     result = run_build(spec, BaseControl(), options)
 
-    assert result.result is ResultCode.ERROR
+    assert result.result is Result.ERROR
     assert result.message == f"run: run.sh: {message}"
 
 
@@ -245,6 +257,6 @@ def test_local_source_shared_or_fetched(repo: Repo, options: RunnerOptions, shar
 
     result = run_build(make_spec(repo, speculative), BaseControl(), chosen)
 
-    assert result.result is ResultCode.SUCCESS, result.message
+    assert result.result is Result.SUCCESS, result.message
     listing = (Path(result.log_path).parent / "info").read_text().split()
     assert ("alternates" in listing) is share

@@ -26,16 +26,18 @@ from scheduler.sweep import (
     run_steps,
     run_sweep,
     standard_steps,
+    sweep_totals,
 )
 from scheduler.zk import inventory, locks, paths
 from scheduler.zk.client import ZooKeeperClient, attach, connect
+from scheduler.zk.context import LockContext
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue, RequestEvent, RequestState
 from tests.executor.helpers import Repo, make_spec
 from tests.executor_e2e.conftest import Builds
 from tests.fixtures.waiting import wait_until
-from workers.executor import ResultCode, RunnerOptions
+from workers.claims import Delivery
+from workers.executor import Result, RunnerOptions
 from workers.executor.service import (
-    BuildOutcome,
     ExecutionReport,
     execute_request,
     runner_options,
@@ -106,7 +108,7 @@ def test_pause_then_resume_through_the_queue(
     report = build.join(30)
 
     assert isinstance(report, ExecutionReport)
-    assert report.outcome is BuildOutcome.COMPLETED and report.result is ResultCode.SUCCESS
+    assert report.outcome is Delivery.COMPLETED and report.result is Result.SUCCESS
     result = queue.get_result(request.uuid)
     assert result is not None
     assert any("post-run after resume" in line for line in result.result["log_tail"])
@@ -125,7 +127,7 @@ def test_params_that_are_no_build_spec_complete_with_error(
 
     report = execute_request(queue, request.uuid, "worker-1", options)
 
-    assert report.outcome is BuildOutcome.COMPLETED and report.result is ResultCode.ERROR
+    assert report.outcome is Delivery.COMPLETED and report.result is Result.ERROR
     result = queue.get_result(request.uuid)
     assert result is not None and result.result["result"] == "ERROR"
     assert "no valid build spec" in result.result["message"]
@@ -154,13 +156,15 @@ def test_a_lost_session_stops_the_build_and_the_sweep_records_it_lost(
 
     assert isinstance(report, ExecutionReport)
     # stopped for a lost claim: worth another attempt, never a failure of the change
-    assert report.outcome is BuildOutcome.LOCK_LOST and report.result is ResultCode.RETRY
+    assert report.outcome is Delivery.LOCK_LOST and report.result is Result.RETRY
     assert builds.queue().get_result(request.uuid) is None  # the fenced completion was refused
     assert [r.uuid for r in builds.queue().lost_requests()] == [request.uuid]
 
     sweep = run_sweep(builds.client, lambda: standard_steps(builds.client, builds.settings))
 
     assert sweep.ran and sweep.done["executor:lost"] == [request.uuid], sweep
+    # counted for the metrics (sluice_sweep_recoveries)
+    assert sweep_totals(LockContext(builds.client))["executor:lost"] == 1
     result = builds.queue().get_result(request.uuid)
     assert result is not None and result.lost and result.result == {"result": "LOST"}
     assert events(builds)[-1] == RequestEvent.COMPLETED.value

@@ -140,3 +140,65 @@ def test_executor_section_errors(text: str, message: str) -> None:
 def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="config file not found"):
         load_settings(tmp_path / "nope.yaml", environ={})
+
+
+def test_log_format() -> None:
+    assert parse_settings("log_format: json\n", "sluice.yaml", Path("/b")).log_format == "json"
+    assert parse_settings("", "sluice.yaml", Path("/b")).log_format == "text"
+    with pytest.raises(SettingsError, match="log_format: expected one of text, json"):
+        parse_settings("log_format: xml\n", "sluice.yaml", Path("/b"))
+
+
+def test_keystore_password_inline_from_a_file_or_none(tmp_path: Path) -> None:
+    assert parse_settings("", "sluice.yaml", tmp_path).keystore.password == ""
+    inline = parse_settings("keystore:\n  password: s3cret\n", "sluice.yaml", tmp_path)
+    assert inline.keystore.password == "s3cret"
+    assert inline.keystore.require_password() == "s3cret"
+    # relative to the settings file, its first line stripped
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "pw").write_text("  from-a-file \nignored\n")
+    text = "keystore:\n  password_file: keys/pw\n"
+    from_file = parse_settings(text, "sluice.yaml", tmp_path).keystore
+    assert (from_file.password, from_file.password_file) == ("from-a-file", tmp_path / "keys/pw")
+    env = {"SLUICE_KEYSTORE_PASSWORD_FILE": str(tmp_path / "keys" / "pw")}
+    config = tmp_path / "sluice.yaml"
+    config.write_text("")
+    assert load_settings(config, environ=env).keystore.password == "from-a-file"
+
+
+def test_keystore_errors_name_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"^no keystore password: set keystore.password or "):
+        parse_settings("", "sluice.yaml", tmp_path).keystore.require_password()
+    missing = parse_settings("keystore:\n  password_file: nope\n", "sluice.yaml", tmp_path)
+    assert missing.keystore.password == ""
+    with pytest.raises(SettingsError, match=f"keystore.password_file: {tmp_path}/nope is missing"):
+        missing.keystore.require_password()
+    cases = {
+        "keystore:\n  pasword: x\n": "sluice.yaml:2: keystore.pasword: unknown key",
+        "keystore:\n  password: 5\n": "sluice.yaml:2: keystore.password: expected a string",
+        "keystore:\n  password: a\n  password_file: b\n": (
+            "sluice.yaml:3: keystore.password_file: give password or password_file, not both"
+        ),
+    }
+    for text, message in cases.items():
+        with pytest.raises(SettingsError) as info:
+            parse_settings(text, "sluice.yaml", tmp_path)
+        assert str(info.value).startswith(message)
+
+
+def test_the_stack_keeps_a_keystore_password_file(tmp_path: Path) -> None:
+    from cli.stack.local import LocalStack, ensure_password_file, keystore_password_file
+
+    unset = parse_settings("state_dir: state\n", "sluice.yaml", tmp_path)
+    path = keystore_password_file(unset)
+    assert path == tmp_path / "state" / "keystore.password"
+    assert ensure_password_file(path) is True
+    first = path.read_text()
+    assert len(first.strip()) >= 32 and path.stat().st_mode & 0o777 == 0o600
+    assert ensure_password_file(path) is False and path.read_text() == first  # never replaced
+    # what the stack starts (web, workers) reads it
+    assert LocalStack(unset)._worker_env()["SLUICE_KEYSTORE_PASSWORD_FILE"] == str(path)
+    configured = parse_settings("keystore:\n  password_file: pw\n", "sluice.yaml", tmp_path)
+    assert keystore_password_file(configured) == tmp_path / "pw"
+    inline = parse_settings("keystore:\n  password: x\n", "sluice.yaml", tmp_path)
+    assert keystore_password_file(inline) is None

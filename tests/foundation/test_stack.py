@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import os
+import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from cli.stack import process
+from cli.stack.redis import probe as redis_probe
 from tests.e2e.system import Repos
 from tests.fixtures.waiting import wait_until
 
@@ -25,6 +30,18 @@ def sluice(config: Path, *args: str, timeout: float = 180) -> subprocess.Complet
     )
 
 
+def _flower_workers(url: str, login: tuple[str, str] | None) -> int:
+    request = urllib.request.Request(f"{url}/api/workers")
+    if login is not None:
+        token = base64.b64encode(":".join(login).encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
 def pids_in(statuses: str) -> list[int]:
     pids = []
     for line in statuses.splitlines()[1:]:
@@ -35,7 +52,7 @@ def pids_in(statuses: str) -> list[int]:
 
 
 def test_stack_up_status_demo_down(tmp_path: Path) -> None:
-    zk_port, redis_port = process.free_port(), process.free_port()
+    zk_port, redis_port, web_port = process.free_port(), process.free_port(), process.free_port()
     config = tmp_path / "sluice.yaml"
     config.write_text(
         f"zookeeper:\n  hosts: 127.0.0.1:{zk_port}\n  root: /sluice\n  session_timeout: 10\n"
@@ -43,6 +60,7 @@ def test_stack_up_status_demo_down(tmp_path: Path) -> None:
         "database_url: sqlite:///state/sluice.db\nstate_dir: state\n"
         "tenant_config: main.yaml\n"
         "connections:\n  local:\n    driver: git\n    baseurl: repos\n"
+        f"web:\n  listen: 127.0.0.1:{web_port}\n"
     )
     # a tenant with a config project: `stack up` loads it (Zuul loads every tenant at start)
     (tmp_path / "main.yaml").write_text(
@@ -62,23 +80,60 @@ def test_stack_up_status_demo_down(tmp_path: Path) -> None:
             "worker-merger",
             "worker-executor",
             "worker-maintenance",
+            "supervisor",
+            "web",
         ):
             assert name in up.stdout
+        assert f"Web: http://127.0.0.1:{web_port}/" in up.stdout
+        with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/api/tenants", timeout=10) as r:
+            assert b'"demo"' in r.read()
         assert (tmp_path / "state" / "zookeeper" / "zoo.cfg").is_file()
+        # the Redis it started asks for a password made now, kept 0600 in the state dir
+        password_file = tmp_path / "state" / "broker.password"
+        assert password_file.stat().st_mode & 0o777 == 0o600
+        broker_password = password_file.read_text().strip()
+        redis_url = f"redis://127.0.0.1:{redis_port}/0"
+        assert "authentication failed" in redis_probe(redis_url)
+        assert redis_probe(f"redis://:{broker_password}@127.0.0.1:{redis_port}/0") == ""
 
         status = sluice(config, "stack", "status")
         assert status.returncode == 0, status.stdout + status.stderr
-        assert status.stdout.count("healthy") == 6, status.stdout
+        assert status.stdout.count("healthy") == 8, status.stdout
         pids = pids_in(status.stdout)
-        assert len(pids) == 6  # everything was started by us, nothing reused
+        assert len(pids) == 8  # everything was started by us, nothing reused
 
-        again = sluice(config, "stack", "up")
+        again = sluice(config, "stack", "up", "--flower")
         assert again.returncode == 0, again.stderr
+        flower = next(x for x in again.stdout.splitlines() if x.startswith("Flower: "))
+        _, url, _, user, _, password, *_ = flower.split()
+        assert _flower_workers(url, None) == 401
+        assert _flower_workers(url, (user, password)) == 200
+        pids.append(next(p for p in pids_in(again.stdout) if p not in pids))
         assert sorted(pids_in(again.stdout)) == sorted(pids)  # up twice is harmless
+        assert "password" not in sluice(config, "stack", "up", "--flower").stdout  # once
 
         demo = sluice(config, "roundtrip")
         assert demo.returncode == 0, demo.stdout + demo.stderr
         assert "round trip OK" in demo.stdout
+
+        # a worker killed -9 is started again by the supervisor, and status says so
+        (killed,) = [
+            int(line.split()[1]) for line in status.stdout.splitlines() if "worker-executor" in line
+        ]
+        os.kill(killed, signal.SIGKILL)
+
+        def restarted() -> bool:
+            now = sluice(config, "stack", "status").stdout
+            line = next(x for x in now.splitlines() if x.startswith("worker-executor"))
+            return "healthy" in line and "1 (last" in line
+
+        wait_until(restarted, 90, "the executor worker restarted", interval=0.5)
+        now = sluice(config, "stack", "status").stdout
+        pids = pids_in(now)
+        assert killed not in pids and len(pids) == 9
+        shown = up.stdout + up.stderr + status.stdout + again.stdout + demo.stdout + now
+        logs = [p.read_text(errors="replace") for p in (tmp_path / "state").rglob("*.log")]
+        assert broker_password not in shown + "".join(logs)  # never printed nor logged
     finally:
         down = sluice(config, "stack", "down")
     assert down.returncode == 0, down.stderr

@@ -7,19 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.layouts import (
-    LayoutManagerSource,
-    TenantLayouts,
-    config_files_key,
-    reconfigure_tenant,
-    split_config_files_key,
-)
+from scheduler.config.model import Dependency
+from scheduler.layouts import LayoutManagerSource, TenantLayouts, reconfigure_tenant
 from scheduler.manager.dependent import DependentManager
 from scheduler.manager.events import MergeOutcome
 from scheduler.manager.independent import IndependentManager
 from scheduler.manager.retiring import RetiringManager
 from scheduler.manager.window import WindowSettings
-from scheduler.model.build import Dependency
+from scheduler.wire.merger import config_files_key, split_config_files_key
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import Transaction
 from tests.fixtures.services import ZooKeeperTarget

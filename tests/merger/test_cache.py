@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from scheduler.settings import ConnectionSettings
-from scheduler.wire.merger import Change, MergeJob, MergeMode, Status
+from scheduler.wire.merger import MergeChange, MergeJob, MergeMode, Status
 from tests.fixtures.waiting import wait_until
 from tests.merger.gitrepos import Remotes
 from workers.merger import RepoCache, run_merge_job
@@ -26,7 +26,9 @@ def stacked_job(job_id: str) -> MergeJob:
     return MergeJob(
         job_id,
         tuple(
-            Change("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=MergeMode.REBASE)
+            MergeChange(
+                "git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=MergeMode.REBASE
+            )
             for n in (1, 2, 3)
         ),
     )
@@ -120,7 +122,7 @@ def test_repo_lock_times_out(remotes: Remotes, tmp_path: Path) -> None:
     holder = RepoCache(tmp_path / "state", connections)
     waiter = RepoCache(tmp_path / "state", connections, lock_timeout=0.2)
     with holder.open("git", "org/a"):
-        job = MergeJob("busy", (Change("git", "org/a", "main", ref="refs/heads/main"),))
+        job = MergeJob("busy", (MergeChange("git", "org/a", "main", ref="refs/heads/main"),))
         failure = run_merge_job(job, waiter).failure
     assert failure is not None and failure.kind == "lock-timeout"
     assert run_merge_job(job, waiter).status is Status.OK
@@ -137,7 +139,7 @@ def test_project_names_map_to_one_safe_segment() -> None:
 def test_lock_files_of_a_killed_git_are_cleared(remotes: Remotes, cache: RepoCache) -> None:
     a = remotes.create("org/a")
     a.change(1, {"one": "1\n"})
-    job = MergeJob("j", (Change("git", "org/a", "main", ref="refs/changes/1"),))
+    job = MergeJob("j", (MergeChange("git", "org/a", "main", ref="refs/changes/1"),))
     assert run_merge_job(job, cache).status is Status.OK
     a.advance("main", {"moved": "m\n"})
     repo = cache.repo_path("git", "org/a")
@@ -159,7 +161,7 @@ def test_worktree_left_mid_operation_is_reset(remotes: Remotes, cache: RepoCache
         conflicting = MergeJob(
             f"conflict-{mode.value}",
             tuple(
-                Change("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=mode)
+                MergeChange("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=mode)
                 for n in (1, 2)
             ),
         )
@@ -171,7 +173,7 @@ def test_worktree_left_mid_operation_is_reset(remotes: Remotes, cache: RepoCache
         clean = MergeJob(
             f"clean-{mode.value}",
             tuple(
-                Change("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=mode)
+                MergeChange("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=mode)
                 for n in (1, 3)
             ),
         )

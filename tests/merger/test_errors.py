@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scheduler.settings import ConnectionSettings
-from scheduler.wire.merger import Change, MergeJob, ProjectRef, Status
+from scheduler.wire.merger import MergeChange, MergeJob, ProjectRef, Status
 from tests.merger.gitrepos import Remotes
 from workers.merger import RepoCache, run_merge_job
 
@@ -13,7 +13,7 @@ from workers.merger import RepoCache, run_merge_job
 def one(
     project: str = "org/a", branch: str = "main", ref: str = "refs/changes/1", commit: str = ""
 ) -> MergeJob:
-    return MergeJob("err", (Change("git", project, branch, ref=ref, commit=commit),))
+    return MergeJob("err", (MergeChange("git", project, branch, ref=ref, commit=commit),))
 
 
 def test_unreachable_remote(remotes: Remotes, cache: RepoCache) -> None:
@@ -33,7 +33,7 @@ def test_unreachable_ssh_and_https_remotes(tmp_path: Path, remotes: Remotes) -> 
     }
     cache = RepoCache(tmp_path / "state", connections, git_timeout=20)
     for name in connections:
-        job = MergeJob("err", (Change(name, "org/a", "main", ref="refs/changes/1"),))
+        job = MergeJob("err", (MergeChange(name, "org/a", "main", ref="refs/changes/1"),))
         failure = run_merge_job(job, cache).failure
         assert failure is not None and failure.kind == "unreachable", failure
         assert failure.connection == name
@@ -46,8 +46,8 @@ def test_unknown_ref(remotes: Remotes, cache: RepoCache) -> None:
     job = MergeJob(
         "err",
         (
-            Change("git", "org/a", "main", ref="refs/changes/1", change_id="1,1"),
-            Change("git", "org/a", "main", ref="refs/changes/99", change_id="99,1"),
+            MergeChange("git", "org/a", "main", ref="refs/changes/1", change_id="1,1"),
+            MergeChange("git", "org/a", "main", ref="refs/changes/99", change_id="99,1"),
         ),
     )
     failure = run_merge_job(job, cache).failure
@@ -77,7 +77,7 @@ def test_invalid_input(remotes: Remotes, cache: RepoCache) -> None:
         one(ref="", commit="not-a-sha"),
         one(project="../escape"),
         MergeJob("bad id/..", ()),
-        MergeJob("x", (Change("nowhere", "org/a", "main", ref="refs/changes/1"),)),
+        MergeJob("x", (MergeChange("nowhere", "org/a", "main", ref="refs/changes/1"),)),
     ):
         result = run_merge_job(job, cache)
         assert result.status is Status.FAILED

@@ -11,11 +11,11 @@ import pytest
 from scheduler.wire.merger import (
     BranchHeadsJob,
     BranchHeadsResult,
-    Change,
     ConfigJob,
     ConfigResult,
     FilesChangesJob,
     FilesChangesResult,
+    MergeChange,
     MergeJob,
     MergeMode,
     Status,
@@ -39,16 +39,16 @@ def test_files_changed_against_the_merge_base(remotes: Remotes, cache: RepoCache
     a = remotes.create("org/a", {"README": "r\n", "keep": "k\n"})
     a.change(1, {"one": "1\n", "README": None})
     a.advance("main", {"upstream": "u\n"})  # not the change's: must not be listed
-    job = FilesChangesJob("files", Change("git", "org/a", "main", ref="refs/changes/1"))
+    job = FilesChangesJob("files", MergeChange("git", "org/a", "main", ref="refs/changes/1"))
     result = run_files_changes_job(job, cache)
     assert result == FilesChangesResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert result.status is Status.OK, result.failure
     assert result.files == ("README", "one")
     # A stack: the second change lists only its own files.
     a.commit({"two": "2\n"}, parent="refs/changes/1", ref="refs/changes/2")
-    job = FilesChangesJob("files2", Change("git", "org/a", "main", ref="refs/changes/2"))
+    job = FilesChangesJob("files2", MergeChange("git", "org/a", "main", ref="refs/changes/2"))
     assert run_files_changes_job(job, cache).files == ("README", "one", "two")
-    missing = FilesChangesJob("f3", Change("git", "org/a", "main", ref="refs/changes/9"))
+    missing = FilesChangesJob("f3", MergeChange("git", "org/a", "main", ref="refs/changes/9"))
     failure = run_files_changes_job(missing, cache).failure
     assert failure is not None and failure.kind == "unknown-ref"
     assert failure.ref == "refs/changes/9" and failure.project == "org/a"
@@ -101,7 +101,7 @@ def test_executor_workspace_at_a_speculative_commit(
     job = MergeJob(
         "ws",
         tuple(
-            Change(
+            MergeChange(
                 "git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=MergeMode.CHERRY_PICK
             )
             for n in (1, 2)
@@ -125,7 +125,9 @@ def test_executor_workspace_at_a_speculative_commit(
     assert delete_job_refs(cache, "git", "org/a", "ws") == 2 + 2 + 1
     # (the merge memo and the cache's merge worktree still hold the tip)
     assert prune_job_refs(cache, "git", "org/a", set()) == 0
-    cherry = Change("git", "org/a", "main", ref="refs/changes/1", merge_mode=MergeMode.CHERRY_PICK)
+    cherry = MergeChange(
+        "git", "org/a", "main", ref="refs/changes/1", merge_mode=MergeMode.CHERRY_PICK
+    )
     other = MergeJob("other", (cherry,))
     assert run_merge_job(other, cache).status is Status.OK
     cache.git.run(["gc", "--prune=now", "--quiet"], cache.repo_path("git", "org/a"))
@@ -140,7 +142,7 @@ def test_prune_refs_of_jobs_no_longer_needed(remotes: Remotes, cache: RepoCache)
     a = remotes.create("org/a")
     a.change(1, {"one": "1\n"})
     for job_id in ("old-1", "old-2", "live"):
-        job = MergeJob(job_id, (Change("git", "org/a", "main", ref="refs/changes/1"),))
+        job = MergeJob(job_id, (MergeChange("git", "org/a", "main", ref="refs/changes/1"),))
         assert run_merge_job(job, cache).status is Status.OK
     assert prune_job_refs(cache, "git", "org/a", {"live"}) == 2 * 3
     repo = cache.repo_path("git", "org/a")
@@ -151,7 +153,7 @@ def test_prune_refs_of_jobs_no_longer_needed(remotes: Remotes, cache: RepoCache)
 def test_run_job_by_kind_with_json(remotes: Remotes, cache: RepoCache) -> None:
     a = remotes.create("org/a")
     a.change(1, {"one": "1\n"})
-    params = MergeJob("k", (Change("git", "org/a", "main", ref="refs/changes/1"),)).to_dict()
+    params = MergeJob("k", (MergeChange("git", "org/a", "main", ref="refs/changes/1"),)).to_dict()
     result = run_job("merge", json.loads(json.dumps(params)), cache)
     assert result["status"] == "ok" and result["changes"][0]["files"] == ["one"]
     heads = run_job("branch-heads", BranchHeadsJob("h", "git", "org/a").to_dict(), cache)

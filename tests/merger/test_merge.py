@@ -11,7 +11,7 @@ import pytest
 
 from scheduler.settings import ConnectionSettings
 from scheduler.wire.merger import (
-    Change,
+    MergeChange,
     MergeJob,
     MergeMode,
     MergeResult,
@@ -30,8 +30,8 @@ def change(
     project: str = "org/a",
     branch: str = "main",
     merge_mode: MergeMode = MergeMode.MERGE,
-) -> Change:
-    return Change(
+) -> MergeChange:
+    return MergeChange(
         connection="git",
         project=project,
         branch=branch,
@@ -250,7 +250,7 @@ def test_pinned_base_state_is_used(remotes: Remotes, cache: RepoCache) -> None:
     assert cache.git.text(["rev-parse", f"{tip}^"], repo) == old
     assert moved != old
     # A commit given without a ref that the cache already has needs no fetch.
-    by_commit = Change("git", "org/a", "main", commit=a.rev("refs/changes/1"))
+    by_commit = MergeChange("git", "org/a", "main", commit=a.rev("refs/changes/1"))
     again = run_merge_job(MergeJob("pin2", (by_commit,), base_state=pinned), cache)
     assert again.status is Status.OK, again.failure
 
@@ -259,7 +259,9 @@ def test_change_given_by_commit_only_is_fetched(remotes: Remotes, cache: RepoCac
     a = remotes.create("org/a")
     run_merge_job(MergeJob("warm", (), required=(ProjectRef("git", "org/a"),)), cache)
     sha = a.change(1, {"one": "1\n"})
-    result = run_merge_job(MergeJob("sha", (Change("git", "org/a", "main", commit=sha),)), cache)
+    result = run_merge_job(
+        MergeJob("sha", (MergeChange("git", "org/a", "main", commit=sha),)), cache
+    )
     assert result.status is Status.OK, result.failure
     assert result.changes[0].commit == sha
 
@@ -348,7 +350,7 @@ def test_ssh_remotes_in_url_and_scp_form(remotes: Remotes, tmp_path: Path) -> No
         extra_env={"GIT_SSH_COMMAND": str(fake_ssh), "GIT_SSH_VARIANT": "simple"},
     )
     for name in connections:
-        job = MergeJob("ssh", (Change(name, "org/a", "main", ref="refs/changes/1"),))
+        job = MergeJob("ssh", (MergeChange(name, "org/a", "main", ref="refs/changes/1"),))
         result = run_merge_job(job, cache)
         assert result.status is Status.OK, result.failure
         assert result.changes[0].commit == a.rev("refs/changes/1")
@@ -388,8 +390,8 @@ def test_http_remote_with_credentials_in_the_url(remotes: Remotes, tmp_path: Pat
         good = {"web": ConnectionSettings("web", "git", url.replace("//", "//bot:s3cret@"))}
         cache = RepoCache(tmp_path / "state", good)
         changes = (
-            Change("web", "org/a", "main", ref="refs/changes/1"),
-            Change("web", "org/a", "main", commit=sha),
+            MergeChange("web", "org/a", "main", ref="refs/changes/1"),
+            MergeChange("web", "org/a", "main", commit=sha),
         )
         result = run_merge_job(MergeJob("http", changes), cache)
         assert result.status is Status.OK, result.failure

@@ -10,7 +10,6 @@ from scheduler.wire.merger import (
     LOST,
     BranchHeadsJob,
     BranchHeadsResult,
-    Change,
     ChangeResult,
     ConfigFiles,
     ConfigJob,
@@ -18,6 +17,7 @@ from scheduler.wire.merger import (
     Failure,
     FilesChangesJob,
     InvalidRecordError,
+    MergeChange,
     MergeJob,
     MergeMode,
     MergeResult,
@@ -37,7 +37,7 @@ from scheduler.wire.merger import (
 def test_round_trip_through_json() -> None:
     job = MergeJob(
         "j1",
-        (Change("git", "org/a", "main", ref="refs/changes/1", merge_mode=MergeMode.REBASE),),
+        (MergeChange("git", "org/a", "main", ref="refs/changes/1", merge_mode=MergeMode.REBASE),),
         required=(ProjectRef("git", "org/b"),),
         base_state=(ProjectState("git", "org/a", {"main": "a" * 40}),),
         timestamp=1_700_000_000,
@@ -59,7 +59,7 @@ def test_round_trip_through_json() -> None:
 def test_other_versions_are_read() -> None:
     data = {"job_id": "j", "changes": [], "added_later": {"x": 1}}
     assert MergeJob.from_dict(data) == MergeJob("j", ())
-    change = Change.from_dict({"connection": "git", "project": "p", "branch": "main"})
+    change = MergeChange.from_dict({"connection": "git", "project": "p", "branch": "main"})
     assert change.merge_mode is MergeMode.MERGE
 
 
@@ -87,7 +87,7 @@ def test_malformed_input_is_an_invalid_job(data: dict[str, object]) -> None:
 
 
 def test_request_params_round_trip_for_every_kind() -> None:
-    change = Change("git", "org/a", "main", ref="refs/changes/1")
+    change = MergeChange("git", "org/a", "main", ref="refs/changes/1")
     jobs: list[MergerJob] = [
         MergeJob("m", (change,)),
         FilesChangesJob("f", change),

@@ -21,11 +21,11 @@ from scheduler.wire.merger import (
     LOST,
     BranchHeadsJob,
     BranchHeadsResult,
-    Change,
     ConfigJob,
     ConfigResult,
     FilesChangesJob,
     FilesChangesResult,
+    MergeChange,
     MergeJob,
     MergeResult,
     MergerResult,
@@ -47,7 +47,7 @@ SWEEP_INTERVAL = 1.0
 
 def stacked_job(job_id: str, connection: str, project: str, *numbers: int) -> MergeJob:
     changes = tuple(
-        Change(connection, project, "main", ref=f"refs/changes/{n}", change_id=f"{n},1")
+        MergeChange(connection, project, "main", ref=f"refs/changes/{n}", change_id=f"{n},1")
         for n in numbers
     )
     return MergeJob(job_id, changes)
@@ -64,7 +64,7 @@ def test_a_merge_request_runs_and_its_waiter_is_woken(
     job = MergeJob(
         "gate-item-2",
         tuple(
-            Change("git", "org/app", "main", ref=f"refs/changes/{n}", change_id=f"{n},1")
+            MergeChange("git", "org/app", "main", ref=f"refs/changes/{n}", change_id=f"{n},1")
             for n in (1, 2)
         ),
         required=(ProjectRef("git", "org/lib"),),

@@ -37,10 +37,10 @@ from scheduler.zk.context import Transaction
 from scheduler.zk.job_requests import JobRequest, RequestState
 from tests.merger.gitrepos import Remotes
 from tests.merger_e2e.conftest import RESULTS, Merges
+from workers.claims import Delivery
 from workers.merger import RepoCache
 from workers.merger.service import (
     INTERNAL,
-    MergeOutcome,
     execute_merge_request,
     open_queue,
     process_cache,
@@ -76,9 +76,9 @@ def test_a_request_runs_once_and_duplicates_have_no_effect(
     report = execute_merge_request(queue, request.uuid, "worker-1", cache)
     again = execute_merge_request(queue, request.uuid, "worker-2", cache)
 
-    assert report.outcome is MergeOutcome.COMPLETED and report.status == "ok"
+    assert report.outcome is Delivery.COMPLETED and report.status == "ok"
     assert report.to_dict()["kind"] == "branch-heads"
-    assert again.outcome is MergeOutcome.DUPLICATE
+    assert again.outcome is Delivery.DUPLICATE
     result = wait_for_merge_result(merges.client, request.uuid, 5, kind=JobKind.BRANCH_HEADS)
     assert isinstance(result, BranchHeadsResult) and result.status is Status.OK
     assert len(merges.events()) == 2
@@ -100,7 +100,7 @@ def test_a_request_created_in_a_pipeline_transaction_runs(
 
     report = execute_merge_request(queue, request.uuid, "w", cache)
 
-    assert report.outcome is MergeOutcome.COMPLETED and report.status == "ok"
+    assert report.outcome is Delivery.COMPLETED and report.status == "ok"
     events = [e for e in merges.events() if e[1] == request.uuid]
     assert [kind for kind, _ in events] == ["request-started", "request-completed"]
     stored = queue.get_result(request.uuid)
@@ -119,7 +119,7 @@ def test_params_that_hold_no_job_complete_with_an_invalid_failure(
 
     reports = [execute_merge_request(queue, r.uuid, "w", cache) for r in (request, other)]
 
-    assert [r.outcome for r in reports] == [MergeOutcome.COMPLETED] * 2
+    assert [r.outcome for r in reports] == [Delivery.COMPLETED] * 2
     config = wait_for_merge_result(merges.client, request.uuid, 5)
     assert config is not None and config.status is Status.FAILED and config.job_id == "c"
     assert config.failure is not None and config.failure.kind == "invalid"
@@ -136,7 +136,7 @@ def test_an_engine_crash_is_a_result_not_a_crash(merges: Merges, remotes: Remote
 
     report = execute_merge_request(open_queue(merges.client), request.uuid, "w", broken_cache)
 
-    assert report.outcome is MergeOutcome.COMPLETED and report.status == "failed"
+    assert report.outcome is Delivery.COMPLETED and report.status == "failed"
     result = wait_for_merge_result(merges.client, request.uuid, 5)
     assert result is not None and result.failure is not None
     assert result.failure.kind == INTERNAL and "No space left" in result.failure.message
@@ -155,7 +155,7 @@ def test_a_request_removed_while_it_runs_stores_nothing(
 
     report = execute_merge_request(queue, request.uuid, "w", removed_meanwhile)
 
-    assert report.outcome is MergeOutcome.REMOVED
+    assert report.outcome is Delivery.REMOVED
     assert queue.get(request.uuid) is None and queue.lost_requests() == []
 
 
@@ -175,7 +175,7 @@ def test_a_lost_session_stores_nothing_and_the_sweep_records_the_merge_lost(
 
     report = execute_merge_request(queue, request.uuid, "w", session_expires)
 
-    assert report.outcome is MergeOutcome.LOCK_LOST
+    assert report.outcome is Delivery.LOCK_LOST
     assert merges.queue.get_result(request.uuid) is None  # the fenced completion was refused
     assert [r.uuid for r in merges.queue.lost_requests()] == [request.uuid]
     sweep = run_sweep(merges.client, lambda: standard_steps(merges.client, merges.settings))

@@ -91,6 +91,8 @@ class Gate:
         self.builds: list[BuildIntent] = []
         self.cancels: list[str] = []
         self.reported: list[tuple[str, Result | None]] = []
+        # the message of each reported item, by ref
+        self.messages: dict[str, str] = {}
         self.pushed: list[str] = []
         # None: the push lands; a text: it is refused with that message
         self.push_answer: PushAnswer = lambda item: None
@@ -125,6 +127,7 @@ class Gate:
         for item_uuid in intents.reports:
             item = self.state.items[item_uuid]
             self.reported.append((item.change.ref, item.result))
+            self.messages[item.change.ref] = item.message
         if intents.reports:
             self.manager.finish_reported(self.state, intents.reports)
             again = True

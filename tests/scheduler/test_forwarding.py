@@ -22,6 +22,12 @@ class Routing:
     def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]:
         return ["post"] if event.get("type") == "ref-updated" else []
 
+    def default_branch(self, tenant: str, project: str) -> str:
+        return "main"
+
+    def pipelines(self, tenant: str) -> list[str]:
+        return ["check", "post"]
+
 
 @pytest.fixture
 def client(zookeeper: ZooKeeperTarget) -> Iterator[ZooKeeperClient]:
@@ -35,7 +41,7 @@ Nudges = list[tuple[str, Sequence[Any], str | None]]
 
 
 def recorder(nudges: Nudges) -> forwarding.Nudge:
-    return lambda task, args, queue: nudges.append((task, tuple(args), queue))
+    return lambda task, args, queue, label="": nudges.append((task, tuple(args), queue))
 
 
 def ref_updated(project: str, newrev: str) -> dict[str, Any]:

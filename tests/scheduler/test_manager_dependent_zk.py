@@ -17,10 +17,10 @@ from scheduler.model.build import JobInfo
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
 from scheduler.processing.environment import Environment, NewRequest
-from scheduler.processing.semaphores import TxnLedger
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.job_requests import JobRequest, JobResult
+from scheduler.zk.ledger import TxnLedger
 from tests.fixtures.services import ZooKeeperTarget
 from tests.scheduler.gate_harness import GateLayout
 from tests.scheduler.world import Formats, World
@@ -59,7 +59,9 @@ def make_gate(zookeeper: ZooKeeperTarget, merge_on_success: bool) -> Iterator[Wo
     client = connect(zookeeper.settings())
     world = World(client)
     managers = GateManagers(merge_on_success)
-    world.env = Environment(client, managers, GateFormats(), lambda *nudge: None, [world.reports])
+    world.env = Environment(
+        client, managers, GateFormats(), lambda *nudge, **label: None, [world.reports]
+    )
     yield world
     client.stop()
     client.close()

@@ -8,13 +8,15 @@ from collections.abc import Sequence
 
 import pytest
 
+from scheduler.config.model import Dependency
 from scheduler.manager import events as ev
 from scheduler.manager.base import FreezeResult, Intents, PipelineSettings
 from scheduler.manager.independent import IndependentManager
-from scheduler.model.build import BuildState, Dependency, JobInfo
+from scheduler.model.build import BuildState, JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
+from scheduler.wire.events import decode
 
 
 class FixedLayout:
@@ -264,7 +266,7 @@ def test_semaphore_of_one_serialises_two_items() -> None:
 )
 def test_malformed_events_are_named(payload: dict[str, object]) -> None:
     with pytest.raises(ev.MalformedEventError):
-        ev.decode(payload)
+        decode(payload)
 
 
 def test_an_item_without_jobs_leaves_without_a_report() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from scheduler.config.model import Dependency
 from scheduler.manager import events as ev
-from scheduler.model.build import BuildState, Dependency, JobInfo
+from scheduler.model.build import BuildState, JobInfo
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
 from scheduler.views.status import job_state

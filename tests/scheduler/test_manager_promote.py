@@ -7,6 +7,7 @@ import pytest
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineSettings
 from scheduler.model.results import Result
+from scheduler.wire.events import decode
 from tests.scheduler.gate_harness import Gate, change
 
 S = Result.SUCCESS
@@ -62,11 +63,11 @@ def test_a_promote_event_is_decoded() -> None:
         "changes": [{"connection": "local", "project": "app", "ref": "B", "branch": ""}],
         "result_id": "r1",
     }
-    event = ev.decode(payload)
+    event = decode(payload)
     assert isinstance(event, ev.Promote) and event.result_id == "r1"
     assert [c.ref for c in event.changes] == ["B"]
     with pytest.raises(ev.MalformedEventError, match="'changes'"):
-        ev.decode({"type": "promote", "changes": []})
+        decode({"type": "promote", "changes": []})
 
 
 def test_an_item_being_pushed_stays_at_the_head() -> None:

@@ -64,7 +64,8 @@ def test_items_beyond_the_window_wait_and_the_window_follows_the_head() -> None:
 
 
 def test_an_item_that_falls_out_of_the_window_starts_no_new_builds() -> None:
-    from scheduler.model.build import Dependency, JobInfo
+    from scheduler.config.model import Dependency
+    from scheduler.model.build import JobInfo
 
     jobs = [JobInfo("lint"), JobInfo("unit", dependencies=(Dependency("lint"),))]
     settings = PipelineSettings("gate", "dependent", window=WindowSettings(3, floor=1))

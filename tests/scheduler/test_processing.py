@@ -6,10 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler import tasknames
+from scheduler.manager.base import FreezeResult, PipelineSettings
+from scheduler.manager.independent import IndependentManager
+from scheduler.model.build import JobInfo
 from scheduler.model.results import Result
 from scheduler.processing import pipeline as processing
 from scheduler.zk import flags, locks, paths, stored
 from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.ledger import TxnLedger
+from scheduler.zk.semaphores import SemaphoreNode
 from tests.scheduler.world import PIPELINE, TENANT, World
 
 
@@ -136,3 +141,52 @@ def test_a_pass_decided_with_a_replaced_layout_commits_nothing_and_decides_again
     assert managers.opened == 2  # the first pass was refused; the second committed
     assert [n[0] for n in world.nudges] == [tasknames.MERGE]
     assert len(world.state().items) == 1
+
+
+class RacedSemaphore:
+    """Managers whose jobs take semaphore ``db``; another pipeline takes a slot
+    of it while the first pass decides (the node's version moves on)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.path = paths.semaphore(TENANT, "db")
+        self.opened = 0
+
+    def open(self, client: Any, tenant: str, pipeline: str) -> Any:
+        ledger = TxnLedger(client, tenant, maxima={"db": 2}, pipeline=pipeline)
+        manager = IndependentManager(PipelineSettings(pipeline), SemaphoreLayout(), ledger)
+        self.opened += 1
+        if self.opened == 1:
+            add_ops = ledger.add_ops
+
+            def racing_add_ops(txn: Any) -> None:
+                # another pipeline's pass commits first: a holder of its own
+                other = {"holders": ["bs-gate/lint"], "waiters": [], "max": 2}
+                self.client.set(self.path, stored.encode(other))
+                add_ops(txn)
+
+            ledger.add_ops = racing_add_ops  # type: ignore[method-assign]
+        return manager, ledger
+
+
+class SemaphoreLayout:
+    def freeze(self, item: Any, outcome: Any) -> FreezeResult:
+        return FreezeResult((JobInfo("lint", semaphores=("db",)),))
+
+
+def test_a_pass_that_lost_a_semaphore_race_decides_again(world: World) -> None:
+    """The compare-and-set on the semaphore fails: nothing is committed, the
+    task does not fail, and the next pass takes the slot beside the other holder."""
+    racing = RacedSemaphore(world.client)
+    world.client.ensure_path(paths.parent(racing.path))
+    world.client.create(racing.path, stored.encode({"holders": [], "waiters": [], "max": 2}))
+    world.env.managers = racing
+    world.enqueue("feature")
+    world.process()
+    world.run(world.merger, {"ok": True})
+    racing.opened = 0
+    assert world.process()
+    assert racing.opened == 2  # refused once, decided again
+    (build,) = world.executor.pending()
+    holders = SemaphoreNode(world.client, racing.path).holders()
+    assert sorted(holders) == sorted(["bs-gate/lint", f"{build.buildset_uuid}/lint"])

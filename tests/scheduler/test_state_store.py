@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.model.build import Build, BuildState, Dependency, JobInfo, JobState
+from scheduler.config.model import Dependency
+from scheduler.model.build import Build, BuildState, JobInfo, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import BuildSet, ChangeQueue, MergeState, PipelineState, QueueItem
 from scheduler.model.results import Result

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from scheduler.model.item import PipelineState
-from scheduler.processing.semaphores import TxnLedger
 from scheduler.state.store import PipelineStore
 from scheduler.sweep import release_leaked_semaphores, wake_semaphore_waiters
 from scheduler.zk import locks, paths
 from scheduler.zk.client import connect
 from scheduler.zk.context import Transaction
-from scheduler.zk.semaphores import Semaphore
+from scheduler.zk.ledger import TxnLedger
+from scheduler.zk.semaphores import SemaphoreNode
 from tests.fixtures.services import ZooKeeperTarget
 from tests.scheduler.test_state_store import sample_state
 
@@ -23,8 +23,8 @@ def test_only_holders_without_a_buildset_are_released(zookeeper: ZooKeeperTarget
         assert held is not None
         with held:
             store.write(held.context, store.read(state.tenant, state.pipeline), state)
-        tenant_sem = Semaphore(client, paths.semaphore(state.tenant, "db"))
-        global_sem = Semaphore(client, paths.global_semaphore("prod"))
+        tenant_sem = SemaphoreNode(client, paths.semaphore(state.tenant, "db"))
+        global_sem = SemaphoreNode(client, paths.global_semaphore("prod"))
         assert tenant_sem.acquire("bs0/unit", 5)
         assert tenant_sem.acquire("gone/unit", 5)
         assert global_sem.acquire("also-gone/deploy", 5)
@@ -55,7 +55,7 @@ def test_waiters_are_recorded_by_passes_and_woken_by_the_sweep(
         txn = Transaction(client)
         check.add_ops(txn)
         txn.commit()
-        semaphore = Semaphore(client, paths.semaphore("t", "deploy"))
+        semaphore = SemaphoreNode(client, paths.semaphore("t", "deploy"))
         assert semaphore.waiters() == [("t", "check")]
 
         nudged: list[tuple[str, str]] = []

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.config.model import Dependency
 from scheduler.manager import events as ev
 from scheduler.manager.base import (
     BuildIntent,
@@ -16,17 +17,17 @@ from scheduler.manager.base import (
     PipelineSettings,
 )
 from scheduler.manager.independent import IndependentManager
-from scheduler.model.build import Dependency, JobInfo
+from scheduler.model.build import JobInfo
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
 from scheduler.processing import pipeline as processing
-from scheduler.processing.environment import BuildOutcome, Environment, NewRequest, Reporter
-from scheduler.processing.semaphores import TxnLedger
+from scheduler.processing.environment import BuildOutcome, Environment, ItemReporter, NewRequest
 from scheduler.state.store import PipelineStore
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue, JobResult
+from scheduler.zk.ledger import TxnLedger
 from tests.fixtures.services import ZooKeeperTarget
 
 TENANT, PIPELINE = "t", "check"
@@ -86,7 +87,7 @@ class Reports:
 
 
 class World:
-    def __init__(self, client: ZooKeeperClient, reporters: Sequence[Reporter] = ()) -> None:
+    def __init__(self, client: ZooKeeperClient, reporters: Sequence[ItemReporter] = ()) -> None:
         self.client = client
         self.nudges: list[tuple[str, Sequence[Any], str | None]] = []
         self.reports = Reports()
@@ -94,7 +95,7 @@ class World:
             client,
             Managers(),
             Formats(),
-            lambda task, args, queue: self.nudges.append((task, args, queue)),
+            lambda task, args, queue, label="": self.nudges.append((task, args, queue)),
             [self.reports, *reporters],
         )
         self.merger = JobRequestQueue(client, paths.merger_queue())

@@ -7,13 +7,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from scheduler.zk import paths
+from scheduler.zk import job_requests, paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction
-from scheduler.zk.errors import LockLostError
+from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import (
     JobRequest,
@@ -75,6 +76,40 @@ def test_duplicate_claim_has_no_effect(zk: ZooKeeperClient) -> None:
     assert queue.claim("no-such-request", "merger-2") is None
     queue.complete(first, {"merged": True})
     assert queue.claim(request.uuid, "merger-2") is None  # completed: still nothing
+
+
+def test_a_claim_whose_answer_was_lost_is_recognised_on_the_retry(
+    zk: ZooKeeperClient,
+    make_client: Callable[..., ZooKeeperClient],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server commits the claim, the answer is lost (an election): the retry resumes it.
+
+    Before, the retry saw RUNNING, returned None (a "duplicate"), and the
+    request stayed RUNNING under this live session's lock with nobody
+    running it: the gate never went idle (the ensemble chaos test's stall).
+    """
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    request = queue.submit(new_request(), {})
+    commit = job_requests.commit_creating_parents
+    answers_lost: list[str] = []
+
+    def commit_then_lose_the_answer(*args: Any, **kwargs: Any) -> Any:
+        outcome = commit(*args, **kwargs)
+        if not answers_lost:
+            answers_lost.append("claim")
+            raise ZooKeeperUnavailableError("ZooKeeper unavailable: ConnectionLoss()")
+        return outcome
+
+    monkeypatch.setattr(job_requests, "commit_creating_parents", commit_then_lose_the_answer)
+    claimed = queue.claim(request.uuid, "e1")
+    assert answers_lost == ["claim"]
+    assert claimed is not None and claimed.request == queue.get(request.uuid)
+    assert claimed.request.state == RequestState.RUNNING and claimed.request.worker == "e1"
+    # another session (a redelivery elsewhere) still gets nothing
+    assert JobRequestQueue(make_client(), queue.root).claim(request.uuid, "e1") is None
+    assert queue.complete(claimed, {"result": "SUCCESS"})
+    assert queue.get(request.uuid).state == RequestState.COMPLETED  # type: ignore[union-attr]
 
 
 def test_hold_pause_resume_and_cancel_flags(zk: ZooKeeperClient) -> None:

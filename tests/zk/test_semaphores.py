@@ -10,11 +10,11 @@ import pytest
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import LockLostError
-from scheduler.zk.semaphores import Semaphore
+from scheduler.zk.semaphores import SemaphoreNode
 
 
 def test_acquire_release_and_max_from_the_caller(zk: ZooKeeperClient) -> None:
-    sem = Semaphore(zk, paths.semaphore("tenant/a", "deploy"))
+    sem = SemaphoreNode(zk, paths.semaphore("tenant/a", "deploy"))
     assert sem.acquire("bs1/job-a", max_holders=2)
     assert sem.acquire("bs1/job-a", max_holders=2)  # again: already held, harmless
     assert sem.acquire("bs2/job-a", max_holders=2)
@@ -32,7 +32,7 @@ def test_concurrent_acquires_never_exceed_max(make_client: Callable[..., ZooKeep
     barrier = threading.Barrier(6)
 
     def contend(index: int) -> None:
-        sem = Semaphore(make_client(), path)
+        sem = SemaphoreNode(make_client(), path)
         barrier.wait()
         for n in range(5):
             holder = f"{index}-{n}"
@@ -44,12 +44,12 @@ def test_concurrent_acquires_never_exceed_max(make_client: Callable[..., ZooKeep
         t.start()
     for t in threads:
         t.join(30)
-    holders = Semaphore(make_client(), path).holders()
+    holders = SemaphoreNode(make_client(), path).holders()
     assert len(holders) == 4 and sorted(holders) == sorted(winners)
 
 
 def test_cleanup_releases_leaked_holders(zk: ZooKeeperClient) -> None:
-    sem = Semaphore(zk, paths.semaphore("t", "s"))
+    sem = SemaphoreNode(zk, paths.semaphore("t", "s"))
     for holder in ("alive-1", "dead-1", "alive-2", "dead-2"):
         assert sem.acquire(holder, max_holders=10)
     released = sem.cleanup(lambda h: h.startswith("alive"))
@@ -61,7 +61,7 @@ def test_cleanup_releases_leaked_holders(zk: ZooKeeperClient) -> None:
 def test_fenced_semaphore_update(zk: ZooKeeperClient) -> None:
     held = locks.acquire(zk, paths.pipeline_lock("t", "gate"))
     assert held is not None
-    sem = Semaphore(zk, paths.semaphore("t", "s"))
+    sem = SemaphoreNode(zk, paths.semaphore("t", "s"))
     assert sem.acquire("bs1", max_holders=1, context=held.context)
     held.release()
     with pytest.raises(LockLostError, match="released"):

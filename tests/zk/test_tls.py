@@ -30,14 +30,14 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.errors import SluiceError, StackError
-from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings, ZooKeeperTLS
+from scheduler.settings import TLSSettings, ZooKeeperAuth, ZooKeeperSettings
 from scheduler.zk import components, locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
-from scheduler.zk.semaphores import Semaphore
+from scheduler.zk.semaphores import SemaphoreNode
 from tests.fixtures.services import missing_service
 from tests.fixtures.waiting import wait_until
 from tests.zk.tls_fixture import Pki, PkiError, make_pki
@@ -82,14 +82,14 @@ class Tls:
     pki: Pki
     root: str
 
-    def good(self) -> ZooKeeperTLS:
-        return ZooKeeperTLS(
+    def good(self) -> TLSSettings:
+        return TLSSettings(
             ca=str(self.pki.ca), cert=str(self.pki.client_cert), key=str(self.pki.client_key)
         )
 
     def settings(
         self,
-        tls: ZooKeeperTLS | None,
+        tls: TLSSettings | None,
         auth: ZooKeeperAuth | None = None,
         root: str | None = None,
     ) -> ZooKeeperSettings:
@@ -158,7 +158,7 @@ def test_client_with_the_ca_and_a_certificate_reads_and_writes(
 
 @dataclass(frozen=True)
 class Refusal:
-    tls: Callable[[Pki], ZooKeeperTLS | None]
+    tls: Callable[[Pki], TLSSettings | None]
     error: type[SluiceError]
     client_says: str  # in the SluiceError and in the client's log
     server_says: str  # in ZooKeeper's log
@@ -166,19 +166,19 @@ class Refusal:
 
 REFUSALS = {
     "no client certificate": Refusal(
-        lambda p: ZooKeeperTLS(ca=str(p.ca)),
+        lambda p: TLSSettings(ca=str(p.ca)),
         AccessDeniedError,
         "the server wants a client certificate",
         "Empty client certificate chain",
     ),
     "rogue certificate (another CA)": Refusal(
-        lambda p: ZooKeeperTLS(ca=str(p.ca), cert=str(p.rogue_cert), key=str(p.rogue_key)),
+        lambda p: TLSSettings(ca=str(p.ca), cert=str(p.rogue_cert), key=str(p.rogue_key)),
         AccessDeniedError,
         "the server does not trust our client certificate",
         "unable to find valid certification path",
     ),
     "client trusts the wrong CA": Refusal(
-        lambda p: ZooKeeperTLS(ca=str(p.rogue_ca), cert=str(p.client_cert), key=str(p.client_key)),
+        lambda p: TLSSettings(ca=str(p.rogue_ca), cert=str(p.client_cert), key=str(p.client_key)),
         AccessDeniedError,
         "we do not trust the server's certificate",
         "Received fatal alert: unknown_ca",
@@ -231,7 +231,7 @@ def test_verify_false_trusts_any_server(
 ) -> None:
     """What ``verify: false`` gives up: the wrong CA no longer matters (never in production)."""
     pki = tls.pki
-    lax = ZooKeeperTLS(
+    lax = TLSSettings(
         ca=str(pki.rogue_ca), cert=str(pki.client_cert), key=str(pki.client_key), verify=False
     )
     client = clients(tls.settings(lax))
@@ -271,7 +271,7 @@ def protected(tls: Tls, clients: Callable[[ZooKeeperSettings], ZooKeeperClient])
     assert jobs.claim("r2", "worker-1") is not None  # ephemeral lock made in a transaction
     held = locks.acquire(owner, paths.pipeline_lock("t", "gate"), timeout=CALL_TIMEOUT)
     assert held is not None  # kept: an ephemeral lock node
-    Semaphore(owner, paths.semaphore("t", "db")).acquire("buildset-1", 2)
+    SemaphoreNode(owner, paths.semaphore("t", "db")).acquire("buildset-1", 2)
     components.register(owner, "executor", version="test")
     nodes = _walk(owner)
     names = "\n".join(nodes)

@@ -30,7 +30,8 @@ See ``docs/executor.md``.
 
 from __future__ import annotations
 
-from scheduler.wire.build_result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
+from scheduler.model.results import Result
+from scheduler.wire.build_result import BuildResult, Phase, StepOutcome, StepRun
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.control import BaseControl, BuildControl, LocalControl, StartedInfo
 from workers.executor.errors import (
@@ -53,7 +54,7 @@ __all__ = [
     "LocalControl",
     "Phase",
     "RefusedError",
-    "ResultCode",
+    "Result",
     "ResultDataError",
     "RunnerOptions",
     "StartedInfo",

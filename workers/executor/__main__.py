@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from scheduler.wire.build_result import ResultCode
+from scheduler.model.results import Result
 from scheduler.wire.build_spec import BuildSpec
 from workers.executor.control import LocalControl, StartedInfo
 from workers.executor.errors import BuildSpecError
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, cancel)
     result = run_build(spec, control, RunnerOptions(state_dir=args.state_dir.resolve()))
     print(json.dumps(result.to_dict(), indent=2))
-    return 0 if result.result is ResultCode.SUCCESS else 1
+    return 0 if result.result is Result.SUCCESS else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ Environment variables (documented in ``docs/executor.md``):
 ``SLUICE_LOG_DIR``           the build's log folder (kept; ``job-output.txt`` is ours)
 ``SLUICE_VARS_FILE``         JSON object: parent data overlaid with the job's vars
 ``SLUICE_RESULT_FILE``       where the job may write a JSON object as result data
+``SLUICE_SECRETS_FILE``      only for a step that sees secrets (set by the runner,
+                             :mod:`workers.executor.secrets`)
 ===========================  ==================================================
 
 ``HOME`` and ``TMPDIR`` point into the workspace. Nothing else of the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -35,8 +36,15 @@ class JobLog:
     the runner's own markers are always written.
     """
 
-    def __init__(self, path: Path, tail_lines: int = 50, limit: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        tail_lines: int = 50,
+        limit: int | None = None,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._redact = redact
         self.path = path
         self._file: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
@@ -45,7 +53,9 @@ class JobLog:
         self.truncated = False
 
     def line(self, text: str, label: str | None = None) -> None:
-        """Write one line of job output: ``stamp | label | text``."""
+        """Write one line of job output: ``stamp | label | text`` (secrets masked)."""
+        if self._redact is not None:
+            text = self._redact(text)
         if self._limit is not None and self._written + len(text) > self._limit:
             if not self.truncated:
                 self.truncated = True

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,11 +64,15 @@ def run_step(
     env: Mapping[str, str],
     output: LineSplitter,
     limits: StepLimits,
+    prefix: Sequence[str] = (),
 ) -> StepExit:
-    """Run ``executable`` to its end or until a limit fires; its tree is gone after."""
+    """Run ``executable`` to its end or until a limit fires; its tree is gone after.
+
+    ``prefix`` wraps it (the sandbox: ``bwrap ... --``).
+    """
     status_read, status_write = os.pipe()
     try:
-        proc = _start_reaper(executable, cwd, env, limits.kill_grace, status_write)
+        proc = _start_reaper([*prefix, str(executable)], cwd, env, limits.kill_grace, status_write)
     finally:
         os.close(status_write)
     with os.fdopen(status_read, "rb") as status_pipe:
@@ -85,11 +89,11 @@ def run_step(
 
 
 def _start_reaper(
-    executable: Path, cwd: Path, env: Mapping[str, str], grace: float, status_fd: int
+    command: Sequence[str], cwd: Path, env: Mapping[str, str], grace: float, status_fd: int
 ) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-I", "-S", str(REAPER), str(grace), str(os.getpid())]
     return subprocess.Popen(
-        [*argv, str(status_fd), "--", str(executable)],
+        [*argv, str(status_fd), "--", *command],
         cwd=cwd,
         env=dict(env),
         stdin=subprocess.DEVNULL,

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.errors import SettingsError
-from scheduler.settings import Settings
-from scheduler.wire.build_result import BuildResult, Phase, ResultCode, StepOutcome, StepRun
+from scheduler.model.results import Result
+from scheduler.settings import ConnectionSettings, Settings
+from scheduler.wire.build_result import BuildResult, Phase, StepOutcome, StepRun
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.control import BuildControl, StartedInfo
 from workers.executor.environment import (
@@ -50,6 +51,13 @@ from workers.executor.errors import (
 )
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.process import StepLimits, cancel_requested, run_step
+from workers.executor.sandbox import bwrap_prefix
+from workers.executor.secrets import (
+    Redactor,
+    decrypted_strings,
+    step_secrets,
+    write_step_secrets,
+)
 from workers.executor.workspace import (
     BuildLayout,
     StepLocator,
@@ -79,6 +87,19 @@ class RunnerOptions:
     share_objects: bool = True
     # Characters of job output kept in job-output.txt (None: no limit).
     log_limit: int | None = 256 * 1024 * 1024
+    # "bwrap": every executable runs in bubblewrap (workers/executor/sandbox.py)
+    sandbox: str = "none"
+    # files and folders a sandboxed job must not read (sluice.yaml, keys)
+    hidden: tuple[Path, ...] = ()
+    # decrypts the project keys that decrypt secrets ("" = this worker cannot)
+    keystore_password: str = field(default="", repr=False)
+    # merge the item's changes again here even when the merger's cache has them
+    merge_here: bool = False
+    # where projects are fetched from when this executor merges an item's
+    # changes again (workers/executor/speculation.py)
+    connections: Mapping[str, ConnectionSettings] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if self.poll_interval <= 0 or self.kill_grace < 0:
@@ -96,7 +117,7 @@ class RunnerOptions:
 class Outcome:
     """The result so far and why; ``allow_post_result`` is Zuul's rule of precedence."""
 
-    code: ResultCode
+    code: Result
     message: str
     allow_post_result: bool = True
 
@@ -116,6 +137,8 @@ class BuildRun:
     spec: BuildSpec
     control: BuildControl
     options: RunnerOptions
+    # the spec's secrets decrypted (workers/executor/secrets.py), by key
+    secrets: Mapping[str, Any] = field(default_factory=dict)
     layout: BuildLayout = field(init=False)
     started_at: float = field(init=False, default_factory=time.time)
     steps: list[StepRun] = field(init=False, default_factory=list)
@@ -125,6 +148,7 @@ class BuildRun:
 
     def __post_init__(self) -> None:
         self.layout = BuildLayout.for_build(self.options.state_dir, self.spec.build_uuid)
+        self.redact = Redactor(decrypted_strings(self.spec, self.secrets))
 
     # -- the steps ---------------------------------------------------------
 
@@ -133,7 +157,7 @@ class BuildRun:
         try:
             outcome = self._guarded(self._prepare_and_run)
             data, outcome = self._guarded_collect(outcome)
-            held = self.clean_up()
+            held = self.clean_up(outcome.code)
         finally:
             if self.job_log is not None:
                 self.job_log.close()
@@ -144,7 +168,10 @@ class BuildRun:
         began = time.monotonic()
         create_folders(self.layout)
         self.job_log = JobLog(
-            self.layout.log_file, self.options.tail_lines, limit=self.options.log_limit
+            self.layout.log_file,
+            self.options.tail_lines,
+            limit=self.options.log_limit,
+            redact=self.redact if self.redact.pieces else None,
         )
         spec = self.spec
         self._mark(
@@ -169,18 +196,26 @@ class BuildRun:
         """Pre-run, run, (pause,) post-run, with Zuul's result rules."""
         deadline = None if self.spec.timeout is None else time.monotonic() + self.spec.timeout
         outcome = self._run_main_phases(lambda: deadline)
-        if outcome.code is ResultCode.ABORTED:
+        if outcome.code is Result.ABORTED:
             return outcome
         outcome = self._pause_or_veto(outcome)
-        if outcome.code is ResultCode.ABORTED:
+        if outcome.code is Result.ABORTED:
             return outcome
-        success = outcome.code is ResultCode.SUCCESS
+        success = outcome.code is Result.SUCCESS
         post = self.run_phase(Phase.POST_RUN, self._post_deadline, success=success, keep_going=True)
         if post.outcome is StepOutcome.ABORTED:
             return self._aborted(post)
         if post.step is not None and outcome.allow_post_result:
-            return Outcome(ResultCode.POST_FAILURE, _describe(post.step))
+            return Outcome(Result.POST_FAILURE, _describe(post.step))
         return outcome
+
+    def _sandbox(self) -> list[str]:
+        if self.options.sandbox != "bwrap":
+            return []
+        state = self.options.state_dir
+        return bwrap_prefix(
+            self.layout, state, readable=[state / "git"], hidden=self.options.hidden
+        )
 
     def run_phase(
         self,
@@ -233,13 +268,21 @@ class BuildRun:
                 kill_grace=self.options.kill_grace,
             )
             assert self.job_log is not None
-            ended = run_step(
-                self.executables[(phase, index)],
-                cwd=self.project_dir,
-                env=env,
-                output=LineSplitter(self.job_log, phase.value),
-                limits=limits,
-            )
+            secrets_file = self._secrets_file(phase, index, job_step)
+            if secrets_file is not None:
+                env = {**env, "SLUICE_SECRETS_FILE": str(secrets_file)}
+            try:
+                ended = run_step(
+                    self.executables[(phase, index)],
+                    cwd=self.project_dir,
+                    env=env,
+                    output=LineSplitter(self.job_log, phase.value),
+                    limits=limits,
+                    prefix=self._sandbox(),
+                )
+            finally:
+                if secrets_file is not None:
+                    secrets_file.unlink(missing_ok=True)
             exit_, outcome = ended.exit_code, ended.outcome
         project = job_step.project or self.spec.project
         duration = time.monotonic() - began
@@ -248,6 +291,13 @@ class BuildRun:
         self._mark(f"{label} END: {_describe(step)} ({step.duration:.2f}s)")
         return step
 
+    def _secrets_file(self, phase: Phase, index: int, job_step: JobStep) -> Path | None:
+        """The step's ``SLUICE_SECRETS_FILE`` if a secret is bound to it."""
+        seen = step_secrets(job_step, self.secrets)
+        if not seen:
+            return None
+        return write_step_secrets(self.layout.root / "secrets", f"{phase.value}-{index}", seen)
+
     def collect_result(self, outcome: Outcome) -> tuple[dict[str, Any], Outcome]:
         """The job's result data, validated; invalid data turns SUCCESS into FAILURE."""
         data: dict[str, Any] = {}
@@ -255,15 +305,21 @@ class BuildRun:
             try:
                 data = read_result_data(self.layout, self.options.result_data_limit)
             except ResultDataError as exc:
-                code = ResultCode.FAILURE if outcome.code is ResultCode.SUCCESS else outcome.code
+                code = Result.FAILURE if outcome.code is Result.SUCCESS else outcome.code
                 outcome = Outcome(code, _join(outcome.message, str(exc)))
+            if self.redact.pieces:
+                data = _redacted(data, self.redact)
         detail = f": {outcome.message}" if outcome.message else ""
         self._mark(f"RESULT {outcome.code.value}{detail}")
         return data, outcome
 
-    def clean_up(self) -> str | None:
-        """Remove the workspace unless held; where it is when held."""
-        if self.spec.hold:
+    def clean_up(self, result: Result) -> str | None:
+        """Remove the workspace unless held; where it is when held.
+
+        A held build (an autohold) keeps its workspace only when it did not
+        succeed and was not cancelled: that is the build someone wants to see.
+        """
+        if self.spec.hold and result not in (Result.SUCCESS, Result.ABORTED):
             self._mark(f"Workspace held at {self.layout.root}")
             return str(self.layout.root)
         try:
@@ -283,7 +339,7 @@ class BuildRun:
 
     def _prepare_and_run(self) -> Outcome:
         if self._cancel_requested():
-            return Outcome(ResultCode.ABORTED, "cancelled before the build started")
+            return Outcome(Result.ABORTED, "cancelled before the build started")
         self.prepare_workspace()
         return self.run_phases()
 
@@ -292,40 +348,38 @@ class BuildRun:
         try:
             return work()
         except RefusedError as exc:
-            return Outcome(ResultCode.ERROR, str(exc))
+            return Outcome(Result.ERROR, str(exc))
         except BuildCancelledError as exc:
-            return Outcome(ResultCode.ABORTED, str(exc))
+            return Outcome(Result.ABORTED, str(exc))
         except WorkspaceError as exc:
-            return Outcome(ResultCode.RETRY, f"workspace: {exc}")
+            return Outcome(Result.RETRY, f"workspace: {exc}")
         except Exception as exc:  # the process boundary of a build
             log.exception("build %s: runner failed", self.spec.build_uuid)
-            return Outcome(ResultCode.RETRY, f"executor error: {type(exc).__name__}: {exc}")
+            return Outcome(Result.RETRY, f"executor error: {type(exc).__name__}: {exc}")
 
     def _guarded_collect(self, outcome: Outcome) -> tuple[dict[str, Any], Outcome]:
         try:
             return self.collect_result(outcome)
         except Exception as exc:  # the process boundary of a build
             log.exception("build %s: collecting the result failed", self.spec.build_uuid)
-            return {}, Outcome(ResultCode.RETRY, f"executor error: {type(exc).__name__}: {exc}")
+            return {}, Outcome(Result.RETRY, f"executor error: {type(exc).__name__}: {exc}")
 
     def _run_main_phases(self, deadline: Callable[[], float | None]) -> Outcome:
         pre = self.run_phase(Phase.PRE_RUN, deadline)
         if pre.outcome is StepOutcome.ABORTED:
             return self._aborted(pre)
         if pre.step is not None:
-            code = (
-                ResultCode.TIMED_OUT if pre.outcome is StepOutcome.TIMED_OUT else ResultCode.RETRY
-            )
+            code = Result.TIMED_OUT if pre.outcome is StepOutcome.TIMED_OUT else Result.RETRY
             return Outcome(code, _describe(pre.step), allow_post_result=False)
         run = self.run_phase(Phase.RUN, deadline)
         if run.outcome is StepOutcome.ABORTED:
             return self._aborted(run)
         if run.outcome is StepOutcome.TIMED_OUT:
             assert run.step is not None
-            return Outcome(ResultCode.TIMED_OUT, _describe(run.step), allow_post_result=False)
+            return Outcome(Result.TIMED_OUT, _describe(run.step), allow_post_result=False)
         if run.step is not None:
-            return Outcome(ResultCode.FAILURE, _describe(run.step))
-        return Outcome(ResultCode.SUCCESS, "")
+            return Outcome(Result.FAILURE, _describe(run.step))
+        return Outcome(Result.SUCCESS, "")
 
     def _pause_or_veto(self, outcome: Outcome) -> Outcome:
         """Pause after a successful run when asked; honour ``zuul.retry: false``."""
@@ -333,14 +387,14 @@ class BuildRun:
             data = read_result_data(self.layout, self.options.result_data_limit)
         except ResultDataError:
             return outcome  # reported by collect_result
-        if outcome.code is ResultCode.SUCCESS and zuul_flag(data, "pause") is True:
+        if outcome.code is Result.SUCCESS and zuul_flag(data, "pause") is True:
             self._mark("PAUSED: waiting to be resumed")
             _call_hook("pause", self.control.pause, data)
             if cancel_requested(self.control.cancel_requested):
-                return Outcome(ResultCode.ABORTED, "cancelled while paused")
+                return Outcome(Result.ABORTED, "cancelled while paused")
             self._mark("RESUMED")
-        if outcome.code is ResultCode.RETRY and zuul_flag(data, "retry") is False:
-            return Outcome(ResultCode.FAILURE, outcome.message, allow_post_result=False)
+        if outcome.code is Result.RETRY and zuul_flag(data, "retry") is False:
+            return Outcome(Result.FAILURE, outcome.message, allow_post_result=False)
         return outcome
 
     def _post_deadline(self) -> float | None:
@@ -349,7 +403,7 @@ class BuildRun:
 
     def _aborted(self, end: _PhaseEnd) -> Outcome:
         where = f" during {end.step.phase.value} {end.step.path}" if end.step else ""
-        return Outcome(ResultCode.ABORTED, f"cancelled{where}")
+        return Outcome(Result.ABORTED, f"cancelled{where}")
 
     def _resolve_executables(self, locator: StepLocator) -> None:
         for phase in Phase:
@@ -378,13 +432,32 @@ class BuildRun:
         )
 
 
-def run_build(spec: BuildSpec, control: BuildControl, options: RunnerOptions) -> BuildResult:
+def _redacted(value: Any, redact: Redactor) -> Any:
+    """Result data with every secret value masked (it is stored in ZooKeeper and SQL)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k): _redacted(v, redact) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v, redact) for v in value]
+    return value
+
+
+def run_build(
+    spec: BuildSpec,
+    control: BuildControl,
+    options: RunnerOptions,
+    secrets: Mapping[str, Any] | None = None,
+) -> BuildResult:
     """Run one build to its end (blocking) and return its result.
+
+    ``secrets`` are the spec's secrets decrypted (by key), given to the
+    steps they are bound to and masked in the log and the result data.
 
     Call it from a thread that lives until it returns: the step processes
     are told to die with the thread that started them (``PR_SET_PDEATHSIG``).
     """
-    return BuildRun(spec, control, options).execute()
+    return BuildRun(spec, control, options, secrets or {}).execute()
 
 
 def _describe(step: StepRun) -> str:

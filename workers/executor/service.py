@@ -7,7 +7,7 @@ real ZooKeeper without a broker. One call:
 1. **claim** the request: one transaction creates the ephemeral
    ``locks/<uuid>`` node, sets REQUESTED -> RUNNING and queues the
    ``request-started`` event. No claim (another delivery has it, or it is
-   completed, on hold or gone) returns :attr:`BuildOutcome.DUPLICATE` and
+   completed, on hold or gone) returns :attr:`Delivery.DUPLICATE` and
    changes nothing: a duplicate Celery delivery has no effect (DESIGN.md
    invariant 4).
 2. **read the spec**: the request's params are a :class:`BuildSpec` as the
@@ -24,7 +24,7 @@ Guarantees when ZooKeeper misbehaves:
 * **Session lost** (LOST, replaced, or the watchdog says ZooKeeper has not
   answered for two thirds of the session timeout): the lock is gone or may
   be, so the build stops as if cancelled and the fenced completion is
-  refused (:attr:`BuildOutcome.LOCK_LOST`). The request stays RUNNING
+  refused (:attr:`Delivery.LOCK_LOST`). The request stays RUNNING
   without a lock; the sweep records it as LOST and the pipeline retries it.
 * **SUSPENDED** (the connection dropped, the session may survive): the build
   keeps running until the watchdog window passes; its lock survives a short
@@ -42,31 +42,44 @@ lost ZooKeeper session, not through broker redelivery.
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import socket
 import time
+import weakref
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from scheduler import logcontext
+from scheduler.model.results import Result
 from scheduler.settings import Settings
-from scheduler.wire.build_result import BuildResult, ResultCode
+from scheduler.tasklabels import outcome_label, request_label
+from scheduler.wire.build_result import BuildResult, Phase
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
+from scheduler.zk.autoholds import AutoholdStore
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import (
+    ConflictError,
     DecodeError,
     NoDataError,
+    ZooKeeperUnavailableError,
 )
-from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
+from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
+from scheduler.zk.keystore import KeyStore
 from workers import claims
-from workers.claims import briefly_suspended
+from workers.claims import Delivery, briefly_suspended
+from workers.executor import speculation
 from workers.executor.control import BaseControl, StartedInfo
-from workers.executor.errors import BuildSpecError
+from workers.executor.errors import BuildSpecError, WorkspaceError
 from workers.executor.runner import RunnerOptions, run_build
-from workers.notify import Notify, no_notify, notify_safely
+from workers.executor.secrets import SecretError, decrypt_secrets
+from workers.executor.workspace import BuildLayout, remove_workspace
+from workers.merger.cache import RepoCache
+from workers.notify import Notify, Progress, no_notify, no_progress, notify_safely, progress_safely
 
 log = logging.getLogger(__name__)
 
@@ -74,26 +87,21 @@ log = logging.getLogger(__name__)
 # the pause before the first retry (doubled each time).
 
 
-class BuildOutcome(enum.StrEnum):
-    """What one delivery of the build task did."""
-
-    COMPLETED = "completed"  # ran (or was refused) and its result is stored
-    DUPLICATE = "duplicate"  # nothing to claim: another delivery has it, or it is done
-    REMOVED = "removed"  # the scheduler removed the request while it ran; nothing stored
-    LOCK_LOST = "lock-lost"  # the claim was lost; the sweep records the request as LOST
-
-
 @dataclass(frozen=True)
 class ExecutionReport:
     """The task's return value: small, JSON-friendly, for Flower and tests."""
 
     request_uuid: str
-    outcome: BuildOutcome
-    result: ResultCode | None = None
+    outcome: Delivery
+    result: Result | None = None
     worker: str = ""
+    # what the request is about (scheduler.tasklabels), as the task's arguments say it
+    about: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        result = "" if self.result is None else self.result.value
         return {
+            "summary": outcome_label(self.outcome.value, self.about, result),
             "request": self.request_uuid,
             "outcome": self.outcome.value,
             "result": None if self.result is None else self.result.value,
@@ -117,7 +125,28 @@ def runner_options(settings: Settings) -> RunnerOptions:
         result_data_limit=executor.result_data_limit,
         share_objects=executor.share_objects,
         log_limit=executor.log_limit or None,
+        sandbox=executor.sandbox,
+        hidden=secret_files(settings),
+        keystore_password=settings.keystore.password,
+        connections=settings.connections,
+        merge_here=executor.merge_here,
     )
+
+
+def secret_files(settings: Settings) -> tuple[Path, ...]:
+    """What a sandboxed job must not read: ``sluice.yaml`` and the files of keys it names."""
+    found: list[str | None] = [str(settings.source) if settings.source else None]
+    for tls in (settings.zookeeper.tls, settings.broker.tls):
+        if tls is not None:
+            found += [tls.ca, tls.cert, tls.key]
+    found += [a.public_key for a in settings.web.authenticators]
+    for path in (settings.broker.password_file, settings.flower.basic_auth_file):
+        found.append(str(path) if path is not None else None)
+    keystore = settings.keystore.password_file
+    found.append(str(keystore) if keystore is not None else None)
+    for connection in settings.connections.values():
+        found.append(str(connection.options.get("app_key") or "") or None)
+    return tuple(Path(p) for p in found if p)
 
 
 def open_queue(client: ZooKeeperClient, zone: str | None = None) -> JobRequestQueue:
@@ -154,11 +183,14 @@ class RequestControl(BaseControl):
         *,
         poll_interval: float = 0.2,
         notify: Notify = no_notify,
+        progress: Progress = no_progress,
     ) -> None:
         self.queue = queue
         self.claimed = claimed
         self.poll_interval = poll_interval
         self.notify = notify
+        self.progress = progress
+        self.began = time.monotonic()
         self.cancel_flag = queue.watch_flag(claimed.uuid, "cancel")
         self.info: StartedInfo | None = None
         # Why the build was stopped for a lost claim (None: it was not).
@@ -182,11 +214,28 @@ class RequestControl(BaseControl):
     def on_started(self, info: StartedInfo) -> None:
         self.info = info
         log.info("build request %s: started, log %s", self.claimed.uuid, info.log_path)
+        self._progress("started")
+
+    def on_phase(self, phase: Phase) -> None:
+        self._progress(phase.value)
+
+    def _progress(self, phase: str) -> None:
+        request = self.claimed.request
+        meta = {
+            "phase": phase,
+            "elapsed": round(time.monotonic() - self.began, 3),
+            "about": request_label(request),
+            "tenant": request.tenant,
+            "project": request.info.get("project", ""),
+            "job": request.job_name,
+        }
+        progress_safely(self.progress, meta)
 
     def pause(self, result_data: Mapping[str, Any]) -> None:
         # PAUSED with its event and the result data so far (for the dependents)
         self.queue.pause(self.claimed, result_data)
         notify_safely(self.notify, self.claimed.request, "build")
+        self._progress("paused")
         log.info("build request %s: paused", self.claimed.uuid)
         resumed = self.queue.watch_flag(self.claimed.uuid, "resume")
         while not resumed.wait(self.poll_interval):
@@ -197,10 +246,16 @@ class RequestControl(BaseControl):
             log.info("build request %s: resumed", self.claimed.uuid)
 
 
+def _retry_result(build_uuid: str, message: str) -> BuildResult:
+    """A ``RETRY`` result for a build that could not start here (it may elsewhere)."""
+    now = time.time()
+    return BuildResult(build_uuid, Result.RETRY, message, started_at=now, ended_at=now)
+
+
 def refused_result(build_uuid: str, message: str) -> BuildResult:
     """An ``ERROR`` result for a request that cannot run at all."""
     now = time.time()
-    return BuildResult(build_uuid, ResultCode.ERROR, message, started_at=now, ended_at=now)
+    return BuildResult(build_uuid, Result.ERROR, message, started_at=now, ended_at=now)
 
 
 def execute_request(
@@ -209,6 +264,8 @@ def execute_request(
     worker: str,
     options: RunnerOptions,
     notify: Notify = no_notify,
+    *,
+    progress: Progress = no_progress,
 ) -> ExecutionReport:
     """Claim, run and complete one build request; see the module docstring.
 
@@ -218,49 +275,140 @@ def execute_request(
     claimed = queue.claim(request_uuid, worker)
     if claimed is None:
         log.info("build request %s: nothing to claim (duplicate delivery or done)", request_uuid)
-        return ExecutionReport(request_uuid, BuildOutcome.DUPLICATE, worker=worker)
-    log.info("build request %s: claimed by %s", request_uuid, worker)
+        return ExecutionReport(request_uuid, Delivery.DUPLICATE, worker=worker)
+    with _bound(claimed):
+        return _execute_claimed(queue, claimed, worker, options, (notify, progress))
+
+
+def _bound(claimed: ClaimedRequest) -> AbstractContextManager[None]:
+    request = claimed.request
+    return logcontext.bound_to_request(request, build=request.uuid, job=request.job_name)
+
+
+def _record_hold(queue: JobRequestQueue, request: JobRequest, workspace: str) -> bool:
+    """Count a held workspace against its autohold request (before the result lands).
+
+    False when no request wants it after all: the scheduler's view of the
+    autoholds may be a few seconds old (``AutoholdIndex``); this count is
+    exact, and a workspace nobody wants is removed as usual.
+    """
+    store = AutoholdStore(queue.client)
+    project, ref = str(request.info.get("project", "")), str(request.info.get("change", ""))
+    try:
+        held = store.record(
+            request.tenant, project, request.job_name, ref, build=request.uuid, workspace=workspace
+        )
+    except (ZooKeeperUnavailableError, ConflictError) as exc:
+        # the workspace stays; the request may hold one more build than asked
+        log.warning("build request %s: autohold not recorded: %s", request.uuid, exc)
+        return True
+    if held is None:
+        log.info("build request %s: no autohold wants it any more", request.uuid)
+        return False
+    log.info(
+        "build request %s: workspace %s held for autohold %s", request.uuid, workspace, held.id
+    )
+    return True
+
+
+def _execute_claimed(
+    queue: JobRequestQueue,
+    claimed: ClaimedRequest,
+    worker: str,
+    options: RunnerOptions,
+    hooks: tuple[Notify, Progress],
+) -> ExecutionReport:
+    request_uuid = claimed.uuid
+    notify = hooks[0]
+    about = request_label(claimed.request)
+    log.info("build request %s: claimed by %s (%s)", request_uuid, worker, about)
     notify_safely(notify, claimed.request, "build")
     try:
-        result = _run_claimed(queue, claimed, options, notify)
+        result = _run_claimed(queue, claimed, options, hooks)
+        held = result.held_workspace
+        if held and not _record_hold(queue, claimed.request, held):
+            remove_workspace(BuildLayout.for_build(options.state_dir, claimed.uuid))
+            result = replace(result, held_workspace=None)
         outcome = _complete(queue, claimed, result)
-        if outcome is BuildOutcome.COMPLETED:
+        if outcome is Delivery.COMPLETED:
             notify_safely(notify, claimed.request, "build")
     except BaseException:
         # Never leave a RUNNING request locked by a live session: released,
         # it is found lost and recorded by the sweep.
         queue.release(claimed)
         raise
-    if outcome is BuildOutcome.LOCK_LOST:
+    if outcome is Delivery.LOCK_LOST:
         queue.release(claimed)
     log.info("build request %s: %s, %s", request_uuid, outcome.value, result.result.value)
-    return ExecutionReport(request_uuid, outcome, result.result, worker)
+    return ExecutionReport(request_uuid, outcome, result.result, worker, about)
 
 
 def _run_claimed(
-    queue: JobRequestQueue, claimed: ClaimedRequest, options: RunnerOptions, notify: Notify
+    queue: JobRequestQueue,
+    claimed: ClaimedRequest,
+    options: RunnerOptions,
+    hooks: tuple[Notify, Progress],
 ) -> BuildResult:
     try:
         spec = BuildSpec.from_dict(queue.params(claimed.uuid))
     except (BuildSpecError, DecodeError, NoDataError) as exc:
         log.error("build request %s: unusable build spec: %s", claimed.uuid, exc)
         return refused_result(claimed.uuid, f"the build request holds no valid build spec: {exc}")
-    control = RequestControl(queue, claimed, poll_interval=options.poll_interval, notify=notify)
-    result = run_build(spec, control, options)
-    if control.stopped_for is not None and result.result is ResultCode.ABORTED:
+    try:
+        plain = _decrypted(queue.client, spec, options)
+    except SecretError as exc:
+        log.error("build request %s: %s", claimed.uuid, exc)
+        return refused_result(claimed.uuid, str(exc))
+    missing = speculation.missing_sources(spec, everything=options.merge_here)
+    cache = RepoCache(options.state_dir, options.connections) if missing else None
+    if cache is not None:
+        try:
+            spec = speculation.rebuild(spec, missing, queue.client, cache)
+        except WorkspaceError as exc:
+            log.warning("build request %s: %s", claimed.uuid, exc)
+            return _retry_result(claimed.uuid, f"workspace: {exc}")
+    notify, progress = hooks
+    control = RequestControl(
+        queue, claimed, poll_interval=options.poll_interval, notify=notify, progress=progress
+    )
+    try:
+        result = run_build(spec, control, options, plain)
+    finally:
+        if cache is not None:
+            speculation.forget(spec, missing, cache)
+    if control.stopped_for is not None and result.result is Result.ABORTED:
         # Stopped because this worker lost its claim, not cancelled by the
         # scheduler: the build is worth another attempt (RETRY counts against
         # the job's attempts), never a failure of the change.
         result = replace(
             result,
-            result=ResultCode.RETRY,
+            result=Result.RETRY,
             message=f"the executor lost its claim: {control.stopped_for}",
         )
     return result
 
 
-def _complete(queue: JobRequestQueue, claimed: ClaimedRequest, result: BuildResult) -> BuildOutcome:
-    return BuildOutcome(claims.complete(queue, claimed, result.to_dict(), "build").value)
+_keystores: weakref.WeakKeyDictionary[ZooKeeperClient, KeyStore] = weakref.WeakKeyDictionary()
+
+
+def _decrypted(client: ZooKeeperClient, spec: BuildSpec, options: RunnerOptions) -> dict[str, Any]:
+    """The spec's secrets decrypted; the project keys are loaded once per process."""
+    if not spec.secrets:
+        return {}
+    password = options.keystore_password
+    if not password:
+        raise SecretError(
+            "this executor has no keystore password (keystore.password in sluice.yaml): "
+            "it cannot decrypt the job's secrets"
+        )
+    keystore = _keystores.get(client)
+    if keystore is None:
+        keystore = _keystores[client] = KeyStore(client, password)
+    return decrypt_secrets(spec, keystore.private_key)
+
+
+def _complete(queue: JobRequestQueue, claimed: ClaimedRequest, result: BuildResult) -> Delivery:
+    return claims.complete(queue, claimed, result.to_dict(), "build")
 
 
 def execute(
@@ -271,7 +419,9 @@ def execute(
     worker: str,
     *,
     notify: Notify = no_notify,
+    progress: Progress = no_progress,
 ) -> ExecutionReport:
     """:func:`execute_request` on the queue of ``zone`` with this worker's runner options."""
     options = runner_options(settings)
-    return execute_request(open_queue(client, zone), request_uuid, worker, options, notify)
+    queue = open_queue(client, zone)
+    return execute_request(queue, request_uuid, worker, options, notify, progress=progress)

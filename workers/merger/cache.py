@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from scheduler.settings import ConnectionSettings, Settings
+from scheduler.zk.retry import RetryPolicy
 from workers.merger.errors import (
     CorruptRepoError,
     GitCommandError,
@@ -190,19 +191,14 @@ class RepoCache:
             os.close(fd)  # closing the descriptor releases the flock
 
     def _acquire(self, fd: int, label: str) -> None:
-        deadline = time.monotonic() + self.lock_timeout
-        delay = 0.002
-        while True:
+        polls = RetryPolicy(max_tries=None, delay=0.002, max_delay=0.05, deadline=self.lock_timeout)
+        for _ in polls.tries():
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise RepoLockTimeoutError(
-                        f"{label}: repo lock still held after {self.lock_timeout}s"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+                continue
+        raise RepoLockTimeoutError(f"{label}: repo lock still held after {self.lock_timeout}s")
 
     # ------------------------------------------------------------------
     # Clone, check, discard (all under the repo lock)

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from scheduler.wire.merger import (
-    Change,
     ChangeResult,
     ConfigFiles,
     Failure,
+    MergeChange,
     MergeJob,
     MergeResult,
     ProjectState,
@@ -60,7 +60,7 @@ from workers.merger.names import (
 )
 from workers.merger.repo import Repo
 
-Indexed = list[tuple[int, Change]]
+Indexed = list[tuple[int, MergeChange]]
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def failure_of(
     exc: MergerError,
     connection: str = "",
     project: str = "",
-    changes: Sequence[Change] = (),
+    changes: Sequence[MergeChange] = (),
 ) -> Failure:
     """The failure result for an error, with the change it concerns when known."""
     index = exc.change_index
@@ -210,7 +210,7 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
 def _apply(
     repo: Repo,
     applier: Applier,
-    change: Change,
+    change: MergeChange,
     *,
     index: int,
     tip: str,
@@ -342,7 +342,7 @@ def _pinned(job: MergeJob, connection: str, project: str) -> dict[str, str]:
 # Results
 
 
-def _by_project(changes: Sequence[Change]) -> dict[tuple[str, str], Indexed]:
+def _by_project(changes: Sequence[MergeChange]) -> dict[tuple[str, str], Indexed]:
     groups: dict[tuple[str, str], Indexed] = {}
     for index, change in enumerate(changes):
         groups.setdefault((change.connection, change.project), []).append((index, change))
@@ -350,7 +350,7 @@ def _by_project(changes: Sequence[Change]) -> dict[tuple[str, str], Indexed]:
 
 
 def _change_result(
-    job: MergeJob, *, index: int, change: Change, source: str, merged: str, files: list[str]
+    job: MergeJob, *, index: int, change: MergeChange, source: str, merged: str, files: list[str]
 ) -> ChangeResult:
     return ChangeResult(
         index=index,
@@ -365,7 +365,7 @@ def _change_result(
     )
 
 
-def _conflict(exc: MergeConflictError, change: Change, index: int) -> Failure:
+def _conflict(exc: MergeConflictError, change: MergeChange, index: int) -> Failure:
     files = ", ".join(exc.files) or "(no file named by git)"
     return Failure(
         kind="conflict",

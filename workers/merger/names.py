@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from scheduler.wire.merger import Change
+from scheduler.wire.merger import MergeChange
 from workers.merger.errors import InvalidJobError
 
 JOBS_NAMESPACE = "refs/sluice/jobs/"
@@ -48,7 +48,7 @@ def check_commit(sha: str) -> None:
         raise InvalidJobError(f"invalid commit {sha!r} (expected a hex sha)")
 
 
-def check_change(change: Change) -> None:
+def check_change(change: MergeChange) -> None:
     check_ref_name(change.branch, "branch")
     if not change.ref and not change.commit:
         raise InvalidJobError(f"change {change.change_id!r} names neither a ref nor a commit")

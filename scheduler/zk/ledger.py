@@ -107,6 +107,17 @@ class TxnLedger:
             slot.waiters.remove(me)
             slot.changed = True
 
+    def guards(self, path: str) -> bool:
+        """True if ``path`` is one this ledger's compare-and-set checks.
+
+        A transaction that failed on such a path lost a race (another pass
+        took or freed a slot, or a reconfiguration replaced the layout):
+        nothing was committed, and the pass decides again.
+        """
+        if self.layout_fence is not None and path == self.layout_fence[0]:
+            return True
+        return any(slot.path == path for slot in self._slots.values())
+
     def to_wake(self) -> list[tuple[str, str]]:
         """Other pipelines waiting for a semaphore this pass released (after the commit)."""
         found: dict[tuple[str, str], None] = {}

@@ -1,4 +1,4 @@
-"""Resolving refs of a git connection's repositories (``git ls-remote``), for the CLI.
+"""Resolving refs of a git connection's repositories (``git ls-remote``), for management.
 
 ``sluice enqueue`` checks that the ref and target branch exist before it
 enqueues anything, so a typo is an error at once rather than a merge

@@ -1,0 +1,5 @@
+"""``python -m cli``: the ``sluice`` command (the stack starts its web process so)."""
+
+from cli import main
+
+main()

@@ -1,0 +1,92 @@
+"""``Depends-On``: the changes a forge change says it needs, followed through the chain.
+
+A pull or merge request's description names what it depends on, one
+``Depends-On: <url>`` line each. :func:`needs_of` follows those through the
+dependencies' own descriptions (at most :data:`MAX_DEPTH` deep), skips the
+merged ones, and returns the rest deepest first, each as a change mapping
+with its state (what pipeline requirements look at). A chain that comes
+back to the change itself is a cycle, recorded by the change needing itself
+(the pipeline reports it as an error, unless its queue allows circular
+dependencies).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_DEPTH = 10
+
+
+@dataclass(frozen=True)
+class Found:
+    """One change as its forge describes it: merged or not, its description, its mapping."""
+
+    merged: bool
+    description: str
+    change: dict[str, Any]
+
+
+def depends_on(pattern: re.Pattern[str], text: str) -> list[tuple[str, int]]:
+    """The changes ``text`` names with ``Depends-On:`` lines (``project``, ``number`` groups)."""
+    return [(m["project"], int(m["number"])) for m in pattern.finditer(text or "")]
+
+
+def needs_of(
+    pattern: re.Pattern[str],
+    fetch: Callable[[str, int], Found],
+    project: str,
+    number: int,
+    description: str,
+) -> list[dict[str, Any]]:
+    """The unmerged changes ``project``'s change ``number`` depends on, deepest first."""
+    found: list[dict[str, Any]] = []
+    seen = {(project, number)}
+
+    def visit(text: str, depth: int) -> None:
+        for dep in depends_on(pattern, text):
+            if dep == (project, number):
+                found.append(fetch(project, number).change)
+                continue
+            if dep in seen or depth >= MAX_DEPTH:
+                continue
+            seen.add(dep)
+            dependency = fetch(*dep)
+            if dependency.merged:
+                continue
+            visit(dependency.description, depth + 1)
+            found.append(dependency.change)
+
+    visit(description, 0)
+    return found
+
+
+def url_pattern(path: str) -> re.Pattern[str]:
+    """A ``Depends-On: <url>`` line whose URL path ends in ``path`` (a regex naming
+    ``project`` and ``number``)."""
+    return re.compile(
+        rf"^\s*Depends-On:\s*(?:https?://)?[^/\s]+/{path}\s*$", re.IGNORECASE | re.MULTILINE
+    )
+
+
+def parents(
+    number: int,
+    commits: set[str],
+    open_changes: Iterable[tuple[int, str, Mapping[str, Any]]],
+    dependency: Callable[[int, Mapping[str, Any]], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Open changes (number, head sha, the forge's record) whose head is among ``commits``.
+
+    A change whose branch was made from another's depends on it: git parents.
+    """
+    return [dependency(n, c) for n, sha, c in open_changes if n != number and sha in commits]
+
+
+def combined(
+    parent_needs: list[dict[str, Any]], named: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Git parents first, then ``Depends-On`` ones not among them."""
+    refs = {n["ref"] for n in parent_needs}
+    return parent_needs + [n for n in named if n["ref"] not in refs]

@@ -1,0 +1,1 @@
+"""The git driver's event gathering: polling remotes for ref updates."""

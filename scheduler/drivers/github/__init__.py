@@ -1,0 +1,1 @@
+"""The GitHub driver: webhooks in (pull requests, pushes, comments, reviews)."""

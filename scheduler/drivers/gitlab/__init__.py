@@ -1,0 +1,1 @@
+"""The GitLab driver: webhooks in (merge requests, pushes, notes)."""

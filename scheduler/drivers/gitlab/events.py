@@ -1,0 +1,167 @@
+"""GitLab webhook bodies as trigger events (Zuul's GitLab driver's event names).
+
+``Push Hook`` and ``Tag Push Hook`` become ``gl_push`` (a ref moved);
+``Merge Request Hook`` becomes ``gl_merge_request`` with its ``action``
+(opened, changed for update, merged, approved, unapproved; an update that
+changed labels is ``labeled`` or ``unlabeled`` with the ``label``);
+``Note Hook`` on a merge request becomes ``gl_merge_request`` with action
+``comment``. The change of a merge request is ``refs/merge-requests/<iid>/head``
+at its last commit, targeting the target branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from scheduler.drivers import depends, field
+from scheduler.wire.events import TriggerEvent
+
+STORED = frozenset({"Push Hook", "Tag Push Hook", "Merge Request Hook", "Note Hook"})
+ZERO = "0" * 40
+HEADS = "refs/heads/"
+ACTIONS = {
+    "open": "opened",
+    "update": "changed",
+    "merge": "merged",
+    "reopen": "opened",
+    "close": "closed",
+}
+
+
+def _project(body: Mapping[str, Any]) -> str:
+    return str(field(body, "project", "path_with_namespace"))
+
+
+def _merge_request(body: Mapping[str, Any], mr: Mapping[str, Any], action: str) -> TriggerEvent:
+    iid = int(field(mr, "iid"))
+    sha = str((mr.get("last_commit") or {}).get("id") or "")
+    labels = body.get("labels") or mr.get("labels") or []
+    return TriggerEvent(
+        type="gl_merge_request",
+        project=_project(body),
+        branch=str(field(mr, "target_branch")),
+        ref=f"refs/merge-requests/{iid}/head",
+        newrev=sha,
+        extra={
+            "change": iid,
+            "patchset": sha,
+            "action": action,
+            "title": str(mr.get("title") or ""),
+            "labels": sorted(str(label.get("title", "")) for label in labels),
+        },
+    )
+
+
+def _labeled(body: Mapping[str, Any], mr: Mapping[str, Any], change: Any) -> TriggerEvent:
+    """An update that changed labels: ``labeled`` with the label(s) added."""
+    before = {str(x.get("title", "")) for x in (change or {}).get("previous") or []}
+    after = {str(x.get("title", "")) for x in (change or {}).get("current") or []}
+    found = _merge_request(body, mr, "labeled" if after - before else "unlabeled")
+    added = sorted(after - before) or sorted(before - after)
+    return replace(found, extra={**found.extra, "label": added[0] if added else ""})
+
+
+DEPENDS_ON = depends.url_pattern(r"(?P<project>.+?)/-/merge_requests/(?P<number>\d+)")
+
+
+def _state(api: Any, project: str, iid: int, mr: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "open": mr.get("state") == "opened",
+        "merged": mr.get("state") == "merged",
+        "labels": sorted(str(label) for label in mr.get("labels") or []),
+        "approvals": api.approvals(project, iid),
+    }
+
+
+def _dependency(api: Any, project: str, iid: int, mr: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "connection": "",
+        "project": project,
+        "branch": str(mr.get("target_branch") or ""),
+        "ref": f"refs/merge-requests/{iid}/head",
+        "commit": str(mr.get("sha") or ""),
+        **_state(api, project, iid, mr),
+    }
+
+
+def parents_of(api: Any, project: str, iid: int, mr: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Open merge requests whose head is among this one's own commits (git parents)."""
+    base, head = str(mr.get("target_branch") or ""), str(mr.get("sha") or "")
+    commits = set(api.commits_between(project, base, head))
+    others = (
+        (int(field(o, "iid")), str(o.get("sha") or ""), o) for o in api.open_merge_requests(project)
+    )
+    return depends.parents(iid, commits, others, lambda n, o: _dependency(api, project, n, o))
+
+
+def needs_of(api: Any, project: str, iid: int, description: str) -> list[dict[str, Any]]:
+    """The unmerged merge requests one depends on (:mod:`scheduler.drivers.depends`)."""
+
+    def fetch(dep_project: str, dep_iid: int) -> depends.Found:
+        mr = api.merge_request(dep_project, dep_iid)
+        change = _dependency(api, dep_project, dep_iid, mr)
+        return depends.Found(mr.get("state") == "merged", str(mr.get("description") or ""), change)
+
+    return depends.needs_of(DEPENDS_ON, fetch, project, iid, description)
+
+
+def enrich(trigger: TriggerEvent, api: Any) -> TriggerEvent:
+    """Add the merge request's current state (``open``, ``merged``, labels, approvals)."""
+    if trigger.type != "gl_merge_request":
+        return trigger
+    iid = int(trigger.extra["change"])
+    mr = api.merge_request(trigger.project, iid)
+    sha = str(mr.get("sha") or trigger.newrev)
+    extra = {**trigger.extra, "patchset": sha, **_state(api, trigger.project, iid, mr)}
+    text = "\n".join([str(mr.get("description") or ""), *api.commit_messages(trigger.project, iid)])
+    needs = depends.combined(
+        parents_of(api, trigger.project, iid, mr), needs_of(api, trigger.project, iid, text)
+    )
+    if needs:
+        extra["needs"] = needs
+    return TriggerEvent(
+        type=trigger.type,
+        project=trigger.project,
+        branch=str(mr.get("target_branch") or trigger.branch),
+        ref=trigger.ref,
+        newrev=sha,
+        extra=extra,
+    )
+
+
+def translate(event: str, body: Mapping[str, Any], api: Any = None) -> list[TriggerEvent]:
+    found = _translate(event, body)
+    return found if api is None else [enrich(t, api) for t in found]
+
+
+def _translate(event: str, body: Mapping[str, Any]) -> list[TriggerEvent]:
+    if event in ("Push Hook", "Tag Push Hook"):
+        ref = str(field(body, "ref"))
+        after = str(body.get("after") or ZERO)
+        return [
+            TriggerEvent(
+                type="gl_push",
+                project=_project(body),
+                branch=ref[len(HEADS) :] if ref.startswith(HEADS) else "",
+                ref=ref,
+                oldrev=str(body.get("before") or ZERO),
+                newrev=after,
+                deleted=after == ZERO,
+            )
+        ]
+    if event == "Merge Request Hook":
+        mr = field(body, "object_attributes")
+        action = str(mr.get("action") or "")
+        changes = body.get("changes") or {}
+        if action == "update" and "labels" in changes:
+            return [_labeled(body, mr, changes["labels"])]
+        return [_merge_request(body, mr, ACTIONS.get(action, action))]
+    if event == "Note Hook":
+        if "merge_request" not in body:
+            return []
+        event_ = _merge_request(body, field(body, "merge_request"), "comment")
+        note = str(field(body, "object_attributes", "note"))
+        return [TriggerEvent(**{**event_.__dict__, "extra": {**event_.extra, "comment": note}})]
+    return []

@@ -1,0 +1,103 @@
+"""Webhooks, stored before anything else happens (seed 003: events are persisted first).
+
+The web face checks a delivery's signature, then calls :func:`store`: the
+raw event (driver, event type, delivery id, body) goes into the
+connection's event queue together with a marker of its delivery id, in ONE
+transaction. A forge that delivers the same id again (a retry, a replay)
+finds the marker and nothing is stored twice. Only then does the web face
+answer 2xx and nudge the connection hop, which turns the raw event into
+trigger events (:func:`translate`, by driver).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.drivers.github import events as github
+from scheduler.drivers.gitlab import events as gitlab
+from scheduler.settings import ConnectionSettings
+from scheduler.wire.events import MalformedEventError, TriggerEvent
+from scheduler.zk import deliveries
+from scheduler.zk.client import ZooKeeperClient
+
+WEBHOOK = "webhook"
+TRANSLATORS = {"github": github.translate, "gitlab": gitlab.translate}
+# Event types each driver stores; the others are acknowledged and ignored.
+STORED = {"github": github.STORED, "gitlab": gitlab.STORED}
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    driver: str
+    event: str
+    delivery: str
+    body: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": WEBHOOK,
+            "driver": self.driver,
+            "event": self.event,
+            "delivery": self.delivery,
+            "received": time.time(),
+            "body": dict(self.body),
+        }
+
+
+def store(client: ZooKeeperClient, connection: str, delivery: WebhookDelivery) -> bool:
+    """Queue the delivery once; False if its id was stored before."""
+    return deliveries.store_once(client, connection, delivery.delivery, delivery.to_dict())
+
+
+def is_webhook(payload: Mapping[str, Any]) -> bool:
+    return payload.get("type") == WEBHOOK
+
+
+def translate(payload: Mapping[str, Any], api: Any = None) -> list[TriggerEvent]:
+    """The trigger events of a stored webhook (none for what the driver ignores).
+
+    With ``api`` (the connection's forge client), events about a pull or
+    merge request carry its current state, as pipeline requirements need.
+    """
+    driver = str(payload.get("driver", ""))
+    body = payload.get("body")
+    if driver not in TRANSLATORS or not isinstance(body, Mapping):
+        raise MalformedEventError(f"webhook of driver {driver!r} without a body")
+    event = str(payload.get("event", ""))
+    try:
+        return TRANSLATORS[driver](event, body, api)
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        if isinstance(exc, MalformedEventError):
+            raise
+        # a body of the right event type with fields of the wrong shape: refused,
+        # so it is logged and acknowledged and never wedges the connection queue
+        raise MalformedEventError(
+            f"{driver} {event} webhook: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def translator(
+    connection: ConnectionSettings | None,
+) -> Callable[[Mapping[str, Any]], list[TriggerEvent]]:
+    """:func:`translate` with the connection's API client when it has one configured."""
+    api = forge_api(connection)
+    return lambda payload: translate(payload, api)
+
+
+def forge_api(connection: ConnectionSettings | None) -> Any:
+    """The connection's forge client, if it has credentials; else None."""
+    if connection is None:
+        return None
+    options = connection.options
+    if connection.driver == "github" and (options.get("api_token") or options.get("app_id")):
+        from scheduler.drivers.github.api import GitHubApi
+
+        return GitHubApi(connection)
+    if connection.driver == "gitlab" and options.get("api_token"):
+        from scheduler.drivers.gitlab.api import GitLabApi
+
+        return GitLabApi(connection)
+    return None

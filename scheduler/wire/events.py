@@ -1,0 +1,239 @@
+"""Every event that moves between Sluice's event queues: frozen dataclasses, one decoder.
+
+An event queue (``scheduler.zk.event_queue``) holds JSON mappings with a
+``type``. Whoever puts an event builds one of these classes and puts its
+``to_dict()``; whoever reads one calls :func:`decode`, the only place that
+turns a queued mapping back into an event. A mapping that fits no class
+raises :class:`MalformedEventError` naming what is wrong, and the reader
+logs it with the event's path and acknowledges it: a bad event never wedges
+a queue.
+
+* ``ref-updated`` and other forge events: :class:`TriggerEvent`, put by
+  drivers, read by the connection and tenant hops
+  (``scheduler/processing/forwarding.py``);
+* ``enqueue``, ``dequeue``, ``promote``: :class:`~scheduler.manager.events.Enqueue`
+  and its siblings, put by the ``sluice`` CLI and the tenant hop, read by
+  the pipeline pass;
+* ``reconfigure``: :class:`ReconfigureEvent`, put by a pipeline pass or the
+  sweep, read by ``sluice.merger.reconfigure``;
+* ``request-started``, ``-paused``, ``-completed``:
+  :class:`~scheduler.zk.job_requests.RequestMessage`, put by the job request
+  queues, read by the pipeline pass.
+
+The wire form keeps the keys events always had, so events queued by an
+earlier version still decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from scheduler.manager.events import Dequeue, Enqueue, MalformedEventError, Promote
+from scheduler.model.change import Change
+from scheduler.zk.job_requests import RequestEvent, RequestMessage
+
+__all__ = [
+    "Dequeue",
+    "Enqueue",
+    "MalformedEventError",
+    "Promote",
+    "ReconfigureEvent",
+    "RequestMessage",
+    "TriggerEvent",
+    "WireEvent",
+    "decode",
+    "decode_as",
+    "decode_management",
+]
+
+# The trigger event types of the git driver (Zuul's names); drivers add theirs.
+TRIGGER_TYPES = frozenset({"ref-updated", "ref-created", "ref-deleted"})
+# Events of a ref that moved (git, GitHub and GitLab pushes): nothing to merge.
+REF_UPDATES = frozenset({"ref-updated", "push", "gl_push"})
+
+
+@dataclass(frozen=True)
+class TriggerEvent:
+    """Something happened in a repository (a forge's event, normalised).
+
+    ``connection`` and ``event_id`` are set by the connection hop (the
+    connection whose queue held it, the id of the queued event); ``extra``
+    keeps what a driver adds beyond these fields.
+    """
+
+    type: str
+    project: str
+    connection: str = ""
+    branch: str = ""
+    ref: str = ""
+    oldrev: str = ""
+    newrev: str = ""
+    deleted: bool = False
+    event_id: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {**self.extra, "type": self.type, "project": self.project}
+        for key in ("connection", "branch", "ref", "oldrev", "newrev", "event_id"):
+            value = getattr(self, key)
+            if value:
+                data[key] = value
+        if self.deleted:
+            data["deleted"] = True
+        return data
+
+    def change(self) -> Change:
+        """The change it enqueues: a branch update, or a proposed ref (with what it needs)."""
+        needs = tuple(
+            Change.from_dict({**dict(n), "connection": n.get("connection") or self.connection})
+            for n in self.extra.get("needs") or ()
+            if isinstance(n, Mapping)
+        )
+        return Change(
+            connection=self.connection,
+            project=self.project,
+            branch=self.branch,
+            ref=self.ref or self.branch,
+            commit=self.newrev,
+            is_branch_update=self.type in REF_UPDATES,
+            needs=needs,
+        )
+
+
+@dataclass(frozen=True)
+class ReconfigureEvent:
+    """A tenant's layout should be rebuilt (``why``: what asked)."""
+
+    why: str
+    time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "reconfigure", "why": self.why, "time": self.time}
+
+
+WireEvent = TriggerEvent | Enqueue | Dequeue | Promote | ReconfigureEvent | RequestMessage
+
+
+def _text(data: Mapping[str, Any], key: str, *, required: bool = True) -> str:
+    value = data.get(key, "")
+    if value is None:
+        value = ""
+    if not isinstance(value, str) or (required and not value):
+        raise MalformedEventError(f"'{key}' must be a non-empty string, got {value!r}")
+    return value
+
+
+def _change(raw: object, keys: tuple[str, ...] = ("branch",)) -> Change:
+    if not isinstance(raw, Mapping):
+        raise MalformedEventError(f"'change' must be a mapping, got {raw!r}")
+    for key in ("connection", "project", "ref", *keys):
+        _text(raw, key)
+    return Change.from_dict(dict(raw))
+
+
+def _ids(data: Mapping[str, Any]) -> dict[str, str]:
+    return {k: _text(data, k, required=False) for k in ("event_id", "result_id", "pipeline")}
+
+
+def _enqueue(data: Mapping[str, Any]) -> WireEvent:
+    return Enqueue(_change(data.get("change")), **_ids(data))
+
+
+def _dequeue(data: Mapping[str, Any]) -> WireEvent:
+    # A dequeue may leave the branch empty: any target branch of the ref.
+    return Dequeue(_change(data.get("change"), keys=()), **_ids(data))
+
+
+def _promote(data: Mapping[str, Any]) -> WireEvent:
+    raw = data.get("changes")
+    if not isinstance(raw, list) or not raw:
+        raise MalformedEventError(f"'changes' must be a non-empty list, got {raw!r}")
+    # Like a dequeue, a change may leave the branch empty: any target branch of the ref.
+    return Promote(tuple(_change(one, keys=()) for one in raw), **_ids(data))
+
+
+def _reconfigure(data: Mapping[str, Any]) -> WireEvent:
+    moment = data.get("time", 0.0)
+    if not isinstance(moment, int | float):
+        raise MalformedEventError(f"'time' must be a number, got {moment!r}")
+    return ReconfigureEvent(_text(data, "why", required=False), float(moment))
+
+
+def _request(data: Mapping[str, Any]) -> WireEvent:
+    return RequestMessage(
+        RequestEvent(data["type"]),
+        _text(data, "queue"),
+        _text(data, "request"),
+        _text(data, "buildset", required=False),
+        _text(data, "job", required=False),
+        _text(data, "worker", required=False),
+    )
+
+
+_TRIGGER_KEYS = ("type", "event", "project", "connection", "branch", "ref", "oldrev", "newrev")
+
+
+def _trigger(data: Mapping[str, Any]) -> WireEvent:
+    known = {*_TRIGGER_KEYS, "deleted", "event_id"}
+    return TriggerEvent(
+        type=_text(data, "type"),
+        project=_text(data, "project"),
+        connection=_text(data, "connection", required=False),
+        branch=_text(data, "branch", required=False),
+        ref=_text(data, "ref", required=False),
+        oldrev=_text(data, "oldrev", required=False),
+        newrev=_text(data, "newrev", required=False),
+        deleted=bool(data.get("deleted", False)),
+        event_id=_text(data, "event_id", required=False),
+        extra={k: v for k, v in data.items() if k not in known},
+    )
+
+
+_DECODERS: dict[str, Callable[[Mapping[str, Any]], WireEvent]] = {
+    "enqueue": _enqueue,
+    "dequeue": _dequeue,
+    "promote": _promote,
+    "reconfigure": _reconfigure,
+    **{kind.value: _request for kind in RequestEvent},
+}
+
+
+def decode(payload: Mapping[str, Any]) -> WireEvent:
+    """The event a queued mapping holds; :class:`MalformedEventError` if none fits."""
+    kind = payload.get("type")
+    if kind is None and isinstance(payload.get("event"), str):
+        payload = {**payload, "type": payload["event"]}  # the git driver's older spelling
+        kind = payload["type"]
+    if not isinstance(kind, str) or not kind:
+        raise MalformedEventError(f"event without a type: {dict(payload)!r}")
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        if kind in TRIGGER_TYPES or "project" in payload:
+            decoder = _trigger
+        else:
+            raise MalformedEventError(f"unknown event type {kind!r}")
+    try:
+        return decoder(payload)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise MalformedEventError(f"{kind} event: {exc}") from None
+
+
+E = TypeVar("E")
+
+
+def decode_as(payload: Mapping[str, Any], kind: type[E]) -> E:
+    """:func:`decode`, and the event must be a ``kind`` (else MalformedEventError)."""
+    event = decode(payload)
+    if not isinstance(event, kind):
+        raise MalformedEventError(f"expected a {kind.__name__}, got a {type(event).__name__}")
+    return event
+
+
+def decode_management(payload: Mapping[str, Any]) -> Enqueue | Dequeue | Promote:
+    """:func:`decode`, and the event must be a management event."""
+    event = decode(payload)
+    if not isinstance(event, Enqueue | Dequeue | Promote):
+        raise MalformedEventError(f"expected a management event, got a {type(event).__name__}")
+    return event

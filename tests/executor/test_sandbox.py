@@ -1,0 +1,77 @@
+"""The bubblewrap prefix: own build writable, state dir hidden, secret files read empty."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scheduler.settings import load_settings
+from workers.executor.sandbox import bwrap_prefix
+from workers.executor.service import secret_files
+from workers.executor.workspace import BuildLayout, create_folders
+
+
+@pytest.fixture
+def secret() -> Iterator[Path]:
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is not installed (make bootstrap installs it)")
+    path = Path("/var/tmp") / f"sluice-test-key-{uuid.uuid4().hex}"  # outside /tmp
+    path.write_text("PRIVATE KEY\n")
+    yield path
+    path.unlink()
+
+
+def run(prefix: list[str], *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*prefix, *command], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+def test_secret_files_read_empty_and_only_the_build_is_writable(
+    tmp_path: Path, secret: Path
+) -> None:
+    state = tmp_path / "state"
+    layout = BuildLayout.for_build(state, "b1")
+    create_folders(layout)
+    other = BuildLayout.for_build(state, "b2")
+    create_folders(other)
+    (other.root / "theirs.txt").write_text("theirs\n")
+    prefix = bwrap_prefix(layout, state, hidden=[secret])
+    assert run(prefix, "/bin/cat", str(secret)).stdout == ""
+    assert run([], "/bin/cat", str(secret)).stdout == "PRIVATE KEY\n"  # outside, it is there
+    assert run(prefix, "/bin/cat", str(other.root / "theirs.txt")).returncode != 0
+    mine = layout.root / "home" / "mine.txt"
+    assert run(prefix, "/bin/sh", "-c", f"echo mine > {mine}").returncode == 0
+    assert mine.read_text() == "mine\n"
+    assert run(prefix, "/bin/sh", "-c", f"echo x > {secret}").returncode != 0
+    assert secret.read_text() == "PRIVATE KEY\n"
+
+
+def test_passwords_and_keys_the_settings_name_are_hidden_from_jobs(tmp_path: Path) -> None:
+    """``secret_files``: what a sandboxed job reads as empty (sluice.yaml, the files it names)."""
+    for name in ("keystore.password", "broker.password", "flower.users"):
+        (tmp_path / name).write_text("hunter2\n")
+    config = tmp_path / "sluice.yaml"
+    config.write_text(
+        "keystore:\n"
+        "  password_file: keystore.password\n"
+        "broker:\n"
+        "  password_file: broker.password\n"
+        "flower:\n"
+        "  basic_auth_file: flower.users\n"
+        "zookeeper:\n"
+        "  hosts: 127.0.0.1:2281\n"
+        "  tls:\n"
+        f"    ca: {tmp_path / 'ca.pem'}\n"
+        f"    cert: {tmp_path / 'client.pem'}\n"
+        f"    key: {tmp_path / 'client.key'}\n"
+    )
+    hidden = {p.resolve() for p in secret_files(load_settings(config, environ={}))}
+    wanted = {"sluice.yaml", "keystore.password", "ca.pem", "client.pem", "client.key"}
+    wanted |= {"broker.password", "flower.users"}
+    assert {tmp_path / name for name in wanted} <= hidden

@@ -1,0 +1,194 @@
+"""The house's import rules (DESIGN.md, "Which way imports run"), checked on the source.
+
+Every import counts, also those inside functions: a lazy import that only
+dodges a circle is still a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("scheduler", "workers", "tasks", "web", "cli")
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:`` (never imported at run time)."""
+    found: list[ast.AST] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending.extend(node.orelse)
+            continue
+        found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the project modules and third-party top-level names it imports."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                # "from package import module" imports the module; else the package
+                named = [f"{base}.{alias.name}" for alias in node.names]
+                targets = [t for t in named if t in modules] or [base]
+            else:
+                continue
+            for target in targets:
+                if target in modules:
+                    edges[name].add(target)
+                elif target.split(".")[0] not in PACKAGES:
+                    edges[name].add(target.split(".")[0])
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in edges.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in list(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+# The ZooKeeper layer imports nothing of the project but these leaves
+# (the error tree, the settings it connects with, process-local values,
+# the key pairs that the keystore stores encrypted).
+ZK_MAY_IMPORT = (
+    "scheduler.zk",
+    "scheduler.errors",
+    "scheduler.settings",
+    "scheduler.settings_yaml",
+    "scheduler.exposure",
+    "scheduler.processlocal",
+    "scheduler.crypto",
+)
+# The settings are three leaves that may use one another: the settings, the
+# reader of sluice.yaml, and the broker URL helpers that complete them.
+SETTINGS_LEAVES = {"scheduler.settings", "scheduler.settings_yaml", "scheduler.exposure"}
+
+MODULES = _modules()
+EDGES = _imports(MODULES)
+
+
+def _project_edges(group: int | None) -> dict[str, set[str]]:
+    """Edges between project modules, or between their first ``group`` name parts."""
+
+    def key(name: str) -> str:
+        return name if group is None else ".".join(name.split(".")[:group])
+
+    collapsed: dict[str, set[str]] = defaultdict(set)
+    for source, targets in EDGES.items():
+        for target in targets:
+            if target in MODULES and key(source) != key(target):
+                collapsed[key(source)].add(key(target))
+    return collapsed
+
+
+def test_no_module_imports_itself_in_a_circle() -> None:
+    assert _cycles(_project_edges(None)) == []
+
+
+def test_no_subpackage_imports_itself_in_a_circle() -> None:
+    # scheduler.layouts -> scheduler.processing -> scheduler.layouts is a circle too
+    assert _cycles(_project_edges(2)) == []
+
+
+FACE_ENTRIES = {("cli.commands.web", "web.app")}
+
+
+def _offenders(rule: str) -> list[str]:
+    bad = []
+    for source, targets in sorted(EDGES.items()):
+        for target in sorted(targets):
+            if _breaks(rule, source, target):
+                bad.append(f"{source} imports {target}")
+    return bad
+
+
+def _breaks(rule: str, source: str, target: str) -> bool:
+    top_source, top_target = source.split(".", maxsplit=1)[0], target.split(".", maxsplit=1)[0]
+    if rule == "zk-leaf":
+        inside = source.startswith("scheduler.zk")
+        return inside and target in MODULES and not target.startswith(ZK_MAY_IMPORT)
+    if rule == "kazoo":
+        return top_target == "kazoo" and not source.startswith("scheduler.zk")
+    if rule == "faces":
+        # nothing imports the faces (tasks/, web/, cli/) but the face itself,
+        # and the command that serves a face (`sluice web` runs web.app)
+        if (source, target) in FACE_ENTRIES:
+            return False
+        return top_target in ("tasks", "web", "cli") and top_source != top_target
+    if rule == "brain":
+        return top_source == "scheduler" and top_target == "workers"
+    raise AssertionError(rule)
+
+
+def test_zookeeper_layer_is_a_leaf() -> None:
+    assert _offenders("zk-leaf") == []
+
+
+def test_what_the_zookeeper_layer_may_import_are_leaves() -> None:
+    for leaf in ZK_MAY_IMPORT[1:]:
+        allowed = {"scheduler.errors"} | (SETTINGS_LEAVES if leaf in SETTINGS_LEAVES else set())
+        assert {t for t in EDGES[leaf] if t in MODULES} <= allowed, leaf
+
+
+def test_only_the_zookeeper_layer_imports_kazoo() -> None:
+    assert _offenders("kazoo") == []
+
+
+def test_nothing_imports_the_faces() -> None:
+    assert _offenders("faces") == []
+
+
+def test_the_scheduler_never_imports_the_workers() -> None:
+    assert _offenders("brain") == []

@@ -1,0 +1,76 @@
+"""Running a job's executables in bubblewrap (``executor.sandbox: bwrap``).
+
+A job sees the host read-only and only its own build writable: its
+workspace (checkouts, ``HOME``, ``TMPDIR``, vars and result files) and its
+log folder. Everything else under the worker's state dir (other builds'
+workspaces and logs, the SQL database, the stack's files) is hidden behind
+an empty tmpfs; the merger's repo cache stays readable because the
+checkouts borrow its objects. The worker's secrets are hidden too:
+``sluice.yaml`` and every key, certificate and CA file it names (ZooKeeper
+TLS, JWT public keys) read as empty. The job gets its own PID, IPC and UTS
+namespaces and dies with the runner.
+
+The reaper (``reaper.py``) starts ``bwrap ... -- EXECUTABLE``, so timeouts,
+cancels and the clean-up of a step's tree work as without a sandbox.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from workers.executor.errors import WorkspaceError
+from workers.executor.workspace import BuildLayout
+
+SANDBOXES = ("none", "bwrap")
+
+
+def bwrap_path() -> str:
+    found = shutil.which("bwrap")
+    if found is None:
+        raise WorkspaceError(
+            "executor.sandbox is bwrap but bubblewrap is not installed (Debian: bubblewrap)"
+        )
+    return found
+
+
+def bwrap_prefix(
+    layout: BuildLayout,
+    state_dir: Path,
+    *,
+    readable: Iterable[Path] = (),
+    hidden: Iterable[Path] = (),
+) -> list[str]:
+    """The argv that runs an executable inside the build's sandbox (ends with ``--``)."""
+    argv = [
+        bwrap_path(),
+        "--die-with-parent",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--ro-bind", "/", "/",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--tmpfs", "/tmp",
+        "--tmpfs", str(state_dir),
+    ]  # fmt: skip
+    for path in readable:
+        if path.exists():
+            argv += ["--ro-bind", str(path), str(path)]
+    for path in (layout.root, layout.log_dir):
+        argv += ["--bind", str(path), str(path)]
+    argv += _hide(hidden, state_dir)
+    return [*argv, "--"]
+
+
+def _hide(paths: Iterable[Path], state_dir: Path) -> Sequence[str]:
+    argv: list[str] = []
+    for path in paths:
+        if not path.exists() or path.is_relative_to(state_dir):
+            continue  # absent, or already behind the state dir's tmpfs
+        if path.is_dir():
+            argv += ["--tmpfs", str(path)]
+        else:
+            argv += ["--ro-bind", "/dev/null", str(path)]
+    return argv

@@ -101,7 +101,9 @@ class Repos:
             # branch checked out: update that worktree instead of refusing.
             self.git(project, "config", "receive.denyCurrentBranch", "updateInstead")
         elif base:
-            self.git(project, "checkout", "-q", "-B", branch, base)
+            # committed detached, the branch set after: a poller never sees
+            # the branch at ``base`` (one push moves a ref once)
+            self.git(project, "checkout", "-q", "--detach", base)
         else:
             self.git(project, "checkout", "-q", branch)
         for name, text in files.items():
@@ -112,6 +114,8 @@ class Repos:
                 target.chmod(0o755)
         self.git(project, "add", "-A")
         self.git(project, "commit", "-q", "-m", message or f"update {branch}")
+        if base:
+            self.git(project, "checkout", "-q", "-B", branch)
         return self.git(project, "rev-parse", "HEAD")
 
 

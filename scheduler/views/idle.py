@@ -11,8 +11,8 @@ runs on a hot path.
 
 from __future__ import annotations
 
-from scheduler.state.store import PipelineStore
-from scheduler.zk import flags, inventory, paths
+from scheduler.state import codec
+from scheduler.zk import doctree, flags, inventory, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequestQueue
@@ -64,24 +64,52 @@ def pipelines_to_process(client: ZooKeeperClient) -> list[tuple[str, str]]:
     ]
 
 
+def items_in(client: ZooKeeperClient, tenant: str, pipeline: str) -> int:
+    """How many items the pipeline document lists (one get; no item is read)."""
+    tree = doctree.DocTree(codec.root_path(tenant, pipeline))
+    root = doctree.get_many(client, tree, [tree.root]).get(tree.root)
+    return 0 if root is None else len(codec.item_paths(tenant, pipeline, root))
+
+
 def pending_work(client: ZooKeeperClient) -> list[str]:
-    """What is still pending, one line each; empty when the system is idle."""
+    """What is still pending, one line each; empty when the system is idle.
+
+    Its cost does not grow with the history: a stat per queue, a get per
+    pipeline document (not its items) and three stats per request queue
+    (:meth:`~scheduler.zk.job_requests.JobRequestQueue.active_count`), so
+    ``sluice wait --idle`` can poll it.
+    """
     found = [f"events of connection {c}" for c in connections_with_events(client)]
-    found += [f"events of tenant {t}" for t in tenants_with_events(client)]
-    found += [f"reconfiguration of tenant {t}" for t in tenants_to_reconfigure(client)]
-    found += [f"pipeline {t}/{p} to process" for t, p in pipelines_to_process(client)]
-    store = PipelineStore(client)
-    for tenant in inventory.tenants(client):
+    tenants = inventory.tenants(client)
+    found += [
+        f"events of tenant {t}"
+        for t in tenants
+        if _events(client, paths.tenant_management_queue(t), paths.tenant_trigger_queue(t))
+    ]
+    found += [
+        f"reconfiguration of tenant {t}"
+        for t in tenants
+        if _events(client, paths.tenant_reconfigure_queue(t))
+    ]
+    for tenant in tenants:
         for pipeline in inventory.pipelines(client, tenant):
-            items = store.state(tenant, pipeline, store.read(tenant, pipeline)).items
+            if _pipeline_events(client, tenant, pipeline) or any(
+                flags.is_raised(client, flag)
+                for flag in (
+                    paths.pipeline_dirty(tenant, pipeline),
+                    paths.pipeline_report_retry(tenant, pipeline),
+                )
+            ):
+                found.append(f"pipeline {tenant}/{pipeline} to process")
+            items = items_in(client, tenant, pipeline)
             if items:
-                found.append(f"{len(items)} item(s) in pipeline {tenant}/{pipeline}")
+                found.append(f"{items} item(s) in pipeline {tenant}/{pipeline}")
     roots = {"merger": paths.merger_queue(), "executor": paths.executor_queue()}
     roots.update(
         {f"executor zone {z}": paths.executor_queue(z) for z in inventory.executor_zones(client)}
     )
     for name, root in roots.items():
-        active = JobRequestQueue(client, root).active()
+        active = JobRequestQueue(client, root).active_count()
         if active:
-            found.append(f"{len(active)} {name} request(s) not completed")
+            found.append(f"{active} {name} request(s) not completed")
     return found

@@ -40,6 +40,7 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -125,6 +126,24 @@ def _start(kazoo: KazooClient, settings: ZooKeeperSettings, what: str) -> None:
     raise CallTimeoutError(message) from None
 
 
+class RequestCount:
+    """Requests one thread sent while counting (:meth:`ZooKeeperClient.counting_requests`)."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.calls: list[tuple[str, str]] = []  # (request type, path)
+
+    @property
+    def total(self) -> int:
+        return len(self.calls)
+
+    def by_type(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for kind, _ in self.calls:
+            found[kind] = found.get(kind, 0) + 1
+        return found
+
+
 class ZooKeeperClient:
     """A started, chrooted kazoo client with deadlines, state tracking and a watchdog."""
 
@@ -141,7 +160,36 @@ class ZooKeeperClient:
         self._watchdog: threading.Thread | None = None
         # Ephemeral nodes a failed call may have left behind: (parent, name prefix).
         self._leftovers: set[tuple[str, str]] = set()
+        self._counts: list[RequestCount] = []
         kazoo.add_listener(self._on_state)
+
+    @contextlib.contextmanager
+    def counting_requests(self) -> Iterator[RequestCount]:
+        """Count the requests the calling thread sends (tests and benchmarks).
+
+        A multi counts once, as ZooKeeper counts it. Wraps kazoo's one entry
+        point for requests (its private ``_call``) while any count is open.
+        """
+        count = RequestCount()
+        if not self._counts:
+            original = self.kazoo._call  # kazoo's request entry point (private)
+
+            def counted(request: Any, async_object: Any) -> Any:
+                for open_count in self._counts:
+                    if open_count.thread == threading.get_ident():
+                        path = getattr(request, "path", "")
+                        open_count.calls.append((type(request).__name__, str(path)))
+                return original(request, async_object)
+
+            setattr(self.kazoo, "_call", counted)  # noqa: B010 (a method, replaced per instance)
+        self._counts.append(count)
+        try:
+            yield count
+        finally:
+            self._counts.remove(count)
+            if not self._counts:
+                with contextlib.suppress(AttributeError):
+                    delattr(self.kazoo, "_call")  # the class's method again
 
     # ------------------------------------------------------------ state
 

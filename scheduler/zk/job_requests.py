@@ -289,10 +289,60 @@ class JobRequestQueue:
         return self.get_result(uuid)
 
     def remove(self, uuid: str) -> None:
-        """Delete everything of one request (the submitter is done with it)."""
+        """Delete everything of one request (the submitter is done with it).
+
+        The request and its result marker go in one transaction, so the
+        queue never holds a marker without its request (:meth:`active_count`
+        counts their difference); the rest follows.
+        """
+        for _ in range(3):
+            if self._remove_request_and_marker(uuid):
+                break
         for child in ("requests", "params", "result-data", "results", "waiters"):
             with contextlib.suppress(NoNodeError):
                 self.client.delete_tree(self._path(child, uuid))
+
+    def _remove_request_and_marker(self, uuid: str) -> bool:
+        request = self._path("requests", uuid)
+        try:
+            flags = self.client.get_children(request)
+        except NoNodeError:
+            return True  # gone already (the marker, if any, is deleted after)
+        txn = Transaction(self.client)
+        for flag in flags:  # cancel, resume
+            txn.delete(paths.join(request, flag))
+        txn.delete(request)
+        if self.client.exists(self._path("results", uuid)) is not None:
+            txn.delete(self._path("results", uuid))
+        try:
+            txn.commit()
+        except OpFailedError:
+            return False  # a flag or the marker came or went meanwhile: look again
+        return True
+
+    def active_count(self) -> int:
+        """How many requests are not COMPLETED, in three stats (``sluice wait --idle``).
+
+        Every COMPLETED request has its ``results/<uuid>`` marker (created in
+        the completing transaction, deleted with the request), so the count
+        is requests minus markers. The markers' child version is read before
+        and after the requests' count: equal, no request completed or went
+        away in between and the difference is exact; else it is read again.
+        """
+        requests = paths.request_child(self.root, "requests")
+        results = paths.request_child(self.root, "results")
+        for _ in range(5):
+            before = self.client.exists(results)
+            counted = self.client.exists(requests)
+            after = self.client.exists(results)
+            if counted is None:
+                return 0
+            markers = 0 if after is None else int(after.numChildren)
+            if (before is None) == (after is None) and (
+                before is None or before.cversion == after.cversion
+            ):
+                return max(0, int(counted.numChildren) - markers)
+        return len(self.active())  # completions all along: count them one by one
 
     # ------------------------------------------------------------ worker side
 

@@ -1,0 +1,62 @@
+"""``sluice wait --idle`` costs a few requests, however long the history.
+
+:func:`~scheduler.views.idle.pending_work` used to read every request a
+queue kept (completed ones stay a day) and every pipeline's whole state: its
+cost grew with the history. Now a request queue is three stats
+(``active_count``) and a pipeline its queues' stats, two flags and its
+document. Counted with the client's own request counter.
+"""
+
+from __future__ import annotations
+
+from scheduler.views.idle import pending_work
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.job_requests import JobRequestQueue
+from tests.zk.test_job_requests import RESULTS, new_request
+
+
+def finished(queue: JobRequestQueue, count: int) -> None:
+    for _ in range(count):
+        request = queue.submit(new_request(), {})
+        claimed = queue.claim(request.uuid, "worker-1")
+        assert claimed is not None
+        assert queue.complete(claimed, {"result": "SUCCESS"})
+    results = EventQueue(queue.client, RESULTS)  # the pipeline took its events
+    for event in results.read():
+        results.ack(event)
+
+
+def test_active_count_is_requests_minus_result_markers(zk: ZooKeeperClient) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    assert queue.active_count() == 0
+    finished(queue, 3)
+    waiting = queue.submit(new_request(), {})
+    running = queue.submit(new_request(), {})
+    claimed = queue.claim(running.uuid, "worker-1")
+    assert claimed is not None
+    assert queue.active_count() == len(queue.active()) == 2
+    assert queue.complete(claimed, {"result": "SUCCESS"})
+    queue.remove(claimed.request.uuid)  # the request and its marker go together
+    assert zk.exists(paths.request_child(queue.root, "results", running.uuid)) is None
+    assert queue.active_count() == len(queue.active()) == 1
+    queue.remove(waiting.uuid)
+    assert queue.active_count() == 0
+
+
+def test_waiting_for_idle_costs_the_same_after_a_long_history(zk: ZooKeeperClient) -> None:
+    merger = JobRequestQueue(zk, paths.merger_queue())
+    executor = JobRequestQueue(zk, paths.executor_queue())
+    finished(merger, 2)
+    finished(executor, 2)
+    with zk.counting_requests() as short:
+        assert pending_work(zk) == []
+    finished(merger, 20)
+    finished(executor, 40)
+    with zk.counting_requests() as long:
+        assert pending_work(zk) == []
+    assert long.total == short.total <= 25, long.by_type()  # 21: one tenant, one pipeline
+    pending = executor.submit(new_request(), {})
+    assert pending_work(zk) == ["1 executor request(s) not completed"]
+    executor.remove(pending.uuid)

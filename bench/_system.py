@@ -107,7 +107,7 @@ class Phase:
 
     def use_environment(self) -> None:
         """Point this process's settings (``load_settings``, dispatch) at the phase."""
-        for key in [k for k in os.environ if k.startswith("SLUICE_")]:
+        for key in [k for k in os.environ if k.startswith("SLUICE_") and k != "SLUICE_ZK_TRACE"]:
             del os.environ[key]
         os.environ.update(self.system.env())
 

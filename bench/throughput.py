@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import signal
 import statistics
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,12 +71,13 @@ from scheduler.processing.environment import Environment, NewRequest
 from scheduler.settings import load_settings
 from scheduler.state.store import PipelineStore
 from scheduler.zk import context as zk_context
-from scheduler.zk import paths
+from scheduler.zk import paths, trace
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue, JobResult
 from scheduler.zk.ledger import TxnLedger
 from scheduler.zk.management import wait_for_result
+from scheduler.zk.trace import TRACE_ENV
 from tests.fixtures.waiting import wait_until
 from tests.scheduler.world import Formats
 
@@ -249,6 +252,15 @@ def start_workers(check: CheckSystem, executors: int = 1, sweep: str = "") -> No
 # ------------------------------------------------------------------- 1. throughput
 
 
+def traced_requests() -> Counter[str]:
+    """Every process's traced requests so far (empty unless ``SLUICE_ZK_TRACE`` is set)."""
+    folder = os.environ.get(TRACE_ENV)
+    if not folder:
+        return Counter()
+    time.sleep(2.5 * trace.FLUSH_SECONDS)  # every process has written its latest counts
+    return trace.summed(Path(folder))
+
+
 def throughput_run(services: Services, changes: int, jobs: int) -> dict[str, Any]:
     check = check_system(services, f"check-{changes}x{jobs}-{uuid.uuid4().hex[:6]}", changes, jobs)
     try:
@@ -264,6 +276,7 @@ def throughput_run(services: Services, changes: int, jobs: int) -> dict[str, Any
             for role in ("scheduler", "merger", "executor")
         }
         role_before = {role: cpu_seconds(p) for role, p in roles.items()}
+        traced_before = traced_requests()
         before = services.mntr()
         cpu_before = cpu_seconds(pids)
         service_cpu_before = cpu_seconds(services.pids())
@@ -271,6 +284,7 @@ def throughput_run(services: Services, changes: int, jobs: int) -> dict[str, Any
         sent = check.enqueue(refs)
         check.wait_reported(refs)
         after = services.mntr()
+        traced = traced_requests() - traced_before
         cpu_after = cpu_seconds(pids)
         role_after = {role: cpu_seconds(p) for role, p in roles.items()}
         service_cpu_after = cpu_seconds(services.pids())
@@ -290,6 +304,10 @@ def throughput_run(services: Services, changes: int, jobs: int) -> dict[str, Any
     span = max(ends) - started
     count = len(measured)
     packets = after[PACKETS_IN] - before[PACKETS_IN] - 1
+    if traced:
+        print(f"ZooKeeper requests per build by kind and path ({TRACE_ENV}):")
+        for key, n in traced.most_common(40):
+            print(f"  {n / count:6.2f}  {key}")
     return {
         "changes": len(refs),
         "jobs": jobs,
@@ -554,9 +572,12 @@ def recovery_run(services: Services) -> dict[str, float]:
                     continue
             return None
 
-        job = wait_until(running_pid, 60, "a build to be running")
-        assert job is not None
-        victim = next(w for w in executors if _descends_from(job, w.pid))
+        wait_until(running_pid, 60, "a build to be running")
+        # the job's own $$ is its sandbox's pid: find its sleep among the hosts' processes
+        victim = wait_until(
+            lambda: next((w for w in executors if _runs_sleep(w.pid)), None), 10, "its executor"
+        )
+        assert victim is not None
         killed = time.time()
         victim.kill(signal.SIGKILL)
         check.wait_reported(check.refs, timeout=120)
@@ -573,6 +594,20 @@ def recovery_run(services: Services) -> dict[str, float]:
         "sweep_interval_s": 1.0,
         "job_seconds": 2.0,
     }
+
+
+def _runs_sleep(ancestor: int) -> bool:
+    """Whether a ``sleep`` process (the slow job's) runs under ``ancestor``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if comm == "sleep" and _descends_from(int(entry.name), ancestor):
+            return True
+    return False
 
 
 def _descends_from(pid: int, ancestor: int) -> bool:

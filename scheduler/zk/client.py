@@ -60,6 +60,7 @@ from scheduler.errors import SluiceError
 from scheduler.processlocal import ProcessLocal
 from scheduler.settings import ZooKeeperSettings
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError, ZooKeeperUnavailableError
+from scheduler.zk.trace import RequestTrace, process_trace
 
 log = logging.getLogger(__name__)
 
@@ -161,35 +162,44 @@ class ZooKeeperClient:
         # Ephemeral nodes a failed call may have left behind: (parent, name prefix).
         self._leftovers: set[tuple[str, str]] = set()
         self._counts: list[RequestCount] = []
+        self._trace: RequestTrace | None = None
         kazoo.add_listener(self._on_state)
 
     @contextlib.contextmanager
     def counting_requests(self) -> Iterator[RequestCount]:
         """Count the requests the calling thread sends (tests and benchmarks).
 
-        A multi counts once, as ZooKeeper counts it. Wraps kazoo's one entry
-        point for requests (its private ``_call``) while any count is open.
+        A multi counts once, as ZooKeeper counts it.
         """
         count = RequestCount()
-        if not self._counts:
-            original = self.kazoo._call  # kazoo's request entry point (private)
-
-            def counted(request: Any, async_object: Any) -> Any:
-                for open_count in self._counts:
-                    if open_count.thread == threading.get_ident():
-                        path = getattr(request, "path", "")
-                        open_count.calls.append((type(request).__name__, str(path)))
-                return original(request, async_object)
-
-            setattr(self.kazoo, "_call", counted)  # noqa: B010 (a method, replaced per instance)
+        self._wrap_calls()
         self._counts.append(count)
         try:
             yield count
         finally:
             self._counts.remove(count)
-            if not self._counts:
-                with contextlib.suppress(AttributeError):
-                    delattr(self.kazoo, "_call")  # the class's method again
+
+    def trace(self, trace: RequestTrace) -> None:
+        """Add every request of this client to ``trace`` (``SLUICE_ZK_TRACE``)."""
+        self._trace = trace
+        self._wrap_calls()
+
+    def _wrap_calls(self) -> None:
+        """Route kazoo's one entry point for requests (its private ``_call``) through a count."""
+        if "_call" in vars(self.kazoo):
+            return  # wrapped already
+        original = self.kazoo._call
+
+        def counted(request: Any, async_object: Any) -> Any:
+            if self._trace is not None:
+                self._trace.add(request)
+            for open_count in self._counts:
+                if open_count.thread == threading.get_ident():
+                    path = getattr(request, "path", "")
+                    open_count.calls.append((type(request).__name__, str(path)))
+            return original(request, async_object)
+
+        setattr(self.kazoo, "_call", counted)  # noqa: B010 (a method, replaced per instance)
 
     # ------------------------------------------------------------ state
 
@@ -402,6 +412,9 @@ def connect(settings: ZooKeeperSettings) -> ZooKeeperClient:
     _ensure_root(settings)
     kazoo = _make_kazoo(settings, _hosts_with_chroot(settings))
     client = ZooKeeperClient(settings, kazoo)
+    trace = process_trace()
+    if trace is not None:
+        client.trace(trace)
     try:
         _start(kazoo, settings, "could not connect to")
     except SluiceError:

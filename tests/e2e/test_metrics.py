@@ -94,8 +94,16 @@ def test_metrics_during_a_run(system: SluiceSystem, exporter: str) -> None:
     assert _value(after, "sluice_build_duration_seconds_count") == 3
     items = [v for (n, _), v in after.items() if n == "sluice_pipeline_items"]
     assert sum(items) == 0
-    # events applied by pipeline passes and merges, timed by the processes that did them
-    assert (_value(after, "sluice_event_processing_seconds_count") or 0) >= 3
+
+    # events applied by pipeline passes and merges, timed by the processes that
+    # did them (each process writes its timings at most every 2 s: wait for it)
+    def timed() -> Samples:
+        samples = _scrape(exporter)
+        counted = (_value(samples, "sluice_event_processing_seconds_count") or 0) >= 3
+        merged = (_value(samples, "sluice_merge_duration_seconds_count") or 0) >= 1
+        return samples if counted and merged else {}
+
+    after = wait_until(timed, 30, "the workers' timings written")
     assert (_value(after, "sluice_event_processing_seconds_sum") or 0) > 0
     assert (_value(after, "sluice_merge_duration_seconds_count") or 0) >= 1
     assert _value(after, "sluice_merge_duration_seconds_bucket", le="+Inf") == _value(

@@ -59,6 +59,8 @@ task_queues = (
     Queue("merger"),
     Queue("executor"),
     Queue("maintenance"),
+    # image builders (seed 004, docs/nodes.md)
+    Queue("builder"),
 )
 task_routes = {f"{prefix}*": {"queue": queue} for prefix, queue in tasknames.QUEUES.items()}
 

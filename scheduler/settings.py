@@ -26,6 +26,7 @@ from typing import Any
 
 from scheduler import exposure
 from scheduler.errors import SettingsError
+from scheduler.image_settings import ImageSettings, read_images
 from scheduler.settings_yaml import SettingsReader, load_mapping, read_password_file, resolve_path
 
 CONFIG_ENV = "SLUICE_CONFIG"
@@ -233,6 +234,8 @@ class Settings:
     keystore: KeystoreSettings = field(default_factory=KeystoreSettings)
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     flower: FlowerSettings = field(default_factory=FlowerSettings)
+    # Disk images and their builders (scheduler/image_settings.py, docs/nodes.md).
+    images: ImageSettings = field(default_factory=ImageSettings)
     # Where the settings came from (None: built-in defaults only).
     source: Path | None = None
 
@@ -506,6 +509,7 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
     keystore = _read_keystore(reader.sub("keystore"), base)
     broker = _read_broker(reader.sub("broker"), base, broker_url)
     flower = _read_flower(reader.sub("flower"), base)
+    images = read_images(reader.sub("images"), base)
     reader.finish()
     return Settings(
         zookeeper=zookeeper,
@@ -522,6 +526,7 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
         keystore=keystore,
         broker=broker,
         flower=flower,
+        images=images,
     )
 
 

@@ -52,6 +52,8 @@ def label(name: str, args: Sequence[Any]) -> str:
         return _words([("tenant", values[0])])
     if name == tasknames.FORWARD_CONNECTION_EVENTS and len(values) == 1:
         return _words([("connection", values[0])])
+    if name == tasknames.IMAGE_BUILD and len(values) == 1:
+        return _words([("image", values[0])])
     if name in (tasknames.MERGE, tasknames.BUILD) and values:
         return _words([("request", values[0]), ("zone", values[1] if len(values) > 1 else "")])
     return " ".join(values)
@@ -59,6 +61,16 @@ def label(name: str, args: Sequence[Any]) -> str:
 
 class LabelError(ValueError):
     """A label does not name the arguments its task needs."""
+
+
+# Tasks whose one argument a label names, by the word it is named with.
+_ONE_ARGUMENT = {
+    tasknames.PROCESS_TENANT: "tenant",
+    tasknames.RECONFIGURE: "tenant",
+    tasknames.FORWARD_CONNECTION_EVENTS: "connection",
+    tasknames.MERGE: "request",
+    tasknames.IMAGE_BUILD: "image",
+}
 
 
 def arguments(name: str, label: str) -> tuple[list[Any], dict[str, Any]]:
@@ -76,12 +88,8 @@ def arguments(name: str, label: str) -> tuple[list[Any], dict[str, Any]]:
 
     if name == tasknames.PROCESS_PIPELINE:
         return [need("tenant"), need("pipeline")], {}
-    if name in (tasknames.PROCESS_TENANT, tasknames.RECONFIGURE):
-        return [need("tenant")], {}
-    if name == tasknames.FORWARD_CONNECTION_EVENTS:
-        return [need("connection")], {}
-    if name == tasknames.MERGE:
-        return [need("request")], {}
+    if name in _ONE_ARGUMENT:
+        return [need(_ONE_ARGUMENT[name])], {}
     if name == tasknames.BUILD:
         zone = words.get("zone")
         return [need("request")], ({"zone": zone} if zone else {})

@@ -15,6 +15,7 @@ RECONFIGURE = "sluice.merger.reconfigure"
 BUILD = "sluice.executor.build"
 SWEEP = "sluice.maintenance.sweep"
 ROUNDTRIP = "sluice.system.roundtrip"
+IMAGE_BUILD = "sluice.builder.build"
 
 # The Celery queue of each task, by name prefix (celeryconfig's task_routes).
 QUEUES = {
@@ -23,6 +24,7 @@ QUEUES = {
     "sluice.executor.": "executor",
     "sluice.maintenance.": "maintenance",
     "sluice.system.": "maintenance",
+    "sluice.builder.": "builder",
 }
 
 

@@ -6,6 +6,7 @@ this package; code that must send a task uses :mod:`scheduler.dispatch`.
 """
 
 from tasks import (  # noqa: F401  (registers the tasks and the log format)
+    builder,
     executor,
     logs,
     maintenance,

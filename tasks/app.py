@@ -10,6 +10,7 @@ from celery.signals import worker_process_shutdown
 from scheduler import processlocal
 from tasks import consumer
 from workers import bootsteps
+from workers.images.loop import ImageBuilderStep
 
 # Channels of a lost broker connection raise a connection error, not an
 # AttributeError that stops the worker (tasks/consumer.py).
@@ -22,6 +23,8 @@ app.config_from_object("celeryconfig")
 app.steps["worker"].add(bootsteps.Registration)
 app.steps["worker"].add(bootsteps.GatherersStep)
 app.steps["worker"].add(bootsteps.Resources)
+# A worker that consumes ``builder`` checks its images on a thread (seed 004).
+app.steps["worker"].add(ImageBuilderStep)
 
 
 # A prefork child never uses its parent's ZooKeeper client, engines or

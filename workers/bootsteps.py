@@ -18,7 +18,7 @@ Celery's own ``heart`` step:
   ``tasks/app.py`` drops inherited clients in ``worker_process_init``).
 
 The kind of a worker is that of its queues: ``scheduler``, ``merger``,
-``executor`` (any ``executor.<zone>`` too), ``maintenance``; a worker that
+``executor`` (any ``executor.<zone>`` too), ``maintenance``, ``builder``; a worker that
 consumes several kinds of queue registers as ``worker`` (its queues say
 which).
 """
@@ -56,7 +56,7 @@ def version() -> str:
 def kind_of(queues: list[str]) -> str:
     """The component kind of a worker consuming ``queues``."""
     kinds = {"executor" if q.startswith("executor") else q for q in queues}
-    known = kinds & {"scheduler", "merger", "executor", "maintenance"}
+    known = kinds & {"scheduler", "merger", "executor", "maintenance", "builder"}
     if len(known) == 1 and known == kinds:
         return known.pop()
     return "worker"
@@ -69,6 +69,11 @@ def _queues(worker: Any) -> list[str]:
     if not names:
         names = list(getattr(worker.app.amqp.queues, "consume_from", None) or {})
     return sorted(names)
+
+
+def worker_queues(worker: Any) -> list[str]:
+    """The queues ``worker`` consumes (for steps that run only in some workers)."""
+    return _queues(worker)
 
 
 class Registration(bootsteps.StartStopStep):

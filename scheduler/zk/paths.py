@@ -154,6 +154,7 @@ def cleanup_lock(name: str) -> str:
 # ---------------------------------------------------------------- components
 
 COMPONENT_KINDS = (
+    "builder",
     "executor",
     "fingergw",
     "maintenance",
@@ -524,6 +525,57 @@ def image_artifact(artifact_uuid: str) -> str:
 
 def image_upload(image: str, build_uuid: str, endpoint: str) -> str:
     return join("image-uploads", *_s(image, build_uuid), "endpoint", segment(endpoint))
+
+
+# ---------------------------------------------------------------- images (seed 004)
+# Nodepool's image builds as the seed describes them: builds are sequence
+# nodes under ``builds/`` beside the build lock, uploads are sequence nodes
+# per provider under their build (``scheduler/zk/images.py``, docs/nodes.md).
+
+
+def images_root() -> str:
+    """Parent of every image (its children name images)."""
+    return join("nodepool", "image")
+
+
+def image_root(image: str) -> str:
+    return join(images_root(), segment(image))
+
+
+def image_request_build(image: str) -> str:
+    """Flag: build ``image`` now, off its schedule (``sluice image build``)."""
+    return join(image_root(image), "request-build")
+
+
+def image_builds(image: str) -> str:
+    return join(image_root(image), "builds")
+
+
+def image_build_lock(image: str) -> str:
+    """Held by the one builder building ``image`` (a child of ``builds/``, as in the seed)."""
+    return join(image_builds(image), "lock")
+
+
+def image_build(image: str, build_id: str) -> str:
+    return join(image_builds(image), segment(build_id))
+
+
+def image_build_providers(image: str, build_id: str) -> str:
+    return join(image_build(image, build_id), "provider")
+
+
+def provider_uploads(image: str, build_id: str, provider: str) -> str:
+    """The uploads of one build to one provider: ``.../provider/<p>/images``."""
+    return join(image_build_providers(image, build_id), segment(provider), "images")
+
+
+def provider_upload_lock(image: str, build_id: str, provider: str) -> str:
+    """Held by the builder uploading the build to the provider."""
+    return join(provider_uploads(image, build_id, provider), "lock")
+
+
+def provider_upload(image: str, build_id: str, provider: str, upload_id: str) -> str:
+    return join(provider_uploads(image, build_id, provider), segment(upload_id))
 
 
 # ---------------------------------------------------------------- inventories

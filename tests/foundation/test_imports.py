@@ -107,13 +107,20 @@ ZK_MAY_IMPORT = (
     "scheduler.errors",
     "scheduler.settings",
     "scheduler.settings_yaml",
+    "scheduler.image_settings",
     "scheduler.exposure",
     "scheduler.processlocal",
     "scheduler.crypto",
 )
-# The settings are three leaves that may use one another: the settings, the
-# reader of sluice.yaml, and the broker URL helpers that complete them.
-SETTINGS_LEAVES = {"scheduler.settings", "scheduler.settings_yaml", "scheduler.exposure"}
+# The settings are four leaves that may use one another: the settings, the
+# reader of sluice.yaml, the broker URL helpers that complete them, and the
+# images section.
+SETTINGS_LEAVES = {
+    "scheduler.settings",
+    "scheduler.settings_yaml",
+    "scheduler.exposure",
+    "scheduler.image_settings",
+}
 
 MODULES = _modules()
 EDGES = _imports(MODULES)

@@ -59,6 +59,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "encrypt",
         "Encrypt a secret with PROJECT's public key; prints the secret stanza (as zuul-client).",
     ),
+    "image": (
+        "cli.commands.images",
+        "image",
+        "Build images now, list builds and uploads, delete builds.",
+    ),
     "metrics": (
         "cli.commands.metrics",
         "metrics",

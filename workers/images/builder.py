@@ -37,7 +37,7 @@ from scheduler.image_settings import DiskImageSettings, ImageSettings
 from scheduler.settings import Settings
 from scheduler.wire.build_result import StepOutcome
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore
+from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore, ImageStoreError
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.process import StepLimits, run_step
 from workers.images.uploads import upload_build
@@ -161,7 +161,7 @@ def build_due(
 
 @dataclass(frozen=True)
 class ImageBuildOutcome:
-    """What one build task did: ``busy``, ``not-due``, ``ready`` or ``failed``."""
+    """What one build task did: ``busy``, ``not-due``, ``ready``, ``failed`` or ``deleted``."""
 
     image: str
     outcome: str
@@ -197,7 +197,12 @@ def build_image(builder: ImageBuilder, name: str) -> ImageBuildOutcome:
         log.info("image %s: build %s started (%s)", name, build.id, reason)
         ok = run_script(builder, image, build)
         state = ImageBuildState.READY if ok else ImageBuildState.FAILED
-        build = store.finish_build(held, build, state)
+        try:
+            build = store.finish_build(held, build, state)
+        except ImageStoreError as exc:  # an operator deleted it meanwhile
+            log.warning("image %s: build %s: %s; its files go", name, build.id, exc)
+            builder.remove_files(build)
+            return ImageBuildOutcome(name, "deleted", build.id, reason, removed)
         log.info("image %s: build %s %s", name, build.id, state)
     if ok:
         upload_build(builder, build)
@@ -267,16 +272,3 @@ def _pack(root: Path, archive: Path) -> None:
         tar.add(root, arcname=".")
     os.replace(scratch, archive)
     shutil.rmtree(root, ignore_errors=True)
-
-
-__all__ = [
-    "ImageBuildOutcome",
-    "ImageBuildError",
-    "ImageBuilder",
-    "build_due",
-    "build_image",
-    "rebuild_jitter",
-    "remove_incomplete",
-    "run_script",
-    "stored_builder_id",
-]

@@ -366,6 +366,11 @@ class ImageStore:
         path = paths.provider_upload_lock(build.image, build.id, provider)
         return locks.acquire(self.client, path, identifier=builder, blocking=False)
 
+    def upload_lock_holders(self, build: ImageBuild, provider: str) -> list[str]:
+        """Builders holding or waiting for the upload lock (empty: no upload in progress)."""
+        path = paths.provider_upload_lock(build.image, build.id, provider)
+        return locks.contenders(self.client, path)
+
     def start_upload(self, held: HeldLock, build: ImageBuild, provider: str) -> ImageUpload:
         """A new ``uploading`` upload of ``build`` to ``provider``, fenced by the upload lock."""
         now = time.time()

@@ -8,6 +8,7 @@ Celery workers.
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -203,3 +204,27 @@ def test_unknown_image_is_an_error(zk: ZooKeeperClient, tmp_path: Path, name: st
 
     with pytest.raises(ImageBuildError):
         build_image(_builder(zk, tmp_path), name)
+
+
+def test_an_abandoned_upload_is_removed_and_made_again(
+    zk: ZooKeeperClient, tmp_path: Path, make_client: Callable[..., ZooKeeperClient]
+) -> None:
+    build_id = build_image(_builder(zk, tmp_path, providers=()), "base").build_id
+    builder = _builder(zk, tmp_path)
+    build = builder.store.build("base", build_id)
+    assert build is not None
+    dead = make_client()
+    held = ImageStore(dead).lock_upload(build, "local", "builder-1")
+    assert held is not None
+    abandoned = ImageStore(dead).start_upload(held, build, "local")
+    partial = tmp_path / "uploads" / f".base-{build_id}-{abandoned.id}.partial"
+    partial.mkdir(parents=True)
+    report = check_images(builder, _never, NudgeMemory(every=60))
+    assert report.uploaded == [], "its lock is held: the upload may be in progress"
+    dead.stop()
+    dead.close()  # its session ends: the upload lock goes, the upload stays "uploading"
+    report = check_images(builder, _never, NudgeMemory(every=60))
+    assert report.uploaded == [f"base/{build_id}/local"]
+    assert not partial.exists()
+    uploads = builder.store.uploads("base", build_id, "local")
+    assert [u.state for u in uploads] == ["ready"] and uploads[0].id != abandoned.id

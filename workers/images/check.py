@@ -124,8 +124,11 @@ def _missing_uploads(
     now = time.time()
     for provider in image.providers:
         uploads = builder.store.uploads(image.name, build.id, provider)
-        if any(u.state in (ImageUploadState.READY, ImageUploadState.UPLOADING) for u in uploads):
-            continue  # an uploading one is either in progress or cleaned up by upload_to
+        if any(u.state == ImageUploadState.READY for u in uploads):
+            continue
+        uploading = any(u.state == ImageUploadState.UPLOADING for u in uploads)
+        if uploading and builder.store.upload_lock_holders(build, provider):
+            continue  # in progress; an abandoned one is removed by upload_to
         failed = [u for u in uploads if u.state == ImageUploadState.FAILED]
         if failed and now - failed[-1].state_time < image.retry_delay:
             continue

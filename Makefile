@@ -1,7 +1,7 @@
 # The two commands of the README: `make run` and `make test`.
 VENV := .venv/bin
 
-.PHONY: bootstrap run test lint typecheck pytest down clean
+.PHONY: bootstrap run test lint typecheck pytest test-hosts down clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -24,6 +24,10 @@ typecheck:
 
 pytest:
 	$(VENV)/pytest
+
+# Nightly-style: a gate across three network namespaces losing one (root only).
+test-hosts: bootstrap
+	timeout 1200 $(VENV)/pytest -m hosts tests/hosts -s
 
 down:
 	$(DEMO) stack down

@@ -21,6 +21,7 @@ SMOKES = {
     "enqueue": ["enqueue.py", "--smoke"],
     "executor": ["executor.py", "--seconds", "0.3"],
     "merger": ["merger.py", "--rounds", "2", "--trials", "1"],
+    "scale": ["scale.py", "--smoke"],
     "zk_primitives": ["zk_primitives.py", "--seconds", "0.2"],
 }
 

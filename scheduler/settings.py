@@ -13,7 +13,8 @@ Environment variables override the file (for containers and tests):
 ``SLUICE_ZK_HOSTS``, ``SLUICE_ZK_ROOT``, ``SLUICE_ZK_SESSION_TIMEOUT``,
 ``SLUICE_BROKER_URL``, ``SLUICE_DATABASE_URL``, ``SLUICE_STATE_DIR``,
 ``SLUICE_TENANT_CONFIG``, ``SLUICE_SWEEP_INTERVAL``, ``SLUICE_WEB_LISTEN``,
-``SLUICE_KEYSTORE_PASSWORD_FILE``, ``SLUICE_BROKER_PASSWORD_FILE``.
+``SLUICE_KEYSTORE_PASSWORD_FILE``, ``SLUICE_BROKER_PASSWORD_FILE``,
+``SLUICE_SANDBOX_WRITABLE`` (folders joined by ``:``).
 """
 
 from __future__ import annotations
@@ -99,8 +100,11 @@ class ExecutorSettings:
     result_data_limit: int = 1024 * 1024
     # Characters of job output kept in job-output.txt (0: no limit).
     log_limit: int = 256 * 1024 * 1024
-    # "bwrap": jobs run in bubblewrap, seeing only their own build (docs/executor.md)
-    sandbox: str = "none"
+    # "bwrap": jobs run in bubblewrap, seeing only their own build (docs/executor.md);
+    # "none" runs them unconfined as the worker's user
+    sandbox: str = "bwrap"
+    # host folders a sandboxed job may write besides its own build (a shared cache)
+    sandbox_writable: tuple[Path, ...] = ()
     # Always merge an item's changes again in this executor's own repo cache,
     # even where the merger's cache is readable (an executor on another host
     # does it anyway when the commits are missing: workers/executor/speculation.py)
@@ -379,12 +383,16 @@ def _read_executor(reader: SettingsReader | None) -> ExecutorSettings:
     sandbox = reader.get("sandbox", str, default.sandbox)
     if sandbox not in ("none", "bwrap"):
         raise reader.error("sandbox", f"expected none or bwrap, got {sandbox!r}")
+    listed = reader.get("sandbox_writable", list, [])
+    if not all(isinstance(p, str) and os.path.isabs(p) for p in listed):
+        raise reader.error("sandbox_writable", "expected a list of absolute paths")
     reader.finish()
     return ExecutorSettings(
         poll_interval=poll_interval,
         kill_grace=kill_grace,
         share_objects=share_objects,
         sandbox=sandbox,
+        sandbox_writable=tuple(Path(p) for p in listed),
         merge_here=merge_here,
         **counts,
     )
@@ -567,6 +575,13 @@ _ENV_OVERRIDES: dict[str, Callable[[Settings, str], Settings]] = {
     "SLUICE_WEB_LISTEN": lambda s, v: replace(s, web=replace(s.web, listen=v)),
     "SLUICE_SWEEP_INTERVAL": lambda s, v: replace(
         s, sweep_interval=_float_env("SLUICE_SWEEP_INTERVAL", v)
+    ),
+    "SLUICE_SANDBOX_WRITABLE": lambda s, v: replace(
+        s,
+        executor=replace(
+            s.executor,
+            sandbox_writable=tuple(Path(p).resolve() for p in v.split(os.pathsep) if p),
+        ),
     ),
     "SLUICE_KEYSTORE_PASSWORD_FILE": lambda s, v: replace(
         s, keystore=KeystoreSettings(read_password_file(Path(v).resolve()), Path(v).resolve())

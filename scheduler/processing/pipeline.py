@@ -268,14 +268,14 @@ class PipelinePass:
         kind = message.kind
         requests = JobRequestQueue(self.env.client, queue_root)
         if queue_root == paths.merger_queue():
-            return self._merge_event(requests, kind, item, request)
+            return self._merge_event(requests, message, item)
         job = message.job
         if kind is RequestEvent.STARTED:
             return ev.BuildStarted(request, item.uuid, buildset, job, time.time(), message.worker)
         if kind is RequestEvent.PAUSED:
             data = requests.paused_data(request)
             return ev.BuildPaused(request, item.uuid, buildset, job, data)
-        result = requests.get_result(request)
+        result = message.outcome or requests.get_result(request)
         if result is None:
             return None
         outcome = self.env.formats.build_outcome(result)
@@ -293,11 +293,12 @@ class PipelinePass:
         )
 
     def _merge_event(
-        self, requests: JobRequestQueue, kind: RequestEvent, item: QueueItem, request: str
+        self, requests: JobRequestQueue, message: RequestMessage, item: QueueItem
     ) -> ev.PipelineEvent | PushOutcome | None:
-        if kind is not RequestEvent.COMPLETED:
+        if message.kind is not RequestEvent.COMPLETED:
             return None
-        result = requests.get_result(request)
+        request = message.request
+        result = message.outcome or requests.get_result(request)
         if result is None:
             return None
         if request == push_request_uuid(item):

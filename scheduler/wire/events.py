@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from scheduler.manager.events import Dequeue, Enqueue, MalformedEventError, Promote
 from scheduler.model.change import Change
-from scheduler.zk.job_requests import RequestEvent, RequestMessage
+from scheduler.zk.job_requests import JobResult, RequestEvent, RequestMessage
 
 __all__ = [
     "Dequeue",
@@ -162,14 +162,28 @@ def _reconfigure(data: Mapping[str, Any]) -> WireEvent:
 
 
 def _request(data: Mapping[str, Any]) -> WireEvent:
+    request = _text(data, "request")
     return RequestMessage(
         RequestEvent(data["type"]),
         _text(data, "queue"),
-        _text(data, "request"),
+        request,
         _text(data, "buildset", required=False),
         _text(data, "job", required=False),
         _text(data, "worker", required=False),
+        _outcome(request, data.get("outcome")),
     )
+
+
+def _outcome(request: str, raw: object) -> JobResult | None:
+    """The result a completion event carries (None: read it from the request queue)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("result"), Mapping):
+        raise MalformedEventError(f"'outcome' must be a mapping with a result, got {raw!r}")
+    completed = raw.get("completed")
+    if not isinstance(completed, int | float) or isinstance(completed, bool):
+        raise MalformedEventError(f"'outcome.completed' must be a number, got {completed!r}")
+    return JobResult(request, dict(raw["result"]), float(completed), bool(raw.get("lost")))
 
 
 _TRIGGER_KEYS = ("type", "event", "project", "connection", "branch", "ref", "oldrev", "newrev")

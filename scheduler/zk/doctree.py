@@ -118,9 +118,9 @@ def write_diff(
     ``after`` must contain the root document. Returns the tree as now stored.
     """
     client = context.client
+    txn = context.transaction()  # refuses first if the lock is lost (before any write)
     if before.root not in before.versions:
         client.ensure_path(paths.parent(before.root))
-    txn = context.transaction()
     prepared: dict[str, sharding.PreparedBlob] = {}
     for path in sorted(after, key=_depth):
         if path != before.root and before.docs.get(path) == after[path]:
@@ -144,8 +144,11 @@ def write_diff(
     if extra is not None:
         txn.extend(extra)
     results = txn.commit()
-    for blob in prepared.values():
-        blob.cleanup(client, results)
+    for path, blob in prepared.items():
+        # Only a document that was or is sharded can have shards to delete;
+        # an inline one's children are documents (the root's items): no listing.
+        if path in before.sharded or blob.generation is not None:
+            blob.cleanup(client, results)
     return _stored_tree(before, after, prepared)
 
 

@@ -112,6 +112,10 @@ class ClaimedRequest:
         return self.lock.context
 
 
+# bytes of encoded result a completion event carries (beyond: read from the queue)
+EVENT_RESULT_LIMIT = 8 * 1024
+
+
 class JobRequestQueue:
     """One job request queue (executor unzoned, an executor zone, or merger)."""
 
@@ -139,12 +143,24 @@ class JobRequestQueue:
             )
         return data
 
-    def _event(self, request: JobRequest, kind: RequestEvent, txn: Transaction) -> list[EventQueue]:
+    def _event(
+        self,
+        request: JobRequest,
+        kind: RequestEvent,
+        txn: Transaction,
+        outcome: JobResult | None = None,
+    ) -> list[EventQueue]:
         if not request.result_queue:
             return []
         queue = EventQueue(self.client, request.result_queue)
         message = RequestMessage(
-            kind, self.root, request.uuid, request.buildset_uuid, request.job_name, request.worker
+            kind,
+            self.root,
+            request.uuid,
+            request.buildset_uuid,
+            request.job_name,
+            request.worker,
+            outcome,
         )
         queue.put_ops(message.to_dict(), txn)
         return [queue]
@@ -500,9 +516,12 @@ class JobRequestQueue:
                 LockContext(self.client), data_path, {"result": dict(result)}, exists=data_exists
             )
             prepared.add_to(txn)
-            marker = stored.encode({"completed": time.time(), "lost": lost})
+            moment = time.time()
+            marker = stored.encode({"completed": moment, "lost": lost})
             txn.create(self._path("results", request.uuid), marker)
-            queues = self._event(completed, RequestEvent.COMPLETED, txn)
+            carried = JobResult(request.uuid, dict(result), moment, lost)
+            small = len(stored.encode({"result": carried.result})) <= EVENT_RESULT_LIMIT
+            queues = self._event(completed, RequestEvent.COMPLETED, txn, carried if small else None)
             txn.delete(lock_path)
             try:
                 results = commit_creating_parents(self.client, txn, queues)

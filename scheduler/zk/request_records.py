@@ -69,7 +69,11 @@ _STORED_FIELDS = tuple(f.name for f in fields(JobRequest) if f.name != "version"
 class RequestMessage:
     """The event a request emits into its result queue (``request-started`` ...).
 
-    It names the request only: the result is read from the request queue.
+    It names the request; a ``request-completed`` event also carries the
+    result when it is small (``outcome``: the marker's ``completed`` and
+    ``lost`` and the result, committed in the same transaction as the
+    result data), so the scheduler applies it without reading the request
+    queue. A large result is read from the queue (``outcome`` is None).
     Decoded by :func:`scheduler.wire.events.decode` like every queued event.
     """
 
@@ -79,9 +83,10 @@ class RequestMessage:
     buildset: str = ""
     job: str = ""
     worker: str = ""
+    outcome: JobResult | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        payload = {
+        payload: dict[str, Any] = {
             "type": self.kind.value,
             "queue": self.queue,
             "request": self.request,
@@ -90,6 +95,12 @@ class RequestMessage:
         }
         if self.worker:
             payload["worker"] = self.worker  # who runs it (build history's executor)
+        if self.outcome is not None:
+            payload["outcome"] = {
+                "result": self.outcome.result,
+                "completed": self.outcome.completed,
+                "lost": self.outcome.lost,
+            }
         return payload
 
 

@@ -35,14 +35,16 @@ APP = {
             gate:
               jobs: [unit]
         """,
-    # Records the job's pid under RUNNING/ while it runs, so a test can find
-    # the executor worker running a build (jobs see none of the worker's env).
+    # Leaves a token under RUNNING/ while it runs, so a test can tell that a
+    # build runs and count them ($$ is the job's pid in its sandbox, not on
+    # the host: the host's process is found by its ``sleep 2``).
     "ci/unit.sh": """
         #!/bin/sh
         mkdir -p RUNNING
-        echo $$ > "RUNNING/$$"
+        token=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+        echo running > "RUNNING/$token"
         sleep 2
-        rm -f "RUNNING/$$"
+        rm -f "RUNNING/$token"
         """,
     "src/app.py": "value = 1\n",
 }
@@ -117,12 +119,22 @@ class GateRun:
             )
 
     def running_build_pid(self, timeout: float = 60) -> int:
+        """The host pid of a running build's job (its ``sleep``, under an executor)."""
+
         def find() -> int | None:
-            for entry in self.running_dir.glob("*"):
-                try:
-                    return int(entry.read_text())
-                except (OSError, ValueError):
+            if not any(self.running_dir.glob("*")):
+                return None
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
                     continue
+                try:
+                    if (entry / "cmdline").read_text() != "sleep\x002\x00":
+                        continue
+                except OSError:
+                    continue
+                pid = int(entry.name)
+                if any(_descends_from(pid, w.pid) for w in self.executors):
+                    return pid
             return None
 
         pid = wait_until(find, timeout, "a build to be running")

@@ -171,7 +171,7 @@ class JobWatcher:
     """When each job process was first seen running (``running/<pid>``, polled)."""
 
     running_dir: Path
-    first_seen: dict[int, float] = field(default_factory=dict)
+    first_seen: dict[str, float] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -183,15 +183,15 @@ class JobWatcher:
         while not self._stop.wait(0.05):
             for entry in self.running_dir.glob("*"):
                 with contextlib.suppress(ValueError):
-                    self.first_seen.setdefault(int(entry.name), time.monotonic())
+                    self.first_seen.setdefault(entry.name, time.monotonic())
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def started_between(self, start: float, end: float) -> list[int]:
-        return [pid for pid, seen in self.first_seen.items() if start <= seen < end]
+    def started_between(self, start: float, end: float) -> list[str]:
+        return [job for job, seen in self.first_seen.items() if start <= seen < end]
 
 
 def _finish(gate_run: GateRun) -> int:

@@ -418,8 +418,9 @@ def test_executors_see_the_mergers_repo_cache_at_the_same_path(
     compose: dict[str, Any], sluice_settings: settings.Settings
 ) -> None:
     # The scheduler names the merger's cache path (<state_dir>/git/...) as the
-    # source of a build's commits; an executor must find it there
-    # (docker/README.md, "Current limitation").
+    # source of a build's commits; an executor that finds it there borrows its
+    # objects, one elsewhere merges again (docker/README.md, "Executors and
+    # mergers on different hosts").
     cache = str(sluice_settings.state_dir / "git")
     workers = worker_services(compose)
     merger_cache = {
@@ -434,7 +435,7 @@ def test_executors_see_the_mergers_repo_cache_at_the_same_path(
             sources = {m.source for m in mounts(services(compose)[name]) if m.target == cache}
             assert sources == merger_cache, f"{name}: the merger's repo cache at {cache}"
     readme = DOCKER_README.read_text()
-    assert "Current limitation" in readme and "co-locate" in readme.lower()
+    assert "Executors and mergers on different hosts" in readme and "merge_here" in readme
 
 
 def test_sluice_yaml_parses_and_names_the_services(

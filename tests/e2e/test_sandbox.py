@@ -1,4 +1,4 @@
-"""Jobs in bubblewrap (``executor.sandbox: bwrap``): a job sees only its own build.
+"""Jobs in bubblewrap (the default ``executor.sandbox``): a job sees only its own build.
 
 A job tries to read another build's workspace and ``sluice.yaml``, to write
 outside its workspace, and to list other builds: every attempt is refused
@@ -22,8 +22,6 @@ def test_a_job_sees_only_its_own_build(system: SluiceSystem) -> None:
     planted = state / "builds" / "another-build" / "secret.txt"
     planted.parent.mkdir(parents=True)
     planted.write_text("another build's secret\n")
-    config = system.config.read_text()
-    system.config.write_text(config + "executor:\n  sandbox: bwrap\n")
     probe = f"""#!/bin/sh
         leak=0
         cat {planted} 2>/dev/null && leak=1

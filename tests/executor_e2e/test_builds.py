@@ -35,6 +35,19 @@ def log_says(path: Path, text: str) -> bool:
     return path.exists() and text in path.read_text()
 
 
+def host_pid_of(argv: list[str]) -> int | None:
+    """The pid of a process running exactly ``argv`` (None if there is none)."""
+    wanted = "\0".join(argv) + "\0"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_text() == wanted:
+                    return int(entry.name)
+            except OSError:
+                continue
+    return None
+
+
 def ancestors(pid: int) -> list[int]:
     """``pid`` and its parents, read from /proc."""
     chain = []
@@ -147,7 +160,10 @@ sleep 60
     first = builds.submit(spec)
     send_build(first.uuid, settings=builds.settings)
 
-    job_pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 60, "the job"))
+    wait_until(lambda: pid_file.exists() and pid_file.read_text(), 60, "the job")
+    # the job's $$ is its sandbox's own pid: find its sleep among the host's processes
+    job_pid = wait_until(lambda: host_pid_of(["sleep", "60"]), 10, "the job's sleep")
+    assert job_pid is not None
     chain = ancestors(job_pid)
     victim = next(w for w in executors if w.pid in chain)
     survivor = next(w for w in executors if w is not victim)

@@ -174,7 +174,12 @@ def test_a_lost_session_stops_the_build_and_the_sweep_records_it_lost(
 
 def test_runner_options_from_settings_default_to_the_runners(builds: Builds) -> None:
     options = runner_options(builds.settings)
-    assert options == RunnerOptions(state_dir=builds.settings.state_dir)
+    # a deployed executor sandboxes jobs by default; the runner as a library does not
+    writable = builds.settings.executor.sandbox_writable
+    expected = RunnerOptions(
+        state_dir=builds.settings.state_dir, sandbox="bwrap", sandbox_writable=writable
+    )
+    assert options == expected
 
 
 def test_one_sweep_at_a_time(builds: Builds) -> None:

@@ -116,6 +116,16 @@ def test_executor_section(tmp_path: Path) -> None:
     assert parse_settings("", "sluice.yaml", tmp_path).executor.poll_interval == 0.2
 
 
+def test_jobs_are_sandboxed_unless_the_settings_say_otherwise(tmp_path: Path) -> None:
+    assert parse_settings("", "sluice.yaml", tmp_path).executor.sandbox == "bwrap"
+    text = "executor:\n  sandbox: none\n  sandbox_writable: [/srv/cache]\n"
+    executor = parse_settings(text, "sluice.yaml", tmp_path).executor
+    assert (executor.sandbox, executor.sandbox_writable) == ("none", (Path("/srv/cache"),))
+    environ = {"SLUICE_SANDBOX_WRITABLE": f"{tmp_path}/a:{tmp_path}/b"}
+    loaded = load_settings(None, environ=environ).executor.sandbox_writable
+    assert loaded == (tmp_path / "a", tmp_path / "b")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -125,6 +135,10 @@ def test_executor_section(tmp_path: Path) -> None:
             "sluice.yaml:3: executor.kill_grace: poll_interval + kill_grace must stay below 2",
         ),
         ("executor:\n  tail_lines: -1\n", "sluice.yaml:2: executor.tail_lines: must be at least 0"),
+        (
+            "executor:\n  sandbox_writable: [cache]\n",
+            "sluice.yaml:2: executor.sandbox_writable: expected a list of absolute paths",
+        ),
         (
             "executor:\n  share_objects: 1\n",
             "sluice.yaml:2: executor.share_objects: expected true/false, got int",

@@ -89,6 +89,8 @@ class RunnerOptions:
     log_limit: int | None = 256 * 1024 * 1024
     # "bwrap": every executable runs in bubblewrap (workers/executor/sandbox.py)
     sandbox: str = "none"
+    # host folders a sandboxed job may write besides its own build
+    sandbox_writable: tuple[Path, ...] = ()
     # files and folders a sandboxed job must not read (sluice.yaml, keys)
     hidden: tuple[Path, ...] = ()
     # decrypts the project keys that decrypt secrets ("" = this worker cannot)
@@ -214,7 +216,11 @@ class BuildRun:
             return []
         state = self.options.state_dir
         return bwrap_prefix(
-            self.layout, state, readable=[state / "git"], hidden=self.options.hidden
+            self.layout,
+            state,
+            readable=[state / "git"],
+            writable=self.options.sandbox_writable,
+            hidden=self.options.hidden,
         )
 
     def run_phase(

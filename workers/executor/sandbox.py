@@ -40,9 +40,15 @@ def bwrap_prefix(
     state_dir: Path,
     *,
     readable: Iterable[Path] = (),
+    writable: Iterable[Path] = (),
     hidden: Iterable[Path] = (),
 ) -> list[str]:
-    """The argv that runs an executable inside the build's sandbox (ends with ``--``)."""
+    """The argv that runs an executable inside the build's sandbox (ends with ``--``).
+
+    ``writable`` folders (``executor.sandbox_writable``) are bound before the
+    state dir is hidden, so a writable folder holding the state dir still
+    shows none of it.
+    """
     argv = [
         bwrap_path(),
         "--die-with-parent",
@@ -53,8 +59,11 @@ def bwrap_prefix(
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
-        "--tmpfs", str(state_dir),
     ]  # fmt: skip
+    for path in writable:
+        if path.is_dir():
+            argv += ["--bind", str(path), str(path)]
+    argv += ["--tmpfs", str(state_dir)]
     for path in readable:
         if path.exists():
             argv += ["--ro-bind", str(path), str(path)]

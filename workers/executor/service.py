@@ -126,6 +126,7 @@ def runner_options(settings: Settings) -> RunnerOptions:
         share_objects=executor.share_objects,
         log_limit=executor.log_limit or None,
         sandbox=executor.sandbox,
+        sandbox_writable=executor.sandbox_writable,
         hidden=secret_files(settings),
         keystore_password=settings.keystore.password,
         connections=settings.connections,

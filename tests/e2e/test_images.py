@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import signal
+import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,8 @@ from tests.e2e.system import SluiceSystem
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import WorkerProcess
 
-# Fills the root with /etc/motd naming the build. While $MARKS/hold exists it
+# Fills the root with a shell, cat and their libraries (a root a sandbox can
+# boot), and /etc/motd naming the build. While $MARKS/hold exists it
 # waits (a build "in progress" for as long as a test wants); $MARKS/running
 # is made and removed around the work, so two builds at once leave an
 # "overlap" line.
@@ -36,7 +38,10 @@ SCRIPT = """\
 #!/bin/sh
 set -e
 marks="$(dirname "$0")/marks"
-mkdir -p "$marks" "$SLUICE_IMAGE_ROOT/etc"
+mkdir -p "$marks" "$SLUICE_IMAGE_ROOT/etc" "$SLUICE_IMAGE_ROOT/proc" "$SLUICE_IMAGE_ROOT/dev"
+for f in /bin/sh /bin/cat $(ldd /bin/sh /bin/cat | grep -o '/[^ :]*' | sort -u); do
+    cp --parents -L "$f" "$SLUICE_IMAGE_ROOT/"
+done
 echo "partial" > "$SLUICE_IMAGE_ROOT/partial"
 touch "$marks/$SLUICE_IMAGE-$SLUICE_IMAGE_BUILD.started"
 mkdir "$marks/running-$SLUICE_IMAGE" 2>/dev/null || echo "$SLUICE_IMAGE_BUILD" >> "$marks/overlap"
@@ -101,6 +106,19 @@ def _running(script: Path) -> list[int]:
     return found
 
 
+def _boot(root: str, command: str) -> str:
+    """Run ``command`` in a sandbox whose root file system is the image (a local node)."""
+    argv = ["bwrap", "--ro-bind", root, "/", "--proc", "/proc", "--dev", "/dev"]
+    done = subprocess.run(
+        [*argv, "--unshare-all", "/bin/sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return done.stdout
+
+
 def _uploaded(store: ImageStore, image: str, build_id: str) -> ImageUpload:
     """The highest ready upload to ``local``, once it is of ``build_id``."""
 
@@ -145,6 +163,7 @@ def test_builds_on_request_and_on_schedule_and_serves_the_newest(
     upload = _uploaded(store, "base", second.id)
     motd = Path(upload.external_id) / "etc" / "motd"
     assert motd.read_text() == f"base build {second.id}\n"
+    assert _boot(upload.external_id, "cat /etc/motd") == f"base build {second.id}\n"
     assert upload.external_id.startswith(str(system.root / "uploads"))
 
     # on schedule: "fresh" is rebuilt every 3-4 s; keep 2 deletes the older ones
@@ -238,10 +257,10 @@ def test_two_builders_never_build_one_image_at_once(
     conf = load_settings(system.config, environ=system.env())
     wait_until(lambda: _ready(store, "base"), 60, "the first build")
     for _ in range(3):
+        count = len(store.builds("base"))
         system.sluice("image", "build", "base")
         for _ in range(4):  # extra nudges, as duplicate deliveries would be
             dispatch.send_quickly(tasknames.IMAGE_BUILD, "base", settings=conf)
-        count = len(store.builds("base"))
         wait_until(
             lambda c=count: len(store.builds("base")) > c and not store.build_requested("base"),
             60,

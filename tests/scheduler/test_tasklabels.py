@@ -63,6 +63,7 @@ def test_a_label_names_the_arguments_to_send_again() -> None:
         (tasknames.PROCESS_TENANT, ["demo"]),
         (tasknames.MERGE, ["u2"]),
         (tasknames.FORWARD_CONNECTION_EVENTS, ["git"]),
+        (tasknames.IMAGE_BUILD, ["ubuntu"]),
     ]:
         assert tasklabels.arguments(name, tasklabels.label(name, args)) == (args, {})
 

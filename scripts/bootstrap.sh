@@ -15,6 +15,8 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # jobs in a sandbox (executor.sandbox: bwrap) and its tests
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# network namespaces for the several-hosts test (make test-hosts; git daemon is git's)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -226,6 +226,20 @@ def _retried(gate: GateRun) -> int:
     return sum(1 for build in gate.system.builds() if build["attempt"] > 1)
 
 
+def _reported_within(gate: GateRun, deadline: float) -> float | None:
+    """When every change had its report (SQL), if that happened before ``deadline``."""
+    while time.monotonic() < deadline:
+        if len(gate.system.buildsets()) == len(REFS):
+            return time.monotonic()
+        time.sleep(0.5)
+    return None
+
+
+def _builds_in(executor: WorkerProcess) -> int:
+    """Builds an executor ran (each merged again there first)."""
+    return executor.log_text().count("merged again here")
+
+
 def _lost_sessions(gate: GateRun) -> int:
     return sum(w.log_text().count("ZooKeeper session lost") for w in gate.system.started)
 
@@ -260,14 +274,16 @@ def test_a_gate_across_three_hosts_survives_losing_one(
         host = deployment.building_host()
     member = member_on(ensemble, host)
     faulted = time.monotonic()
-    detail = ""
+    healed = faulted
+    notes: list[str] = []
     if fault == "kill":
         killed = host.kill_all()
         member.server.proc_pid = None
         first_write = probe.first_write_after(faulted)
-        detail = f"{len(killed)} processes killed"
+        notes.append(f"{len(killed)} processes killed")  # its ZooKeeper member among them
     else:
         host.link_down()
+        faulted = time.monotonic()  # the link is down once ``ip`` returned
         first_write = probe.first_write_after(faulted)
         if fault == "leader":
             new_leader = wait_until(
@@ -277,25 +293,33 @@ def test_a_gate_across_three_hosts_survives_losing_one(
                 interval=0.1,
             )
             assert new_leader is not member
-            detail = f"new leader zk{new_leader.myid} {time.monotonic() - faulted:.2f}s after"
+            notes.append(f"new leader zk{new_leader.myid} {time.monotonic() - faulted:.2f}s after")
         outage = LINK_DOWN if fault == "link" else LEADER_ISOLATED
+        reported = _reported_within(gate, faulted + outage)
         time.sleep(max(0.0, faulted + outage - time.monotonic()))
         host.link_up()
         healed = time.monotonic()
+        notes.append(
+            "every change reported "
+            + (f"{reported - faulted:.1f}s after the fault" if reported else "after the outage")
+        )
+    gave_up = _finish(gate)
+    idle = time.monotonic() - (faulted if fault == "kill" else healed)
+    gate.verify()
+    if fault != "kill":  # the host is back: its ZooKeeper member in the ensemble
         rejoined = ensemble.wait_formed(timeout=120)
-        detail += f"; ensemble whole again {time.monotonic() - healed:.1f}s after the link came up"
+        notes.append(f"ensemble whole {time.monotonic() - healed:.1f}s after the link came up")
         if fault == "leader":
             assert member.mode() == "follower", "the isolated leader rejoined as a follower"
             assert rejoined is not member
-    gave_up = _finish(gate)
-    idle = time.monotonic() - faulted
-    gate.verify()
     retried = _retried(gate)
+    spread = {name: _builds_in(workers[1]) for name, workers in deployment.workers.items()}
     print(
         f"\nhosts, {fault} of {host.name} (zk{member.myid}): first ZooKeeper write "
-        f"{first_write:.2f}s after the fault, idle {idle:.1f}s after the fault; {detail}; "
+        f"{first_write:.2f}s after the fault, idle {idle:.1f}s after the "
+        f"{'fault' if fault == 'kill' else 'link came up'}; {'; '.join(notes)}; "
         f"builds retried: {retried}; worker sessions lost: {_lost_sessions(gate)}; "
-        f"enqueue CLIs that gave up: {gave_up}"
+        f"enqueue CLIs that gave up: {gave_up}; builds per host's executor: {spread}"
     )
     if fault != "kill":  # the host's workers are back: they answer a ping again
         factory = deployment.factories[host.name]

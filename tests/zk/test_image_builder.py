@@ -228,3 +228,17 @@ def test_an_abandoned_upload_is_removed_and_made_again(
     assert not partial.exists()
     uploads = builder.store.uploads("base", build_id, "local")
     assert [u.state for u in uploads] == ["ready"] and uploads[0].id != abandoned.id
+
+
+def test_builds_of_an_image_no_longer_configured_are_still_cleaned_up(
+    zk: ZooKeeperClient, tmp_path: Path
+) -> None:
+    builder = _builder(zk, tmp_path)
+    build_id = build_image(builder, "base").build_id
+    gone = replace(builder, images=replace(builder.images, diskimages={}))
+    report = check_images(gone, _never, NudgeMemory(every=60))
+    assert not report, "nothing is marked or built for an image not configured"
+    builder.store.mark_delete("base", build_id)
+    report = check_images(gone, _never, NudgeMemory(every=60))
+    assert report.deleted == [f"base/{build_id}"]
+    assert not (builder.build_dir / f"base-{build_id}").exists()

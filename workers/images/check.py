@@ -1,7 +1,8 @@
 """A builder's periodic check: clean up, upload, keep the newest builds, nudge due builds.
 
 :func:`check_images` runs every ``images.check_interval`` seconds in every
-builder (:mod:`workers.images.loop`). For each image in the settings:
+builder (:mod:`workers.images.loop`). For each image in the settings
+(steps 1 and 2 also for images no longer in the settings):
 
 1. **incomplete builds**: this builder's builds still ``building`` are
    removed (files, then node) if it can take the build lock without
@@ -72,7 +73,10 @@ def check_images(
     now: float | None = None,
 ) -> CheckReport:
     report = CheckReport()
-    for name, image in sorted(builder.images.diskimages.items()):
+    configured = builder.images.diskimages
+    for name in sorted(set(builder.store.images()) - set(configured)):
+        clean_image(builder, name, report)  # no longer configured: only clean up
+    for name, image in sorted(configured.items()):
         check_image(builder, image, report)
         when = time.time() if now is None else now
         if _wants_nudge(builder, image, when) and memory.may_send(name, when):
@@ -82,19 +86,25 @@ def check_images(
     return report
 
 
-def check_image(builder: ImageBuilder, image: DiskImageSettings, report: CheckReport) -> None:
+def clean_image(builder: ImageBuilder, name: str, report: CheckReport) -> list[ImageBuild]:
+    """Steps 1 and 2: this builder's incomplete and deleted builds; its builds left after."""
     store = builder.store
     me = builder.builder_id
-    builds = store.builds(image.name)
-    mine = [b for b in builds if b.builder == me]
+    mine = [b for b in store.builds(name) if b.builder == me]
     if any(b.state == ImageBuildState.BUILDING for b in mine):
-        held = store.lock_builds(image.name, me)
+        held = store.lock_builds(name, me)
         if held is not None:
             with held:
-                report.removed += _named(image.name, remove_incomplete(builder, image.name))
+                report.removed += _named(name, remove_incomplete(builder, name))
     for build in mine:
         if build.state == ImageBuildState.DELETE and delete_build(builder, build):
-            report.deleted.append(f"{image.name}/{build.id}")
+            report.deleted.append(f"{name}/{build.id}")
+    return mine
+
+
+def check_image(builder: ImageBuilder, image: DiskImageSettings, report: CheckReport) -> None:
+    store = builder.store
+    mine = clean_image(builder, image.name, report)
     for build in mine:
         if build.state == ImageBuildState.READY:
             for provider in _missing_uploads(builder, image, build):

@@ -1,34 +1,26 @@
-"""Scale: T tenants x 4 pipelines with items, events/s through the hops, and the sweep.
+"""Scale: T tenants x 4 pipelines with items; events/s through the hops; the sweep.
 
-Starts its own ZooKeeper and Redis on free ports (bench/_system.py) and one
-phase with real git repositories: T tenants (50 by default) that all hold
-the project ``app`` and one config project defining four pipelines
-(``check`` and ``experimental``: independent, triggered by ``ref-updated``
-on ``refs/heads/feature.*``; ``gate``: dependent, no trigger; ``post``:
-independent, ``ref-updated`` on main), one job in each.
+Its own ZooKeeper and Redis (bench/_system.py), real git repositories: T
+tenants (50) hold ``app`` and share a config project with four pipelines
+(``check``, ``experimental``: ``ref-updated`` of ``refs/heads/feature.*``;
+``gate``: dependent; ``post``: ``ref-updated`` of main), one job in each.
 
-1. **setup** on real workers (a scheduler and a merger worker, no executor):
-   ``sluice reconfigure``, then I items enqueued into every pipeline by
-   management events (as ``sluice enqueue`` puts them). The items are merged
-   by the merger, get their build requests and stay, as no executor runs.
-   The workers are stopped before anything is measured.
-2. **ceilings**, in this process: N sequential ``exists`` round trips/s
-   and ``get`` requests/s pipelined 100 at a time (bare kazoo calls).
-3. **the hops**, in-process (the functions the scheduler tasks call, with a
-   runtime built as a worker builds it, its layouts warmed; every nudge is
-   really sent to Redis, but no worker consumes it): K ``ref-updated`` events
-   for ``app`` put into the connection queue, then ``forward_connection_events``
-   (one call), ``process_tenant`` for each tenant, and ``process_pipeline`` for
-   each pipeline they fed (2 per tenant). Each hop timed, its ZooKeeper
-   requests counted (``ZooKeeperClient.counting_requests``), and the server's
-   ``zk_packets_received`` over the whole burst.
-4. **the sweep** (``scheduler.sweep.run_sweep`` with the maintenance task's
-   steps, each step timed and counted) and ``scheduler.views.idle.pending_work``,
-   before the burst and after it (K more items in 2 of each tenant's pipelines).
+1. **setup**, real workers (scheduler, merger; no executor): ``sluice
+   reconfigure``, I items enqueued into every pipeline by management events;
+   merged, they wait for their builds. The workers are stopped after.
+2. **ceilings**: sequential ``exists`` round trips/s, ``get``s/s pipelined
+   by 100 (bare kazoo, this process).
+3. **the hops**, in-process, with a runtime built as a worker builds it
+   (layouts warm; nudges really sent to Redis, consumed by nobody): K
+   ``ref-updated`` events put into the connection queue, then
+   ``forward_connection_events``, ``process_tenant`` per tenant,
+   ``process_pipeline`` per fed pipeline; each timed, its requests counted.
+   Then a full batch of the connection hop (100 events) is tried.
+4. **the sweep** (``run_sweep`` with the maintenance task's steps, each step
+   counted) and ``idle.pending_work``, before and after the burst.
 
-Prints a table (each rate beside the same run's round-trip ceiling) and
-writes bench/results/scale.json. ``--smoke``: 2 tenants x 4 pipelines, 1 item,
-K=3, nothing kept (``make test`` runs it, tests/bench/test_smoke.py).
+Writes bench/results/scale.json. ``--smoke`` (``make test``): 2 tenants, 1
+item, K=3, figures printed, nothing kept.
 """
 
 from __future__ import annotations
@@ -36,34 +28,38 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _system import Phase, Services
+from _system import Services
 
 from scheduler import dispatch, tasknames
 from scheduler.layouts import TenantLayouts
 from scheduler.model.change import Change
 from scheduler.processing import forwarding
-from scheduler.processing.environment import Environment
+from scheduler.processing.environment import Environment, Nudge
 from scheduler.processing.pipeline import process_pipeline
 from scheduler.settings import Settings, load_settings
-from scheduler.sweep import SweepStep, run_sweep, scheduler_steps, standard_steps
+from scheduler.sweep import SweepReport, SweepStep, run_sweep, scheduler_steps, standard_steps
 from scheduler.views import idle
 from scheduler.wire.events import TriggerEvent
-from scheduler.zk import paths
-from scheduler.zk.client import ZooKeeperClient, connect
+from scheduler.zk import paths, trace
+from scheduler.zk.client import RequestCount, ZooKeeperClient, connect
+from scheduler.zk.context import MAX_TRANSACTION_BYTES, Transaction
+from scheduler.zk.errors import DataTooLargeError
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequestQueue
 from scheduler.zk.management import wait_for_result
@@ -75,46 +71,31 @@ PACKETS_IN = "zk_packets_received"
 CONNECTION = "local"
 PIPELINES = ("check", "experimental", "gate", "post")
 TRIGGERED = ("check", "experimental")  # what a ref-updated of refs/heads/feature-* feeds
+# folded in the request shapes: the phase's chroot, tenant and pipeline names
+FOLDS = (
+    (re.compile(r"^/bench-[0-9a-f]+"), ""),
+    (re.compile(r"(?<=/)t\d\d(?=/|$)"), "{t}"),
+    (re.compile(r"(?<=/pipelines/)[^/]+"), "{p}"),
+)
 
+FEATURE = "{local: [{event: ref-updated, ref: '^refs/heads/feature.*$'}]}"
 CONFIG = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: check
-            manager: independent
-            trigger:
-              local:
-                - event: ref-updated
-                  ref: ^refs/heads/feature.*$
-        - pipeline:
-            name: experimental
-            manager: independent
-            trigger:
-              local:
-                - event: ref-updated
-                  ref: ^refs/heads/feature.*$
-        - pipeline:
-            name: gate
-            manager: dependent
+    "zuul.d/pipelines.yaml": f"""
+        - pipeline: {{name: check, manager: independent, trigger: {FEATURE}}}
+        - pipeline: {{name: experimental, manager: independent, trigger: {FEATURE}}}
+        - pipeline: {{name: gate, manager: dependent}}
         - pipeline:
             name: post
             manager: independent
-            trigger:
-              local:
-                - event: ref-updated
-                  ref: ^refs/heads/main$
-        - job:
-            name: base
-            parent: null
-            timeout: 120
-        - job:
-            name: unit
-            run: ci/job.sh
+            trigger: {{local: [{{event: ref-updated, ref: '^refs/heads/main$'}}]}}
+        - job: {{name: base, parent: null, timeout: 120}}
+        - job: {{name: unit, run: ci/job.sh}}
         - project:
             name: app
-            check: {jobs: [unit]}
-            experimental: {jobs: [unit]}
-            gate: {jobs: [unit]}
-            post: {jobs: [unit]}
+            check: {{jobs: [unit]}}
+            experimental: {{jobs: [unit]}}
+            gate: {{jobs: [unit]}}
+            post: {{jobs: [unit]}}
         """,
     "ci/job.sh": "#!/bin/sh\nexec true\n",
 }
@@ -141,7 +122,6 @@ def tenants_yaml(names: Sequence[str]) -> str:
 
 @dataclass
 class ScaleSystem:
-    phase: Phase
     tenants: list[str]
     items: dict[str, str]  # ref -> commit of the items enqueued by hand
     base: str  # main's commit: the burst's refs point at it
@@ -163,11 +143,12 @@ def setup(services: Services, tenants: int, items: int, burst: int) -> tuple[Sca
         refs[ref] = system.repos.commit("app", ref, {f"src/{ref}.py": "x = 1\n"}, base=base)
     system.repos.git("app", "checkout", "-q", "main")
     updates = "".join(f"create refs/heads/feature-{k} {base}\n" for k in range(burst))
-    _git_stdin(system.repos.root / "app", ["update-ref", "--stdin"], updates)
+    app = system.repos.root / "app"
+    subprocess.run(["git", "update-ref", "--stdin"], cwd=app, input=updates, text=True, check=True)
     system.start_worker(("scheduler",), concurrency=2)
     system.start_worker(("merger", "maintenance"), concurrency=2)
     system.sluice("reconfigure")
-    scale = ScaleSystem(phase, names, refs, base)
+    scale = ScaleSystem(names, refs, base)
     settings = load_settings()
     client = connect(settings.zookeeper)
     try:
@@ -178,10 +159,6 @@ def setup(services: Services, tenants: int, items: int, burst: int) -> tuple[Sca
         client.close()
     phase.stop()  # nothing but this process touches ZooKeeper from here on
     return scale, time.perf_counter() - started
-
-
-def _git_stdin(repo: Path, args: list[str], text: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, input=text, text=True, check=True)
 
 
 def enqueue_items(client: ZooKeeperClient, settings: Settings, scale: ScaleSystem) -> None:
@@ -257,14 +234,27 @@ class Hop:
     events_out: int  # events it put into the next queues
     seconds: float
     requests: int
+    nudge_seconds: float  # of ``seconds``: the Celery sends to Redis
+    shapes: list[tuple[str, int]]  # its most frequent requests: kind and path shape
 
 
-def timed(client: ZooKeeperClient, work: Callable[[], object]) -> tuple[float, int]:
+def timed(client: ZooKeeperClient, work: Callable[[], object]) -> tuple[float, RequestCount]:
     with client.counting_requests() as count:
         started = time.perf_counter()
         work()
         elapsed = time.perf_counter() - started
-    return elapsed, count.total
+    return elapsed, count
+
+
+def shapes(count: RequestCount, top: int = 4) -> list[tuple[str, int]]:
+    """The most frequent requests, by kind and path with its names and ids folded."""
+    found: Counter[str] = Counter()
+    for kind, path in count.calls:
+        shape = trace.shape(path)
+        for pattern, name in FOLDS:
+            shape = pattern.sub(name, shape)
+        found[f"{kind} {shape}"] += 1
+    return found.most_common(top)
 
 
 def queued(client: ZooKeeperClient, roots: Sequence[str]) -> int:
@@ -286,138 +276,164 @@ def burst_events(scale: ScaleSystem, burst: int) -> list[dict[str, Any]]:
 
 
 def hops(env: Environment, layouts: TenantLayouts, scale: ScaleSystem, burst: int) -> list[Hop]:
-    client = env.client
-    tenants = scale.tenants
-    events = burst_events(scale, burst)
+    client, tenants, nudged = env.client, scale.tenants, env.nudge
     connection = EventQueue(client, paths.connection_event_queue(CONNECTION))
-
-    def put() -> None:
-        for event in events:
-            connection.put(event)
-
-    found: list[Hop] = []
-    seconds, requests = timed(client, put)
-    found.append(Hop("put into the connection queue", 0, burst, seconds, requests))
-    seconds, requests = timed(
-        client,
-        lambda: forwarding.forward_connection_events(client, layouts, env.nudge, CONNECTION),
-    )
+    fed = [(t, p) for t in tenants for p in TRIGGERED]
     tenant_queues = [paths.tenant_trigger_queue(t) for t in tenants]
-    moved = queued(client, tenant_queues)
+    pipeline_queues = [paths.pipeline_trigger_queue(t, p) for t, p in fed]
+    assert isinstance(nudged, TimedNudge)
+    found: list[Hop] = []
+
+    def run(name: str, events_in: int, work: Callable[[], object], out: Sequence[str]) -> int:
+        sends = nudged.seconds
+        seconds, count = timed(client, work)
+        moved = queued(client, out)
+        hop = Hop(name, events_in, moved, seconds, count.total, nudged.seconds - sends, [])
+        hop.shapes = shapes(count)
+        found.append(hop)
+        return moved
+
+    events = burst_events(scale, burst)
+    run("put into the connection queue", 0, lambda: [connection.put(e) for e in events], [])
+    found[-1].events_out = burst
+    moved = run(
+        "connection -> tenants",
+        burst,
+        lambda: forwarding.forward_connection_events(client, layouts, nudged, CONNECTION),
+        tenant_queues,
+    )
     assert moved == burst * len(tenants), (moved, burst, len(tenants))
-    found.append(Hop("connection -> tenants", burst, moved, seconds, requests))
 
     def every_tenant() -> None:
         for tenant in tenants:
-            forwarding.process_tenant(client, layouts, env.nudge, tenant)
+            forwarding.process_tenant(client, layouts, nudged, tenant)
 
-    seconds, requests = timed(client, every_tenant)
-    fed = [(t, p) for t in tenants for p in TRIGGERED]
-    pipeline_queues = [paths.pipeline_trigger_queue(t, p) for t, p in fed]
-    routed = queued(client, pipeline_queues)
+    routed = run("tenant -> pipelines", moved, every_tenant, pipeline_queues)
     assert routed == burst * len(fed), (routed, burst, len(fed))
-    found.append(Hop("tenant -> pipelines", moved, routed, seconds, requests))
 
     def every_pipeline() -> None:
         for tenant, pipeline in fed:
             process_pipeline(env, tenant, pipeline)
 
-    seconds, requests = timed(client, every_pipeline)
-    assert queued(client, pipeline_queues) == 0
-    found.append(Hop("pipeline passes (items enqueued)", routed, 0, seconds, requests))
+    left = run("pipeline passes (items enqueued)", routed, every_pipeline, pipeline_queues)
+    assert left == 0, left
     return found
+
+
+def fanout_limit(env: Environment, layouts: TenantLayouts, scale: ScaleSystem) -> dict[str, Any]:
+    """The connection hop's transaction bytes per event, and one full batch tried."""
+    client = env.client
+    payload = {**burst_events(scale, 1)[0], "connection": CONNECTION, "event_id": "0" * 10}
+    txn = Transaction(client)
+    for tenant in scale.tenants:  # the ops _drain adds per event: a put per tenant, an ack
+        EventQueue(client, paths.tenant_trigger_queue(tenant)).put_ops(payload, txn)
+    txn.delete(paths.join(paths.connection_event_queue(CONNECTION), "event-" + "0" * 10))
+    connection = EventQueue(client, paths.connection_event_queue(CONNECTION))
+    for event in burst_events(scale, forwarding.BATCH):
+        connection.put(event)
+    try:
+        forwarding.forward_connection_events(client, layouts, env.nudge, CONNECTION)
+        outcome = "committed"
+    except DataTooLargeError as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    return {
+        "txn_bytes_per_event": txn.size,
+        "largest_batch": MAX_TRANSACTION_BYTES // txn.size,
+        "batch": forwarding.BATCH,
+        "full_batch": outcome,
+    }
 
 
 # ------------------------------------------------------------------ 4. the sweep
 
 
+def cost(samples: Sequence[tuple[float, int]]) -> dict[str, float]:
+    """The median time (ms) and ZooKeeper requests of (seconds, requests) samples."""
+    return {
+        "ms": 1000 * statistics.median(s for s, _ in samples),
+        "requests": statistics.median(r for _, r in samples),
+    }
+
+
 def sweep_cost(client: ZooKeeperClient, settings: Settings, runs: int) -> dict[str, Any]:
-    """The maintenance task's sweep, in-process: its time and requests, per step too."""
+    """The maintenance task's sweep and ``pending_work``, in-process; the sweep's steps too."""
     per_step: dict[str, list[tuple[float, int]]] = {}
 
     def counted(step: SweepStep) -> SweepStep:
         def run() -> Sequence[str]:
-            with client.counting_requests() as count:
-                started = time.perf_counter()
-                done = step.run()
-            per_step.setdefault(step.name, []).append((time.perf_counter() - started, count.total))
+            seconds, count = timed(client, lambda: done.extend(step.run()))
+            per_step.setdefault(step.name, []).append((seconds, count.total))
             return done
 
+        done: list[str] = []
         return replace(step, run=run)
 
     def steps() -> list[SweepStep]:
-        listed = [
-            *standard_steps(client, settings, renudge_merges=True),
-            *scheduler_steps(client, settings),
-        ]
+        listed = standard_steps(client, settings) + scheduler_steps(client, settings)
         return [counted(s) for s in listed]
 
-    whole: list[tuple[float, int]] = []
+    sweeps, pending, reports = [], [], list[SweepReport]()
     for _ in range(runs):
-        report = None
-
-        def sweep() -> None:
-            nonlocal report
-            report = run_sweep(client, steps)
-
-        whole.append(timed(client, sweep))
-        assert report is not None and report.ran and not report.failed, report
-    pending: list[tuple[float, int]] = [
-        timed(client, lambda: idle.pending_work(client)) for _ in range(runs)
-    ]
+        seconds, count = timed(client, lambda: reports.append(run_sweep(client, steps)))
+        assert reports[-1].ran and not reports[-1].failed, reports[-1]
+        sweeps.append((seconds, count.total))
+        seconds, count = timed(client, lambda: idle.pending_work(client))
+        pending.append((seconds, count.total))
     return {
-        "sweep_ms": 1000 * statistics.median(s for s, _ in whole),
-        "sweep_requests": statistics.median(r for _, r in whole),
-        "pending_work_ms": 1000 * statistics.median(s for s, _ in pending),
-        "pending_work_requests": statistics.median(r for _, r in pending),
-        "steps": {
-            name: {
-                "ms": 1000 * statistics.median(s for s, _ in values),
-                "requests": statistics.median(r for _, r in values),
-            }
-            for name, values in per_step.items()
-        },
+        "sweep": cost(sweeps),
+        "pending_work": cost(pending),
+        "steps": {name: cost(values) for name, values in per_step.items()},
     }
 
 
-def counting_nudge(env: Environment, sent: list[str]) -> Environment:
-    def nudge(task: str, args: Sequence[Any], queue: str | None, /, label: str = "") -> None:
-        sent.append(task)
-        env.nudge(task, args, queue, label=label)
+@dataclass
+class TimedNudge:
+    """A runtime's nudge that counts its sends and the time they take."""
 
-    return replace(env, nudge=nudge)
+    send: Nudge
+    seconds: float = 0.0
+    sent: Counter[str] = field(default_factory=Counter)
+
+    def __call__(
+        self, task: str, args: Sequence[Any], queue: str | None, /, label: str = ""
+    ) -> None:
+        started = time.perf_counter()
+        self.send(task, args, queue, label=label)
+        self.seconds += time.perf_counter() - started
+        self.sent[task] += 1
 
 
 # ------------------------------------------------------------------ report
 
 
+def items_in(client: ZooKeeperClient, scale: ScaleSystem) -> int:
+    return sum(idle.items_in(client, t, p) for t in scale.tenants for p in PIPELINES)
+
+
 def measure(services: Services, scale: ScaleSystem, burst: int, runs: int) -> dict[str, Any]:
     settings = load_settings()
     real_env, layouts = build(settings)
-    sent: list[str] = []
-    env = counting_nudge(real_env, sent)
+    nudge = TimedNudge(real_env.nudge)
+    env = replace(real_env, nudge=nudge)
     client = env.client
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"load_measuring": loadavg()}
     try:
         for tenant in scale.tenants:  # a worker's steady state: layouts cached, passes warm
             layouts.get(tenant)
             for pipeline in PIPELINES:
                 process_pipeline(env, tenant, pipeline)
         report["ceilings"] = ceilings(client, 1.0 if runs > 1 else 0.3)
-        report["items_before"] = sum(
-            idle.items_in(client, t, p) for t in scale.tenants for p in PIPELINES
-        )
+        report["items_before"] = items_in(client, scale)
         report["sweep_before"] = sweep_cost(client, settings, runs)
         before = services.mntr()
         done = hops(env, layouts, scale, burst)
         after = services.mntr()
         report["hops"] = [vars(h) for h in done]
         report["burst_packets"] = after[PACKETS_IN] - before[PACKETS_IN] - 1  # minus mntr's own
-        report["nudges"] = {task: sent.count(task) for task in sorted(set(sent))}
-        report["items_after"] = sum(
-            idle.items_in(client, t, p) for t in scale.tenants for p in PIPELINES
-        )
+        report["nudges"] = dict(nudge.sent)
+        report["items_after"] = items_in(client, scale)
         report["sweep_after"] = sweep_cost(client, settings, runs)
+        report["fanout"] = fanout_limit(env, layouts, scale)  # last: it may leave a batch stuck
     finally:
         client.stop()
         client.close()
@@ -425,64 +441,64 @@ def measure(services: Services, scale: ScaleSystem, burst: int, runs: int) -> di
 
 
 def print_table(report: dict[str, Any]) -> None:
-    size = report["size"]
-    ceil = report["ceilings"]
-    rtt = ceil["zk_exists_per_s"]
-    print(f"\nload average before: {report['load_before']}, after: {report['load_after']}")
+    size, ceil = report["size"], report["ceilings"]
+    rtt, burst = ceil["zk_exists_per_s"], size["burst"]
+    pipelines = size["tenants"] * len(PIPELINES)
+    loads = (report[k] for k in ("load_before", "load_measuring", "load_after"))
+    print("\nload average before, when measuring, after: {} / {} / {}".format(*loads))
     print(
         f"{size['tenants']} tenants x {len(PIPELINES)} pipelines, {size['items']} item(s) each "
         f"by hand ({report['items_before']} items), setup {report['setup_s']:.0f} s"
     )
     gets = ceil["zk_pipelined_gets_per_s"]
-    print(f"ceiling: ZooKeeper exists round trips/s (sequential) {rtt:9.0f}")
-    print(f"ceiling: ZooKeeper gets/s (pipelined by 100)         {gets:9.0f}")
-    burst = size["burst"]
+    print(f"ceiling: ZooKeeper exists round trips/s, sequential  {rtt:7.0f}")
+    print(f"ceiling: ZooKeeper gets/s, pipelined by 100          {gets:7.0f}")
     print(
-        f"\nburst of {burst} ref-updated events for app (held by every tenant; "
-        f"{len(TRIGGERED)} pipelines each)"
+        f"\nburst of {burst} ref-updated events for app (every tenant holds it; 2 pipelines each)"
     )
     print(
-        f"  {'hop':34} {'in':>6} {'out':>6} {'ms':>8} {'in/s':>8} {'reqs':>6} "
-        f"{'req/in':>7} {'req/s':>7} {'/ceil':>6}"
+        f"  {'hop':33} {'in':>5} {'out':>5} {'ms':>7} {'in/s':>6} {'sends ms':>8} "
+        f"{'reqs':>6} {'req/in':>6} {'req/s':>6} {'/ceil':>5}"
     )
-    total_s = 0.0
     for hop in report["hops"]:
-        total_s += hop["seconds"]
-        counted = hop["events_in"] or hop["events_out"]
-        rate = counted / hop["seconds"]
-        reqs_per_s = hop["requests"] / hop["seconds"]
+        counted, seconds = hop["events_in"] or hop["events_out"], hop["seconds"]
+        per_s = hop["requests"] / seconds
         print(
-            f"  {hop['name']:34} {hop['events_in']:6} {hop['events_out']:6} "
-            f"{1000 * hop['seconds']:8.1f} {rate:8.0f} {hop['requests']:6} "
-            f"{hop['requests'] / counted:7.2f} {reqs_per_s:7.0f} {reqs_per_s / rtt:6.2f}"
+            f"  {hop['name']:33} {hop['events_in']:5} {hop['events_out']:5} "
+            f"{1000 * seconds:7.0f} {counted / seconds:6.0f} {1000 * hop['nudge_seconds']:8.0f} "
+            f"{hop['requests']:6} {hop['requests'] / counted:6.2f} {per_s:6.0f} {per_s / rtt:5.2f}"
         )
+        for shape, n in hop["shapes"]:
+            print(f"      {n / counted:6.2f} per event  {shape}")
     to_queues = sum(h["seconds"] for h in report["hops"][:3])
-    print(f"  put -> every pipeline queue: {burst / to_queues:.0f} events/s ({to_queues:.3f} s)")
+    total = to_queues + report["hops"][3]["seconds"]
     print(
-        f"  put -> items enqueued:       {burst / total_s:.1f} events/s ({1000 * total_s:.0f} ms)"
+        f"  put -> in every pipeline queue: {burst / to_queues:5.1f} events/s ({to_queues:.2f} s)"
     )
-    print(
-        f"  ZooKeeper packets received over the burst: {report['burst_packets']:.0f} "
-        f"({report['burst_packets'] / burst:.0f} per source event); nudges: {report['nudges']}"
-    )
-    pipelines = size["tenants"] * len(PIPELINES)
+    print(f"  put -> items enqueued:          {burst / total:5.1f} events/s ({total:.2f} s)")
+    packets = report["burst_packets"]
+    print(f"  ZooKeeper packets received (mntr): {packets:.0f}, {packets / burst:.0f} per event")
+    print(f"  nudges sent: {report['nudges']}")
     for key, items in (("sweep_before", "items_before"), ("sweep_after", "items_after")):
-        sweep = report[key]
-        print(
-            f"\nsweep and pending_work at {pipelines} pipelines, {report[items]} items "
-            f"({key.split('_')[1]} the burst), median"
-        )
+        sweep, when = report[key], key.split("_")[1]
+        print(f"\nat {pipelines} pipelines, {report[items]} items ({when} the burst), median")
         for label, ms, reqs in (
-            ("maintenance sweep", sweep["sweep_ms"], sweep["sweep_requests"]),
-            ("pending_work", sweep["pending_work_ms"], sweep["pending_work_requests"]),
+            ("maintenance sweep", sweep["sweep"]["ms"], sweep["sweep"]["requests"]),
+            ("pending_work", sweep["pending_work"]["ms"], sweep["pending_work"]["requests"]),
         ):
             print(
-                f"  {label:22} {ms:8.1f} ms {reqs:6.0f} requests "
-                f"({reqs / pipelines:.1f} per pipeline; as round trips {1000 * reqs / rtt:.0f} ms)"
+                f"  {label:20} {ms:7.0f} ms {reqs:6.0f} requests, {reqs / pipelines:5.1f} per "
+                f"pipeline; as sequential round trips {1000 * reqs / rtt:5.0f} ms"
             )
         for name, step in sweep["steps"].items():
-            if step["requests"]:
-                print(f"    step {name:28} {step['ms']:8.1f} ms {step['requests']:6.0f} requests")
+            if step["requests"] > 2:
+                print(f"    step {name:26} {step['ms']:7.0f} ms {step['requests']:6.0f} requests")
+    fan = report["fanout"]
+    print(
+        f"\nconnection hop: {fan['txn_bytes_per_event']} transaction bytes per event at "
+        f"{size['tenants']} tenants: at most {fan['largest_batch']} events per commit "
+        f"(it reads {fan['batch']}); a full batch: {fan['full_batch']}"
+    )
 
 
 def loadavg() -> str:
@@ -493,7 +509,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tenants", type=int, default=50)
     parser.add_argument("--items", type=int, default=2, help="items enqueued per pipeline")
-    parser.add_argument("--burst", type=int, default=100, help="ref-updated events (K)")
+    parser.add_argument("--burst", type=int, default=50, help="ref-updated events (K)")
     parser.add_argument("--runs", type=int, default=3, help="sweeps (median)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, nothing kept")
     args = parser.parse_args()

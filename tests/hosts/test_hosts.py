@@ -254,7 +254,7 @@ def _move_leader_off(deployment: HostDeployment, host: NetHost) -> None:
         ensemble.wait_formed()
 
 
-@pytest.mark.parametrize("fault", ["kill", "link", "leader"])
+@pytest.mark.parametrize("fault", ["kill", "link", "leader", "services-link"])
 def test_a_gate_across_three_hosts_survives_losing_one(
     fault: str, deployment: HostDeployment, probe: WriteProbe
 ) -> None:
@@ -270,6 +270,9 @@ def test_a_gate_across_three_hosts_survives_losing_one(
         leader = ensemble.leader()
         host = deployment.host_of_member(leader)
         assert host.name != SERVICES_HOST
+    elif fault == "services-link":  # Redis and the git server cut off with the host
+        deployment.building_host()
+        host = deployment.network.host(SERVICES_HOST)
     else:
         host = deployment.building_host()
     member = member_on(ensemble, host)
@@ -294,7 +297,7 @@ def test_a_gate_across_three_hosts_survives_losing_one(
             )
             assert new_leader is not member
             notes.append(f"new leader zk{new_leader.myid} {time.monotonic() - faulted:.2f}s after")
-        outage = LINK_DOWN if fault == "link" else LEADER_ISOLATED
+        outage = LEADER_ISOLATED if fault == "leader" else LINK_DOWN
         reported = _reported_within(gate, faulted + outage)
         time.sleep(max(0.0, faulted + outage - time.monotonic()))
         host.link_up()

@@ -14,9 +14,13 @@ is lost: every process of the host killed (``kill``), its link set down for
 15 s and up again (``link``), or the ZooKeeper leader's host cut off for 20 s
 (``leader``: isolated by the network, not killed). ``kill`` and ``link`` hit
 a host other than ``h1`` that is running a build; ``h1`` holds the single
-Redis and the git server. Afterwards ``GateRun.verify``: one report per
-change, each merged exactly once, each build attempt in SQL once, nothing
-unfinished or locked in ZooKeeper.
+Redis and the git server, so it is not killed; its link is cut for 15 s
+(``services-link``: Redis, the forge and a ZooKeeper member gone at once).
+Afterwards ``GateRun.verify``: one report per change, each merged exactly
+once, each build attempt in SQL once, nothing unfinished or locked in
+ZooKeeper; a host that came back has its member in the ensemble and its
+workers answering a ping. The figures are printed (``-s``) and recorded in
+docs/reliability.md.
 
 Not in the default run (``-m hosts``; ``make test-hosts``); needs root.
 """
@@ -276,6 +280,7 @@ def test_a_gate_across_three_hosts_survives_losing_one(
     else:
         host = deployment.building_host()
     member = member_on(ensemble, host)
+    role = member.mode()
     faulted = time.monotonic()
     healed = faulted
     notes: list[str] = []
@@ -318,7 +323,7 @@ def test_a_gate_across_three_hosts_survives_losing_one(
     retried = _retried(gate)
     spread = {name: _builds_in(workers[1]) for name, workers in deployment.workers.items()}
     print(
-        f"\nhosts, {fault} of {host.name} (zk{member.myid}): first ZooKeeper write "
+        f"\nhosts, {fault} of {host.name} (zk{member.myid}, {role}): first ZooKeeper write "
         f"{first_write:.2f}s after the fault, idle {idle:.1f}s after the "
         f"{'fault' if fault == 'kill' else 'link came up'}; {'; '.join(notes)}; "
         f"builds retried: {retried}; worker sessions lost: {_lost_sessions(gate)}; "

@@ -25,9 +25,10 @@ typecheck:
 pytest:
 	$(VENV)/pytest
 
-# Nightly-style: a gate across three network namespaces losing one (root only).
+# Nightly-style: a gate across three network namespaces losing one (root only);
+# SIGINT on timeout, so the fixtures still remove the namespaces.
 test-hosts: bootstrap
-	timeout 1200 $(VENV)/pytest -m hosts tests/hosts -s
+	timeout -s INT -k 60 1200 $(VENV)/pytest -m hosts tests/hosts -s
 
 down:
 	$(DEMO) stack down

@@ -300,7 +300,7 @@ def test_a_gate_across_three_hosts_survives_losing_one(
                 "the two others to elect a leader",
                 interval=0.1,
             )
-            assert new_leader is not member
+            assert new_leader is not None and new_leader is not member
             notes.append(f"new leader zk{new_leader.myid} {time.monotonic() - faulted:.2f}s after")
         outage = LEADER_ISOLATED if fault == "leader" else LINK_DOWN
         reported = _reported_within(gate, faulted + outage)

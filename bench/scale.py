@@ -14,7 +14,8 @@ tenants (50) hold ``app`` and share a config project with four pipelines
    (layouts warm; nudges really sent to Redis, consumed by nobody): K
    ``ref-updated`` events put into the connection queue, then
    ``forward_connection_events``, ``process_tenant`` per tenant,
-   ``process_pipeline`` per fed pipeline; each timed, its requests counted.
+   ``process_pipeline`` per fed pipeline; each timed, its requests counted
+   (after one event through every hop: it creates the queues, fills caches).
    Then a full batch of the connection hop (100 events) is tried.
 4. **the sweep** (``run_sweep`` with the maintenance task's steps, each step
    counted) and ``idle.pending_work``, before and after the burst.
@@ -170,14 +171,8 @@ def enqueue_items(client: ZooKeeperClient, settings: Settings, scale: ScaleSyste
             for ref, commit in scale.items.items():
                 change = Change(CONNECTION, "app", "main", ref, commit)
                 result_id = uuid.uuid4().hex
-                queue.put(
-                    {
-                        "type": "enqueue",
-                        "change": change.to_dict(),
-                        "pipeline": pipeline,
-                        "result_id": result_id,
-                    }
-                )
+                event = {"type": "enqueue", "change": change.to_dict(), "pipeline": pipeline}
+                queue.put({**event, "result_id": result_id})
                 ids.append(result_id)
         dispatch.send(tasknames.PROCESS_TENANT, tenant, settings=settings)
     for result_id in ids:
@@ -206,8 +201,7 @@ def wait_settled(client: ZooKeeperClient, builds: int, timeout: float = 900) -> 
 
 def ceilings(client: ZooKeeperClient, seconds: float) -> dict[str, float]:
     """Bare kazoo: sequential ``exists`` round trips/s, and ``get``s/s pipelined by 100."""
-    kazoo = client.kazoo
-    path = paths.connection_event_queue(CONNECTION)
+    kazoo, path = client.kazoo, "/"  # the chroot's root
     for _ in range(20):
         kazoo.exists(path)
     count, started = 0, time.perf_counter()
@@ -257,17 +251,13 @@ def shapes(count: RequestCount, top: int = 4) -> list[tuple[str, int]]:
     return found.most_common(top)
 
 
-def queued(client: ZooKeeperClient, roots: Sequence[str]) -> int:
-    return sum(EventQueue(client, root).length() for root in roots)
-
-
-def burst_events(scale: ScaleSystem, burst: int) -> list[dict[str, Any]]:
+def burst_events(scale: ScaleSystem, burst: int, name: str = "feature") -> list[dict[str, Any]]:
     return [
         TriggerEvent(
             type="ref-updated",
             project="app",
-            branch=f"feature-{k}",
-            ref=f"refs/heads/feature-{k}",
+            branch=f"{name}-{k}",
+            ref=f"refs/heads/{name}-{k}",
             oldrev="0" * 40,
             newrev=scale.base,
         ).to_dict()
@@ -275,8 +265,10 @@ def burst_events(scale: ScaleSystem, burst: int) -> list[dict[str, Any]]:
     ]
 
 
-def hops(env: Environment, layouts: TenantLayouts, scale: ScaleSystem, burst: int) -> list[Hop]:
-    client, tenants, nudged = env.client, scale.tenants, env.nudge
+def hops(
+    env: Environment, layouts: TenantLayouts, scale: ScaleSystem, events: list[dict[str, Any]]
+) -> list[Hop]:
+    client, tenants, nudged, burst = env.client, scale.tenants, env.nudge, len(events)
     connection = EventQueue(client, paths.connection_event_queue(CONNECTION))
     fed = [(t, p) for t in tenants for p in TRIGGERED]
     tenant_queues = [paths.tenant_trigger_queue(t) for t in tenants]
@@ -287,13 +279,12 @@ def hops(env: Environment, layouts: TenantLayouts, scale: ScaleSystem, burst: in
     def run(name: str, events_in: int, work: Callable[[], object], out: Sequence[str]) -> int:
         sends = nudged.seconds
         seconds, count = timed(client, work)
-        moved = queued(client, out)
+        moved = sum(EventQueue(client, root).length() for root in out)
         hop = Hop(name, events_in, moved, seconds, count.total, nudged.seconds - sends, [])
         hop.shapes = shapes(count)
         found.append(hop)
         return moved
 
-    events = burst_events(scale, burst)
     run("put into the connection queue", 0, lambda: [connection.put(e) for e in events], [])
     found[-1].events_out = burst
     moved = run(
@@ -425,12 +416,15 @@ def measure(services: Services, scale: ScaleSystem, burst: int, runs: int) -> di
         report["ceilings"] = ceilings(client, 1.0 if runs > 1 else 0.3)
         report["items_before"] = items_in(client, scale)
         report["sweep_before"] = sweep_cost(client, settings, runs)
-        before = services.mntr()
-        done = hops(env, layouts, scale, burst)
+        # one event through every hop first: the queues it creates, the caches it fills
+        # (the first event a tenant and a pipeline ever get) are not part of the figures
+        hops(env, layouts, scale, burst_events(scale, 1, "feature-warm"))
+        before, sent = services.mntr(), Counter(nudge.sent)
+        done = hops(env, layouts, scale, burst_events(scale, burst))
         after = services.mntr()
         report["hops"] = [vars(h) for h in done]
         report["burst_packets"] = after[PACKETS_IN] - before[PACKETS_IN] - 1  # minus mntr's own
-        report["nudges"] = dict(nudge.sent)
+        report["nudges"] = dict(nudge.sent - sent)
         report["items_after"] = items_in(client, scale)
         report["sweep_after"] = sweep_cost(client, settings, runs)
         report["fanout"] = fanout_limit(env, layouts, scale)  # last: it may leave a batch stuck

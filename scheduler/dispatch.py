@@ -166,11 +166,26 @@ def queued_messages(queue: str, *, settings: Settings | None = None) -> int:
 # ---------------------------------------------------------------- result events
 
 
-def notify_pipeline(request: JobRequest, settings: Settings | None = None) -> None:
+def notify_pipeline(
+    request: JobRequest, settings: Settings | None = None, delay: float = 0.0
+) -> None:
     """Nudge the pipeline that gets ``request``'s events (after one was emitted).
 
     The event itself is already committed in ZooKeeper; if this nudge is lost
-    the sweep finds the pipeline's queued events and sends it again.
+    the sweep finds the pipeline's queued events and sends it again. A
+    delayed nudge (a build's start) runs only if the result queue still
+    holds events when it arrives (``if_results``).
     """
-    if request.tenant and request.pipeline and request.result_queue:
+    if not (request.tenant and request.pipeline and request.result_queue):
+        return
+    if delay > 0:
+        send(
+            tasknames.PROCESS_PIPELINE,
+            request.tenant,
+            request.pipeline,
+            settings=settings,
+            kwargs={"if_results": True},
+            countdown=delay,
+        )
+    else:
         send(tasknames.PROCESS_PIPELINE, request.tenant, request.pipeline, settings=settings)

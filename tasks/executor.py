@@ -62,7 +62,7 @@ def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> d
         uuid,
         zone_name,
         worker_name(self.request.hostname),
-        notify=lambda request: dispatch.notify_pipeline(request, settings),
+        notify=lambda request, delay=0.0: dispatch.notify_pipeline(request, settings, delay),
         progress=_progress(self, settings),
     )
     return report.to_dict()

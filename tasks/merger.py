@@ -42,7 +42,7 @@ def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
         client,
         request_uuid,
         worker_name(self.request.hostname),
-        notify=lambda request: dispatch.notify_pipeline(request, settings),
+        notify=lambda request, delay=0.0: dispatch.notify_pipeline(request, settings, delay),
     )
     return report.to_dict()
 

@@ -18,6 +18,8 @@ from scheduler.drivers import webhooks
 from scheduler.errors import SluiceError
 from scheduler.processing import forwarding
 from scheduler.processing.pipeline import process_pipeline as run_pipeline
+from scheduler.zk import paths
+from scheduler.zk.event_queue import EventQueue
 from tasks import retrying
 from tasks.app import app
 from tasks.runtime import runtime, runtime_settings
@@ -52,10 +54,23 @@ def process_tenant(self: Task[Any, Any], tenant: str) -> None:
 
 
 @app.task(name=tasknames.PROCESS_PIPELINE, bind=True, **retrying.SCHEDULER)
-def process_pipeline(self: Task[Any, Any], tenant: str, pipeline: str) -> bool:
-    """Process one pipeline until quiet (False: another worker is on it)."""
+def process_pipeline(
+    self: Task[Any, Any], tenant: str, pipeline: str, if_results: bool = False
+) -> bool:
+    """Process one pipeline until quiet (False: another worker is on it or nothing to do).
+
+    ``if_results``: a delayed nudge about a build's start; it works only if
+    the pipeline's result queue still holds events (one stat otherwise).
+    """
     tenant_name = _name(self.name, "tenant", tenant)
     pipeline_name = _name(self.name, "pipeline", pipeline)
     env, _ = runtime()
+    if (
+        if_results
+        and not EventQueue(
+            env.client, paths.pipeline_result_queue(tenant_name, pipeline_name)
+        ).length()
+    ):
+        return False  # a pass applied the start already (with the build's end)
     with logcontext.bound(tenant=tenant_name, pipeline=pipeline_name):
         return run_pipeline(env, tenant_name, pipeline_name)

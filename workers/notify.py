@@ -5,19 +5,34 @@ event to the pipeline's result queue in ZooKeeper; the ``notify`` callback
 (the task adapter's ``dispatch.notify_pipeline``) then nudges that pipeline.
 A failing nudge is logged and never fails the work: the sweep finds the
 queued event and sends the nudge again.
+
+A build's start is nudged with a delay (:data:`STARTED_NUDGE_DELAY`): a
+build that ends sooner has its ``request-started`` event applied by the
+pass that applies its completion, and the delayed nudge finds the result
+queue empty and returns after one look (one pass per build fewer; the
+start time travels in the event, so the history is exact). A longer build
+shows as running that much later.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from scheduler.zk.job_requests import JobRequest
 
 log = logging.getLogger(__name__)
 
-Notify = Callable[[JobRequest], None]
+# seconds after a claim before its pipeline is nudged about the start
+STARTED_NUDGE_DELAY = 1.0
+
+
+class Notify(Protocol):
+    """Nudge the pipeline of ``request``'s events, ``delay`` seconds from now."""
+
+    def __call__(self, request: JobRequest, /, delay: float = 0.0) -> None: ...
+
 
 # progress(meta): a running build's phase, for the task's PROGRESS state
 Progress = Callable[[Mapping[str, Any]], None]
@@ -27,13 +42,13 @@ def no_progress(_meta: Mapping[str, Any]) -> None:
     return None
 
 
-def no_notify(_request: JobRequest) -> None:
+def no_notify(_request: JobRequest, /, delay: float = 0.0) -> None:
     return None
 
 
-def notify_safely(notify: Notify, request: JobRequest, what: str) -> None:
+def notify_safely(notify: Notify, request: JobRequest, what: str, delay: float = 0.0) -> None:
     try:
-        notify(request)
+        notify(request, delay=delay)
     except Exception:  # a hook boundary: the sweep re-sends a lost nudge
         log.exception("%s request %s: nudging its pipeline failed", what, request.uuid)
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler import scope
 from scheduler.config import Layout, LayoutResult, Tenant, UnparsedBranch, build_layout
 from scheduler.layouts.errors import LayoutMismatchError, LockTimeoutError, NoLayoutError
 from scheduler.layouts.state import LayoutState
@@ -97,7 +98,13 @@ class TenantLayouts:
     # -- layouts ---------------------------------------------------------------
 
     def get(self, tenant: str) -> TenantLayout:
-        """The tenant's current layout; :class:`NoLayoutError` if never reconfigured."""
+        """The tenant's current layout; :class:`NoLayoutError` if never reconfigured.
+
+        Validated once per :func:`scheduler.scope.validation_scope` (a pass).
+        """
+        return scope.once((id(self), tenant), lambda: self._validated(tenant))
+
+    def _validated(self, tenant: str) -> TenantLayout:
         mzxid = cc.layout_state_mzxid(self.client, tenant)
         if mzxid is None:
             raise NoLayoutError(f"tenant {tenant!r} has no layout yet (not reconfigured)")

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from scheduler import tasknames
+from scheduler import scope, tasknames
 from scheduler.drivers import ForgeError, webhooks
 from scheduler.errors import SluiceError
 from scheduler.processing.environment import Nudge
@@ -35,11 +35,14 @@ from scheduler.wire.events import (
 )
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.context import MAX_TRANSACTION_BYTES, Transaction
 from scheduler.zk.event_queue import Event, EventQueue, commit_creating_parents
 
 log = logging.getLogger(__name__)
 
 BATCH = 100
+# bytes of one batch's transaction (ZooKeeper refuses a multi over ~1 MB)
+BATCH_BYTES = MAX_TRANSACTION_BYTES // 2
 
 
 class ForgeUnavailableError(SluiceError):
@@ -64,7 +67,12 @@ def _drain(
     queue: EventQueue,
     route: Callable[[Event], Sequence[tuple[str, dict[str, Any]]]],
 ) -> set[str]:
-    """Move ``queue``'s events where ``route`` says, batch by batch; returns the targets."""
+    """Move ``queue``'s events where ``route`` says, batch by batch; returns the targets.
+
+    A batch is at most :data:`BATCH` events and closes early when its
+    transaction would pass :data:`BATCH_BYTES` (an event for a project that
+    many tenants hold puts one copy into each tenant's queue).
+    """
     touched: set[str] = set()
     held = locks.acquire(client, lock_path, blocking=False)
     if held is None:
@@ -74,17 +82,39 @@ def _drain(
             events = queue.read(limit=BATCH)
             if not events:
                 break
-            txn = held.context.transaction()
-            targets: dict[str, EventQueue] = {}
+            batch = _Batch(held.context.transaction())
             for event in events:
+                ops = Transaction(client)
+                targets: dict[str, EventQueue] = {}
                 for target, payload in route(event):
-                    targets.setdefault(target, EventQueue(client, target)).put_ops(payload, txn)
-                queue.ack_ops(event, txn)
-            commit_creating_parents(client, txn, list(targets.values()))
-            touched.update(targets)
-            for event in events:
-                queue.discard_data(event)
+                    targets.setdefault(target, EventQueue(client, target)).put_ops(payload, ops)
+                queue.ack_ops(event, ops)
+                if batch.moved and batch.txn.size + ops.size > BATCH_BYTES:
+                    touched |= batch.commit(client, queue)
+                    batch = _Batch(held.context.transaction())
+                batch.add(event, ops, targets)
+            touched |= batch.commit(client, queue)
     return touched
+
+
+@dataclass
+class _Batch:
+    """Events moved in one transaction, with the queues they go to."""
+
+    txn: Transaction
+    moved: list[Event] = field(default_factory=list)
+    targets: dict[str, EventQueue] = field(default_factory=dict)
+
+    def add(self, event: Event, ops: Transaction, targets: Mapping[str, EventQueue]) -> None:
+        self.txn.extend(ops)
+        self.moved.append(event)
+        self.targets.update(targets)
+
+    def commit(self, client: ZooKeeperClient, queue: EventQueue) -> set[str]:
+        commit_creating_parents(client, self.txn, list(self.targets.values()))
+        for event in self.moved:
+            queue.discard_data(event)
+        return set(self.targets)
 
 
 def forward_connection_events(
@@ -157,7 +187,10 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
         return _route_trigger(routing, tenant, event, targets)
 
     _drain(client, paths.management_queue_lock(tenant), management, route_management)
-    _drain(client, paths.trigger_queue_lock(tenant), trigger, route_trigger)
+    # Routing asks the layout per event: validated once for the hop (as
+    # unfenced as one check per event, whose commit comes later anyway)
+    with scope.validation_scope():
+        _drain(client, paths.trigger_queue_lock(tenant), trigger, route_trigger)
     for pipeline in sorted(set(targets.values())):
         nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
     if management.length() or trigger.length():

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler import dispatch, reconfiguration, tasklabels, tasknames
+from scheduler import dispatch, reconfiguration, scope, tasklabels, tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
@@ -95,7 +95,15 @@ class PipelinePass:
     config_merged: list[str] = field(default_factory=list)
 
     def run(self) -> bool:
-        """One pass in named steps; True if another pass may find something."""
+        """One pass in named steps; True if another pass may find something.
+
+        The tenant's layout is validated once for the whole pass (its commit
+        is fenced by the layout state's version: :mod:`scheduler.scope`).
+        """
+        with scope.validation_scope():
+            return self._run()
+
+    def _run(self) -> bool:
         store = PipelineStore(self.env.client)
         tree, state = self.read(store)
         manager, ledger = self.env.managers.open(self.env.client, self.tenant, self.pipeline)
@@ -271,7 +279,8 @@ class PipelinePass:
             return self._merge_event(requests, message, item)
         job = message.job
         if kind is RequestEvent.STARTED:
-            return ev.BuildStarted(request, item.uuid, buildset, job, time.time(), message.worker)
+            started = message.moment or time.time()  # the claim's moment (applied late)
+            return ev.BuildStarted(request, item.uuid, buildset, job, started, message.worker)
         if kind is RequestEvent.PAUSED:
             data = requests.paused_data(request)
             return ev.BuildPaused(request, item.uuid, buildset, job, data)

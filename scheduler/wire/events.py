@@ -155,10 +155,7 @@ def _promote(data: Mapping[str, Any]) -> WireEvent:
 
 
 def _reconfigure(data: Mapping[str, Any]) -> WireEvent:
-    moment = data.get("time", 0.0)
-    if not isinstance(moment, int | float):
-        raise MalformedEventError(f"'time' must be a number, got {moment!r}")
-    return ReconfigureEvent(_text(data, "why", required=False), float(moment))
+    return ReconfigureEvent(_text(data, "why", required=False), _moment(data.get("time", 0.0)))
 
 
 def _request(data: Mapping[str, Any]) -> WireEvent:
@@ -171,7 +168,14 @@ def _request(data: Mapping[str, Any]) -> WireEvent:
         _text(data, "job", required=False),
         _text(data, "worker", required=False),
         _outcome(request, data.get("outcome")),
+        _moment(data.get("time", 0.0)),
     )
+
+
+def _moment(raw: object) -> float:
+    if not isinstance(raw, int | float) or isinstance(raw, bool):
+        raise MalformedEventError(f"'time' must be a number, got {raw!r}")
+    return float(raw)
 
 
 def _outcome(request: str, raw: object) -> JobResult | None:

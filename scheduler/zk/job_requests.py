@@ -161,6 +161,7 @@ class JobRequestQueue:
             request.job_name,
             request.worker,
             outcome,
+            time.time(),
         )
         queue.put_ops(message.to_dict(), txn)
         return [queue]

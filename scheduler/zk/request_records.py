@@ -84,6 +84,8 @@ class RequestMessage:
     job: str = ""
     worker: str = ""
     outcome: JobResult | None = None
+    # when the event happened (a build's start: its start time in the history)
+    moment: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -95,6 +97,8 @@ class RequestMessage:
         }
         if self.worker:
             payload["worker"] = self.worker  # who runs it (build history's executor)
+        if self.moment:
+            payload["time"] = self.moment
         if self.outcome is not None:
             payload["outcome"] = {
                 "result": self.outcome.result,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler import scope
 from scheduler.config.model import Dependency
 from scheduler.layouts import LayoutManagerSource, TenantLayouts, reconfigure_tenant
 from scheduler.manager.dependent import DependentManager
@@ -162,3 +163,20 @@ def test_a_global_semaphore_is_shared_by_the_tenants_that_list_it(
     first.add_ops(txn)
     txn.commit()
     assert not second.try_acquire("db", "bs-2/unit"), "the other tenant shares the slot"
+
+
+def test_a_pass_validates_the_layout_once(
+    client: ZooKeeperClient, source: LayoutManagerSource
+) -> None:
+    layouts = source.layouts
+    assert layouts is not None
+    layouts.get(TENANT)  # built and cached
+    with client.counting_requests() as outside:
+        layouts.get(TENANT)
+        layouts.get(TENANT)
+    assert outside.total == 2  # one exists per use
+    with client.counting_requests() as inside, scope.validation_scope():
+        first = layouts.get(TENANT)
+        assert layouts.get(TENANT) is first
+        source.open(client, TENANT, "check")
+    assert inside.total == 1  # the pass's commit is fenced by the layout's version

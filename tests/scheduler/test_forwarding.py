@@ -119,3 +119,22 @@ def test_a_busy_hop_leaves_the_events_for_the_holder(client: ZooKeeperClient) ->
     assert connection.length() == 1  # untouched: the holder drains it
     # ...and the hop that found the lock busy asked to be run again.
     assert nudges == [(tasknames.FORWARD_CONNECTION_EVENTS, ("local",), None)]
+
+
+def test_a_batch_closes_before_its_transaction_grows_too_large(
+    client: ZooKeeperClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 50 tenants holding a project made a batch of 100 events a 1.8 MB
+    # transaction: refused by ZooKeeper, retried forever, the queue stuck
+    monkeypatch.setattr(forwarding, "BATCH_BYTES", 3000)
+    nudges: Nudges = []
+    connection = EventQueue(client, paths.connection_event_queue("local"))
+    for n in range(12):
+        connection.put(ref_updated("app", f"{n:040d}"))
+    with client.counting_requests() as count:
+        forwarding.forward_connection_events(client, Routing(), recorder(nudges), "local")
+    assert connection.length() == 0
+    for tenant in ("one", "two"):
+        newrevs = [p["newrev"] for p in payloads(client, paths.tenant_trigger_queue(tenant))]
+        assert newrevs == [f"{n:040d}" for n in range(12)]  # each once, in order
+    assert count.by_type()["Transaction"] > 1  # several batches

@@ -79,7 +79,15 @@ from workers.executor.runner import RunnerOptions, run_build
 from workers.executor.secrets import SecretError, decrypt_secrets
 from workers.executor.workspace import BuildLayout, remove_workspace
 from workers.merger.cache import RepoCache
-from workers.notify import Notify, Progress, no_notify, no_progress, notify_safely, progress_safely
+from workers.notify import (
+    STARTED_NUDGE_DELAY,
+    Notify,
+    Progress,
+    no_notify,
+    no_progress,
+    notify_safely,
+    progress_safely,
+)
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +331,7 @@ def _execute_claimed(
     notify = hooks[0]
     about = request_label(claimed.request)
     log.info("build request %s: claimed by %s (%s)", request_uuid, worker, about)
-    notify_safely(notify, claimed.request, "build")
+    notify_safely(notify, claimed.request, "build", delay=STARTED_NUDGE_DELAY)
     try:
         result = _run_claimed(queue, claimed, options, hooks)
         held = result.held_workspace

@@ -132,7 +132,7 @@ class SluiceCollector(Collector):
         for zone in inventory.executor_zones(self.client):
             roots[f"executor.{zone}"] = paths.executor_queue(zone)
         for name, root in roots.items():
-            states = Counter(r.state.value for r in JobRequestQueue(self.client, root).all())
+            states = Counter(JobRequestQueue(self.client, root).state_counts())
             for state in ("requested", "running", "paused", "completed"):
                 requests.add_metric([name, state], states.get(state.upper(), 0))
         yield requests

@@ -37,6 +37,7 @@ transaction that nobody holds the lock).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -130,7 +131,19 @@ def recover_lost(queue: JobRequestQueue) -> list[str]:
     return recovered
 
 
+# Removing day-old requests need not run every sweep: it stats every completed
+# request, so this process runs it at most every CLEANUP_EVERY seconds per queue
+# (or every max_age / 10, whichever is shorter: tests use ages of seconds).
+CLEANUP_EVERY = 300.0
+_last_cleanup: dict[tuple[int, str], float] = {}
+
+
 def cleanup(queue: JobRequestQueue, max_age: float) -> list[str]:
+    key = (id(queue.client), queue.root)
+    now = time.monotonic()
+    if now - _last_cleanup.get(key, -math.inf) < min(CLEANUP_EVERY, max_age / 10):
+        return []
+    _last_cleanup[key] = now
     return queue.cleanup(max_age)
 
 

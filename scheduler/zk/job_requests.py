@@ -54,7 +54,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -565,11 +565,13 @@ class JobRequestQueue:
 
     # ------------------------------------------------------------ sweeps
 
-    def _read_all(self) -> list[JobRequest]:
+    def _names(self, child: str) -> set[str]:
         try:
-            names = self.client.get_children(paths.request_child(self.root, "requests"))
+            return set(self.client.get_children(paths.request_child(self.root, child)))
         except NoNodeError:
-            return []
+            return set()
+
+    def _read(self, names: Iterable[str]) -> list[JobRequest]:
         pending = [(n, self.client.kazoo.get_async(self._path("requests", n))) for n in names]
         requests = []
         for name, result in pending:
@@ -581,23 +583,47 @@ class JobRequestQueue:
             requests.append(JobRequest.from_dict(stored.decode(raw, path), stat.version))
         return requests
 
+    def _read_all(self) -> list[JobRequest]:
+        return self._read(self._names("requests"))
+
+    def _read_active(self) -> list[JobRequest]:
+        """Requests without a result marker (not COMPLETED): two listings and their reads.
+
+        Completed requests stay a day (for their submitters and replays);
+        the sweeps and metrics never read them, so their cost follows the
+        work in flight, not the history.
+        """
+        names = self._names("requests")
+        return self._read(names - self._names("results"))
+
     def pending(self) -> list[JobRequest]:
         """REQUESTED requests, by precedence then age (sweeps re-nudge these)."""
-        waiting = [r for r in self._read_all() if r.state == RequestState.REQUESTED]
+        waiting = [r for r in self._read_active() if r.state == RequestState.REQUESTED]
         return sorted(waiting, key=lambda r: (r.precedence, r.created))
 
     def all(self) -> list[JobRequest]:
-        """Every request of the queue (for metrics; lists the queue)."""
+        """Every request of the queue (lists and reads the whole queue)."""
         return self._read_all()
 
+    def state_counts(self) -> dict[str, int]:
+        """Requests by state; completed ones counted by their markers, not read (metrics)."""
+        names = self._names("requests")
+        done = names & self._names("results")
+        counts: dict[str, int] = {}
+        for request in self._read(names - done):
+            counts[request.state.value] = counts.get(request.state.value, 0) + 1
+        if done:
+            counts[RequestState.COMPLETED.value] = len(done)
+        return counts
+
     def active(self) -> list[JobRequest]:
-        """Requests not COMPLETED yet (for ``sluice wait --idle`` and status; lists the queue)."""
-        return [r for r in self._read_all() if r.state != RequestState.COMPLETED]
+        """Requests not COMPLETED yet (for status; reads only those)."""
+        return [r for r in self._read_active() if r.state != RequestState.COMPLETED]
 
     def lost_requests(self) -> list[JobRequest]:
         """RUNNING or PAUSED requests whose lock has no holder (their worker died)."""
         active = [
-            r for r in self._read_all() if r.state in (RequestState.RUNNING, RequestState.PAUSED)
+            r for r in self._read_active() if r.state in (RequestState.RUNNING, RequestState.PAUSED)
         ]
         checks = [(r, self.client.kazoo.exists_async(self._path("locks", r.uuid))) for r in active]
         return [r for r, result in checks if self.client.wait(result) is None]
@@ -624,27 +650,26 @@ class JobRequestQueue:
         return True
 
     def cleanup(self, max_age: float) -> list[str]:
-        """Remove requests completed (or orphaned) over ``max_age`` seconds ago with no waiter."""
-        children: dict[str, set[str]] = {}
-        for child in ("results", "params", "result-data", "waiters"):
-            try:
-                children[child] = set(
-                    self.client.get_children(paths.request_child(self.root, child))
-                )
-            except NoNodeError:
-                children[child] = set()
-        requests = {r.uuid: r for r in self._read_all()}
-        candidates = children["results"] | children["params"] | children["result-data"]
-        candidates |= {u for u, r in requests.items() if r.state == RequestState.COMPLETED}
-        removed = []
-        for uuid in sorted(candidates - children["waiters"]):
-            request = requests.get(uuid)
-            if request is not None and request.state != RequestState.COMPLETED:
-                continue
-            if self._age(uuid) >= max_age:
-                self.remove(uuid)
-                removed.append(uuid)
-        return removed
+        """Remove requests completed (or orphaned) over ``max_age`` seconds ago with no waiter.
+
+        A completed request is aged by its result marker (one stat each, sent
+        together); no request is read: one without a marker is in flight.
+        """
+        requests, results = self._names("requests"), self._names("results")
+        leftovers = (self._names("params") | self._names("result-data")) - requests
+        waiters = self._names("waiters")
+        completed = sorted(results - waiters)
+        stats = [self.client.kazoo.exists_async(self._path("results", u)) for u in completed]
+        now = time.time()
+        old = [
+            uuid
+            for uuid, check in zip(completed, stats, strict=True)
+            if (stat := self.client.wait(check)) is None or now - stat.mtime / 1000.0 >= max_age
+        ]
+        old += [u for u in sorted(leftovers - waiters - results) if self._age(u) >= max_age]
+        for uuid in old:
+            self.remove(uuid)
+        return old
 
     def _age(self, uuid: str) -> float:
         """Seconds since the newest write to any node of the request."""

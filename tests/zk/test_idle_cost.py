@@ -60,3 +60,28 @@ def test_waiting_for_idle_costs_the_same_after_a_long_history(zk: ZooKeeperClien
     pending = executor.submit(new_request(), {})
     assert pending_work(zk) == ["1 executor request(s) not completed"]
     executor.remove(pending.uuid)
+
+
+def test_the_sweeps_and_metrics_read_only_requests_in_flight(zk: ZooKeeperClient) -> None:
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    waiting = queue.submit(new_request(), {})
+    finished(queue, 2)
+
+    def cost() -> int:
+        with zk.counting_requests() as count:
+            assert [r.uuid for r in queue.pending()] == [waiting.uuid]
+            assert queue.lost_requests() == []
+            assert queue.state_counts() == {"REQUESTED": 1, "COMPLETED": len(done())}
+        return count.total
+
+    def done() -> list[str]:
+        return zk.get_children(paths.request_child(queue.root, "results"))
+
+    short = cost()
+    finished(queue, 30)
+    assert cost() == short  # two listings per look, and the one request in flight read
+    assert queue.cleanup(max_age=3600) == []  # all younger than an hour
+    completed = done()
+    assert len(completed) == 32
+    assert sorted(queue.cleanup(max_age=0)) == sorted(completed)
+    assert queue.state_counts() == {"REQUESTED": 1}

@@ -436,10 +436,12 @@ def semaphore(tenant: str, name: str) -> str:
 # ---------------------------------------------------------------- pipeline state
 
 
+@functools.lru_cache(maxsize=16384)  # pure; a pass builds these paths per item
 def tenant_state(tenant: str) -> str:
     return join("tenant", segment(tenant))
 
 
+@functools.lru_cache(maxsize=16384)  # pure; a pass builds these paths per item
 def pipeline_state(tenant: str, pipeline: str) -> str:
     return join(tenant_state(tenant), "pipeline", segment(pipeline))
 
@@ -461,6 +463,7 @@ def pipeline_queue(tenant: str, pipeline: str, queue_name: str) -> str:
     return join(pipeline_queues(tenant, pipeline), segment(queue_name))
 
 
+@functools.lru_cache(maxsize=16384)  # pure; a pass builds these paths per item
 def item(tenant: str, pipeline: str, item_uuid: str) -> str:
     return join(pipeline_state(tenant, pipeline), "item", segment(item_uuid))
 
@@ -475,6 +478,7 @@ class BuildsetRef:
     buildset_uuid: str
 
 
+@functools.lru_cache(maxsize=16384)  # pure; a pass builds these paths per item
 def buildset(ref: BuildsetRef) -> str:
     item_path = item(ref.tenant, ref.pipeline, ref.item_uuid)
     return join(item_path, "buildset", segment(ref.buildset_uuid))
@@ -484,10 +488,12 @@ def repo_state(ref: BuildsetRef) -> str:
     return join(buildset(ref), "repo_state")
 
 
+@functools.lru_cache(maxsize=16384)  # pure; a pass builds these paths per item
 def frozen_job(ref: BuildsetRef, job_name: str) -> str:
     return join(buildset(ref), "job", segment(job_name))
 
 
+@functools.lru_cache(maxsize=16384)  # pure; a pass builds these paths per item
 def build(ref: BuildsetRef, job_name: str, build_uuid: str) -> str:
     return join(frozen_job(ref, job_name), "build", segment(build_uuid))
 
@@ -633,3 +639,52 @@ def config_file(connection: str, project: str, branch: str, digest: str) -> str:
 def layout_root() -> str:
     """Parent of the layout states; its data version is bumped by every state write."""
     return join("layout")
+
+
+# ---------------------------------------------------------------- node requests and nodes
+# Nodepool's node requests and nodes as seed 000 maps ``nodepool/requests``
+# (``scheduler/zk/nodes.py``, docs/nodes.md): requests are sequence nodes
+# named ``<priority>-<seq>``, locked through a side channel so a requestor
+# may delete a request whatever its lock; a node's lock is its own child.
+
+
+def node_requests_root() -> str:
+    """Parent of every node request (children ``<priority>-<seq>``, sorted by both)."""
+    return join("nodepool", "requests")
+
+
+def node_request_prefix(priority: int) -> str:
+    """What a sequential create appends the sequence number to (``.../100-``)."""
+    return join(node_requests_root(), f"{priority:03d}-")
+
+
+def node_request(request_id: str) -> str:
+    return join(node_requests_root(), segment(request_id))
+
+
+def node_request_locks_root() -> str:
+    return join("nodepool", "requests-lock")
+
+
+def node_request_lock(request_id: str) -> str:
+    """Held by the launcher working on the request (kazoo lock contenders)."""
+    return join(node_request_locks_root(), segment(request_id))
+
+
+def nodepool_nodes_root() -> str:
+    """Parent of every node (children are ten-digit ids)."""
+    return join("nodepool", "nodes")
+
+
+def nodepool_node(node_id: str) -> str:
+    return join(nodepool_nodes_root(), segment(node_id))
+
+
+def nodepool_node_lock(node_id: str) -> str:
+    """Held by whoever uses the node (the executor running a build on it)."""
+    return join(nodepool_node(node_id), "lock")
+
+
+def launcher_provider_lock(provider: str) -> str:
+    """Held by a launcher while it counts a provider's nodes and allocates new ones."""
+    return join("nodepool", "launchers", "provider", segment(provider), "lock")

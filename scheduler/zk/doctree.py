@@ -133,14 +133,16 @@ def write_diff(
             version=before.versions.get(path, -1),
             inline_limit=inline_limit,
         )
-    new_containers = _containers(after, before.root) - _containers(before.docs, before.root)
+    containers_before = _containers(before.docs, before.root)
+    containers_after = _containers(after, before.root)
+    new_containers = containers_after - containers_before
     creates = sorted([*new_containers, *prepared], key=_depth)
     for path in creates:
         if path in prepared:
             prepared[path].add_to(txn)
         else:
             txn.create(path)
-    _add_deletes(client, txn, before, after)
+    _add_deletes(client, txn, before, after, containers_before - containers_after)
     if extra is not None:
         txn.extend(extra)
     results = txn.commit()
@@ -153,10 +155,14 @@ def write_diff(
 
 
 def _add_deletes(
-    client: ZooKeeperClient, txn: Transaction, before: DocTree, after: Mapping[str, Document]
+    client: ZooKeeperClient,
+    txn: Transaction,
+    before: DocTree,
+    after: Mapping[str, Document],
+    empty_containers: set[str],
 ) -> None:
     gone = [path for path in before.docs if path not in after]
-    gone += _containers(before.docs, before.root) - _containers(after, before.root)
+    gone += empty_containers
     for path in sorted(gone, key=_depth, reverse=True):
         if path in before.sharded:
             sharding.delete_ops(client, path, txn, before.versions.get(path, -1))

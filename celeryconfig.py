@@ -61,6 +61,8 @@ task_queues = (
     Queue("maintenance"),
     # image builders (seed 004, docs/nodes.md)
     Queue("builder"),
+    # node launchers (issue 19, docs/nodes.md)
+    Queue("launcher"),
 )
 task_routes = {f"{prefix}*": {"queue": queue} for prefix, queue in tasknames.QUEUES.items()}
 

@@ -28,6 +28,7 @@ from typing import Any
 from scheduler import exposure
 from scheduler.errors import SettingsError
 from scheduler.image_settings import ImageSettings, read_images
+from scheduler.node_settings import NodeSettings, read_nodes
 from scheduler.settings_yaml import SettingsReader, load_mapping, read_password_file, resolve_path
 
 CONFIG_ENV = "SLUICE_CONFIG"
@@ -240,6 +241,8 @@ class Settings:
     flower: FlowerSettings = field(default_factory=FlowerSettings)
     # Disk images and their builders (scheduler/image_settings.py, docs/nodes.md).
     images: ImageSettings = field(default_factory=ImageSettings)
+    # Node providers and their launchers (scheduler/node_settings.py, docs/nodes.md).
+    nodes: NodeSettings = field(default_factory=NodeSettings)
     # Where the settings came from (None: built-in defaults only).
     source: Path | None = None
 
@@ -518,6 +521,7 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
     broker = _read_broker(reader.sub("broker"), base, broker_url)
     flower = _read_flower(reader.sub("flower"), base)
     images = read_images(reader.sub("images"), base)
+    nodes = read_nodes(reader.sub("nodes"), base)
     reader.finish()
     return Settings(
         zookeeper=zookeeper,
@@ -535,6 +539,7 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
         broker=broker,
         flower=flower,
         images=images,
+        nodes=nodes,
     )
 
 

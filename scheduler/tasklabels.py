@@ -52,8 +52,8 @@ def label(name: str, args: Sequence[Any]) -> str:
         return _words([("tenant", values[0])])
     if name == tasknames.FORWARD_CONNECTION_EVENTS and len(values) == 1:
         return _words([("connection", values[0])])
-    if name == tasknames.IMAGE_BUILD and len(values) == 1:
-        return _words([("image", values[0])])
+    if name in (tasknames.IMAGE_BUILD, tasknames.LAUNCH) and len(values) == 1:
+        return _words([(_ONE_ARGUMENT[name], values[0])])
     if name in (tasknames.MERGE, tasknames.BUILD) and values:
         return _words([("request", values[0]), ("zone", values[1] if len(values) > 1 else "")])
     return " ".join(values)
@@ -70,6 +70,7 @@ _ONE_ARGUMENT = {
     tasknames.FORWARD_CONNECTION_EVENTS: "connection",
     tasknames.MERGE: "request",
     tasknames.IMAGE_BUILD: "image",
+    tasknames.LAUNCH: "node_request",
 }
 
 

@@ -16,6 +16,7 @@ BUILD = "sluice.executor.build"
 SWEEP = "sluice.maintenance.sweep"
 ROUNDTRIP = "sluice.system.roundtrip"
 IMAGE_BUILD = "sluice.builder.build"
+LAUNCH = "sluice.launcher.serve"
 
 # The Celery queue of each task, by name prefix (celeryconfig's task_routes).
 QUEUES = {
@@ -25,6 +26,7 @@ QUEUES = {
     "sluice.maintenance.": "maintenance",
     "sluice.system.": "maintenance",
     "sluice.builder.": "builder",
+    "sluice.launcher.": "launcher",
 }
 
 

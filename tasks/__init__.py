@@ -8,6 +8,7 @@ this package; code that must send a task uses :mod:`scheduler.dispatch`.
 from tasks import (  # noqa: F401  (registers the tasks and the log format)
     builder,
     executor,
+    launcher,
     logs,
     maintenance,
     merger,

@@ -11,6 +11,7 @@ from scheduler import processlocal
 from tasks import consumer
 from workers import bootsteps
 from workers.images.loop import ImageBuilderStep
+from workers.launcher.loop import LauncherStep
 
 # Channels of a lost broker connection raise a connection error, not an
 # AttributeError that stops the worker (tasks/consumer.py).
@@ -25,6 +26,8 @@ app.steps["worker"].add(bootsteps.GatherersStep)
 app.steps["worker"].add(bootsteps.Resources)
 # A worker that consumes ``builder`` checks its images on a thread (seed 004).
 app.steps["worker"].add(ImageBuilderStep)
+# A worker that consumes ``launcher`` checks node requests on a thread (issue 19).
+app.steps["worker"].add(LauncherStep)
 
 
 # A prefork child never uses its parent's ZooKeeper client, engines or

@@ -18,8 +18,8 @@ Celery's own ``heart`` step:
   ``tasks/app.py`` drops inherited clients in ``worker_process_init``).
 
 The kind of a worker is that of its queues: ``scheduler``, ``merger``,
-``executor`` (any ``executor.<zone>`` too), ``maintenance``, ``builder``; a worker that
-consumes several kinds of queue registers as ``worker`` (its queues say
+``executor`` (any ``executor.<zone>`` too), ``maintenance``, ``builder``,
+``launcher``; a worker that consumes several kinds of queue registers as ``worker`` (its queues say
 which).
 """
 
@@ -56,7 +56,7 @@ def version() -> str:
 def kind_of(queues: list[str]) -> str:
     """The component kind of a worker consuming ``queues``."""
     kinds = {"executor" if q.startswith("executor") else q for q in queues}
-    known = kinds & {"scheduler", "merger", "executor", "maintenance", "builder"}
+    known = kinds & {"scheduler", "merger", "executor", "maintenance", "builder", "launcher"}
     if len(known) == 1 and known == kinds:
         return known.pop()
     return "worker"

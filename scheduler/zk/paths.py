@@ -157,6 +157,7 @@ COMPONENT_KINDS = (
     "builder",
     "executor",
     "fingergw",
+    "launcher",
     "maintenance",
     "merger",
     "scheduler",

@@ -108,6 +108,7 @@ ZK_MAY_IMPORT = (
     "scheduler.settings",
     "scheduler.settings_yaml",
     "scheduler.image_settings",
+    "scheduler.node_settings",
     "scheduler.exposure",
     "scheduler.processlocal",
     "scheduler.crypto",
@@ -120,6 +121,7 @@ SETTINGS_LEAVES = {
     "scheduler.settings_yaml",
     "scheduler.exposure",
     "scheduler.image_settings",
+    "scheduler.node_settings",
 }
 
 MODULES = _modules()

@@ -1,0 +1,177 @@
+"""The node store against a real ZooKeeper: seed 000's ``/nodepool`` requests and nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from scheduler.zk import paths, stored
+from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.errors import FencedWriteError, LockLostError
+from scheduler.zk.locks import HeldLock
+from scheduler.zk.nodes import (
+    Node,
+    NodeRequest,
+    NodeRequestState,
+    NodeState,
+    NodeStore,
+    NodeStoreError,
+)
+from tests.fixtures.waiting import wait_until
+
+
+def _end_session(client: ZooKeeperClient) -> None:
+    """End ``client``'s session on the server (as a dead process's would) and see it LOST."""
+    generation = client.session_generation
+    session_id, password = client.kazoo.client_id
+    twin = attach(client.settings, session_id, password)
+    twin.stop()
+    twin.close()
+    wait_until(lambda: client.session_generation > generation, timeout=10, what="LOST seen")
+
+
+def _allocate(
+    store: NodeStore, request_id: str, labels: list[str]
+) -> tuple[HeldLock, NodeRequest, list[Node]]:
+    held = store.lock_request(request_id, "launcher-a")
+    assert held is not None
+    request = store.request(request_id)
+    assert request is not None
+    drafts = [Node("", "static", label, host="h1", connection={"host": "h1"}) for label in labels]
+    request, nodes = store.allocate(held, request, drafts, "launcher-a")
+    return held, request, nodes
+
+
+def test_requests_are_priority_prefixed_sequence_nodes_served_in_order(zk: ZooKeeperClient) -> None:
+    store = NodeStore(zk)
+    late = store.submit(["ubuntu"], "tenant/check/job1", priority=200)
+    first = store.submit(["ubuntu", "debian"], "tenant/gate/job2", priority=100)
+    second = store.submit(["ubuntu"], "tenant/gate/job3")
+    assert first.startswith("100-") and late.startswith("200-") and len(first) == 14
+    assert store.request_ids() == [first, second, late]
+    raw, _ = zk.get(f"/nodepool/requests/{first}")
+    data = stored.decode(raw)
+    assert data["requestor"] == "tenant/gate/job2"
+    assert data["labels"] == ["ubuntu", "debian"]
+    assert data["state"] == "requested" and data["state_time"] > 0
+    assert data["nodes"] == [] and data["reason"] == ""
+    request = store.request(first)
+    assert request is not None and request.priority == 100
+    with pytest.raises(NodeStoreError):
+        store.submit([], "nobody")
+
+
+def test_one_launcher_holds_a_request_and_the_requestor_may_delete_it(zk: ZooKeeperClient) -> None:
+    store = NodeStore(zk)
+    request_id = store.submit(["ubuntu"], "r")
+    held = store.lock_request(request_id, "launcher-a")
+    assert held is not None
+    assert held.node.startswith(f"/nodepool/requests-lock/{request_id}/")
+    assert store.lock_request(request_id, "launcher-b") is None
+    assert store.request_lock_holders(request_id) == ["launcher-a"]
+    store.delete_request(request_id)  # whatever the lock
+    assert store.request(request_id) is None
+    held.release()
+    assert store.request_lock_holders(request_id) == []
+
+
+def test_allocate_fulfil_accept_and_return(zk: ZooKeeperClient) -> None:
+    store = NodeStore(zk)
+    request_id = store.submit(["ubuntu", "debian"], "r")
+    held, request, nodes = _allocate(store, request_id, ["ubuntu", "debian"])
+    assert request.state == NodeRequestState.PENDING and request.launcher == "launcher-a"
+    assert [n.state for n in store.nodes()] == [NodeState.BUILDING] * 2
+    ids = [n.id for n in nodes]
+    assert int(ids[1]) == int(ids[0]) + 1 and len(ids[0]) == 10
+    assert store.request(request_id).nodes == tuple(ids)  # type: ignore[union-attr]
+    with held:
+        store.fulfil(held, request, nodes)
+    done = store.wait(request_id, timeout=1)
+    assert done.state == NodeRequestState.FULFILLED and done.nodes == tuple(ids)
+    raw, _ = zk.get(f"/nodepool/nodes/{ids[0]}")
+    data = stored.decode(raw)
+    assert (data["provider"], data["label"], data["state"]) == ("static", "ubuntu", "ready")
+    assert data["allocated_to"] == request_id and data["host"] == "h1"
+
+    taken = store.accept(request_id, "executor-1")
+    assert [h.node.state for h in taken] == [NodeState.IN_USE] * 2
+    assert store.request(request_id) is None, "the requestor is done with it"
+    assert store.node_lock_holders(ids[0]) == ["executor-1"]
+    assert zk.exists(f"/nodepool/nodes/{ids[0]}/lock") is not None
+    assert store.recover().nodes_used == [], "held nodes are not abandoned"
+    store.return_nodes(taken)
+    assert [n.state for n in store.nodes()] == [NodeState.USED] * 2
+    assert store.node_lock_holders(ids[0]) == []
+
+
+def test_accept_refuses_a_request_not_fulfilled(zk: ZooKeeperClient) -> None:
+    store = NodeStore(zk)
+    request_id = store.submit(["ubuntu"], "r")
+    with pytest.raises(NodeStoreError, match="requested, not fulfilled"):
+        store.accept(request_id, "executor-1")
+    with pytest.raises(NodeStoreError, match="still requested"):
+        store.wait(request_id, timeout=0.2)
+
+
+def test_a_dead_launchers_request_is_requeued_and_its_fenced_writes_refused(
+    make_client: Callable[..., ZooKeeperClient],
+) -> None:
+    a_client = make_client(session_timeout=1.0)
+    store_a = NodeStore(a_client)
+    store_b = NodeStore(make_client())
+    request_id = store_b.submit(["ubuntu"], "r")
+    held, request, nodes = _allocate(store_a, request_id, ["ubuntu"])
+    _end_session(a_client)
+    assert store_b.request_lock_holders(request_id) == []
+    with pytest.raises(LockLostError):
+        store_a.fulfil(held, request, nodes)
+    recovered = store_b.recover()
+    assert recovered.requests_requeued == [request_id]
+    assert recovered.nodes_used == [nodes[0].id], "the dead launcher's building node"
+    back = store_b.request(request_id)
+    assert back is not None and back.state == NodeRequestState.REQUESTED and back.nodes == ()
+    wait_until(lambda: a_client.state.value == "CONNECTED", timeout=10, what="A reconnected")
+    with pytest.raises((LockLostError, FencedWriteError)):
+        store_a.fulfil(held, request, nodes)
+    # another launcher serves it
+    held_b = store_b.lock_request(request_id, "launcher-b")
+    assert held_b is not None
+    with held_b:
+        drafts = [Node("", "static", "ubuntu", host="h2")]
+        pending, fresh = store_b.allocate(held_b, back, drafts, "launcher-b")
+        store_b.fulfil(held_b, pending, fresh)
+    assert store_b.wait(request_id, 1).nodes == (fresh[0].id,)
+    assert store_b.recover().nodes_used == []
+
+
+def test_in_use_nodes_of_a_dead_user_become_used(
+    make_client: Callable[..., ZooKeeperClient],
+) -> None:
+    store = NodeStore(make_client())
+    request_id = store.submit(["ubuntu"], "r")
+    held, request, nodes = _allocate(store, request_id, ["ubuntu"])
+    with held:
+        store.fulfil(held, request, nodes)
+    user = make_client(session_timeout=1.0)
+    taken = NodeStore(user).accept(request_id, "executor-1")
+    assert store.recover().nodes_used == []
+    _end_session(user)
+    assert store.node_lock_holders(taken[0].node.id) == []
+    assert store.recover().nodes_used == [taken[0].node.id]
+    node = store.node(taken[0].node.id)
+    assert node is not None and node.state == NodeState.USED
+    with pytest.raises(LockLostError):
+        NodeStore(user).return_nodes(taken)
+
+
+def test_ready_nodes_of_a_deleted_request_become_used(zk: ZooKeeperClient) -> None:
+    store = NodeStore(zk)
+    request_id = store.submit(["ubuntu"], "r")
+    held, request, nodes = _allocate(store, request_id, ["ubuntu"])
+    with held:
+        store.fulfil(held, request, nodes)
+    assert store.recover().nodes_used == []
+    store.delete_request(request_id)
+    assert zk.exists(paths.node_request_lock(request_id)) is None
+    assert store.recover().nodes_used == [nodes[0].id]

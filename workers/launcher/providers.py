@@ -1,0 +1,155 @@
+"""Node providers: what a node is made of, per driver.
+
+A provider plans nodes for a request's labels from the nodes that exist
+(quotas per label, capacity per static host), fills in how to reach a
+node once it is allocated (``prepare``) and removes what a used node was
+(``cleanup``). Planning happens under the provider's allocation lock, so
+the counts it reads are not changed by another launcher meanwhile.
+
+* **static**: existing hosts reached over SSH. A node is a slot on a host
+  that serves its label; a host has at most ``max_parallel_jobs`` nodes.
+  Nothing is made or removed on the host.
+* **local**: a fresh root on the launcher's host, a copy of the newest
+  ready upload of the provider's image (a directory, or a ``.tar.gz``
+  unpacked), under ``<node_dir>/<node id>/root``: what a sandbox
+  (bubblewrap) boots as ``/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tarfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from scheduler.errors import SluiceError
+from scheduler.node_settings import NodeProviderSettings
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.images import ImageStore
+from scheduler.zk.nodes import Node
+
+
+class LaunchError(SluiceError):
+    """A node could not be made (its request fails with the reason)."""
+
+
+class NodeProvider:
+    """What every driver shares: labels and their quotas."""
+
+    def __init__(self, settings: NodeProviderSettings) -> None:
+        self.settings = settings
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    def serves(self, label: str) -> bool:
+        return label in self.settings.labels
+
+    def plan(self, labels: Sequence[str], nodes: Sequence[Node]) -> list[Node] | str:
+        """Drafts of one node per label, or why this provider cannot serve them now."""
+        mine = [n for n in nodes if n.provider == self.name]
+        counts = Counter(n.label for n in mine)
+        for label, wanted in Counter(labels).items():
+            quota = self.settings.labels[label]
+            if counts[label] + wanted > quota:
+                return f"provider {self.name}: quota of {label} reached ({quota} nodes)"
+        return self.place(labels, mine)
+
+    def place(self, labels: Sequence[str], mine: Sequence[Node]) -> list[Node] | str:
+        raise NotImplementedError
+
+    def prepare(self, node: Node) -> Node:
+        """The allocated node with what it takes to reach it."""
+        return node
+
+    def cleanup(self, node: Node) -> bool:
+        """Remove what a used node was; False when this launcher cannot (not its host)."""
+        return True
+
+
+class StaticProvider(NodeProvider):
+    """Slots on existing hosts."""
+
+    def place(self, labels: Sequence[str], mine: Sequence[Node]) -> list[Node] | str:
+        used = Counter(n.host for n in mine)
+        drafts = []
+        for label in labels:
+            free = [
+                h
+                for h in self.settings.hosts
+                if label in h.labels and used[h.name] < h.max_parallel_jobs
+            ]
+            if not free:
+                return f"provider {self.name}: every host of {label} runs its most jobs"
+            host = min(free, key=lambda h: used[h.name])
+            used[host.name] += 1
+            connection = {"host": host.name, "port": host.port, "username": host.username}
+            drafts.append(Node("", self.name, label, host=host.name, connection=connection))
+        return drafts
+
+
+class LocalProvider(NodeProvider):
+    """Fresh roots on this host, copied from the image's newest ready upload."""
+
+    def __init__(self, settings: NodeProviderSettings, client: ZooKeeperClient, node_dir: Path):
+        super().__init__(settings)
+        self.images = ImageStore(client)
+        self.node_dir = node_dir
+        self.host = socket.gethostname()
+
+    def place(self, labels: Sequence[str], mine: Sequence[Node]) -> list[Node] | str:
+        image, where = self.settings.image, self.settings.image_provider
+        upload = self.images.latest_upload(image, where)
+        if upload is None:
+            return f"provider {self.name}: image {image} has no ready upload to {where} yet"
+        used = f"{image}/{upload.build_id}/{upload.id}"
+        source = {"source": upload.external_id}
+        return [
+            Node("", self.name, label, host=self.host, connection=source, image_upload=used)
+            for label in labels
+        ]
+
+    def prepare(self, node: Node) -> Node:
+        source = Path(str(node.connection.get("source", "")))
+        root = self.node_dir / node.id / "root"
+        try:
+            if root.parent.exists():
+                shutil.rmtree(root.parent)
+            root.parent.mkdir(parents=True)
+            if source.is_dir():
+                shutil.copytree(source, root, symlinks=True)
+            elif source.name.endswith((".tar.gz", ".tgz")):
+                root.mkdir()
+                with tarfile.open(source) as archive:
+                    archive.extractall(root, filter="tar")
+            else:
+                raise LaunchError(f"image upload {node.image_upload}: {source} is missing")
+        except OSError as exc:
+            raise LaunchError(f"copying {source} for node {node.id}: {exc}") from exc
+        return replace(node, connection={"root": str(root), "source": str(source)})
+
+    def cleanup(self, node: Node) -> bool:
+        if node.host != self.host:
+            return False
+        root = node.connection.get("root")
+        folder = Path(str(root)).parent if root else self.node_dir / node.id
+        if folder.parent == self.node_dir:
+            shutil.rmtree(folder, ignore_errors=True)
+        return True
+
+
+def make_providers(
+    settings: Sequence[NodeProviderSettings], client: ZooKeeperClient, node_dir: Path
+) -> list[NodeProvider]:
+    """One provider object per configured provider, in the configured order."""
+    made: list[NodeProvider] = []
+    for provider in settings:
+        if provider.driver == "static":
+            made.append(StaticProvider(provider))
+        else:
+            made.append(LocalProvider(provider, client, node_dir))
+    return made

@@ -124,9 +124,7 @@ class Launcher:
     def _serve_locked(self, held: HeldLock, request: NodeRequest) -> LaunchOutcome:
         candidates = [p for p in self.providers if all(p.serves(x) for x in request.labels)]
         if not candidates:
-            reason = self._unservable(request.labels)
-            self.store.fail(held, request, reason)
-            return LaunchOutcome(request.id, NodeRequestState.FAILED, reason)
+            return self._fail(held, request, self._unservable(request.labels))
         reasons = []
         for provider in candidates:
             allocated = self._allocate(held, request, provider)
@@ -135,6 +133,16 @@ class Launcher:
                 continue
             return self._launch(held, provider, *allocated)
         return LaunchOutcome(request.id, "waiting", "; ".join(reasons))
+
+    def _fail(self, held: HeldLock, request: NodeRequest, reason: str) -> LaunchOutcome:
+        try:
+            self.store.fail(held, request, reason)
+        except NodeStoreError:
+            if self.store.request(request.id) is None:
+                return LaunchOutcome(request.id, "gone")  # the requestor gave up meanwhile
+            raise
+        log.info("node request %s: failed: %s", request.id, reason)
+        return LaunchOutcome(request.id, NodeRequestState.FAILED, reason)
 
     def _unservable(self, labels: Sequence[str]) -> str:
         missing = sorted({x for x in labels if not any(p.serves(x) for p in self.providers)})
@@ -161,9 +169,7 @@ class Launcher:
             ready = [provider.prepare(node) for node in nodes]
         except LaunchError as exc:
             self._discard(nodes)
-            reason = f"{NODE_FAILURE}: {exc}"
-            self.store.fail(held, request, reason)
-            return LaunchOutcome(request.id, NodeRequestState.FAILED, reason)
+            return self._fail(held, request, f"{NODE_FAILURE}: {exc}")
         try:
             self.store.fulfil(held, request, ready)
         except NodeStoreError:

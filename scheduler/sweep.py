@@ -52,6 +52,7 @@ from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import NoDataError, ZooKeeperError
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
+from scheduler.zk.nodes import NodeStore
 from scheduler.zk.semaphores import SemaphoreNode
 
 log = logging.getLogger(__name__)
@@ -321,6 +322,29 @@ def run_sweep(
     if acted or report.failed:
         log.info("sweep: %s; failed: %s", acted, report.failed)
     return report
+
+
+# ---------------------------------------------------------------- nodes
+
+
+def node_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepStep]:
+    """Recover what dead launchers and node users left (issue 19, seed 000).
+
+    A pending node request whose launcher died goes back to requested and is
+    nudged to the ``launcher`` queue; a node whose user or launcher died is
+    marked used, for a launcher to delete. Every launcher's own check does
+    the same; the sweep does it too so that recovery does not depend on a
+    launcher being alive when its peer died. Two listings when there are no
+    node requests or nodes.
+    """
+
+    def recover() -> list[str]:
+        done = NodeStore(client).recover()
+        for request_id in done.requests_requeued:
+            dispatch.send(tasknames.LAUNCH, request_id, settings=settings, queue="launcher")
+        return [*done.requests_requeued, *done.nodes_used]
+
+    return [SweepStep("nodes:recover", recover)]
 
 
 # ---------------------------------------------------------------- scheduler work

@@ -11,14 +11,14 @@ from typing import Any
 
 from scheduler import tasknames
 from scheduler.settings import load_settings
-from scheduler.sweep import run_sweep, scheduler_steps, standard_steps
+from scheduler.sweep import node_steps, run_sweep, scheduler_steps, standard_steps
 from scheduler.zk.client import process_client
 from tasks.app import app
 
 
 @app.task(name=tasknames.SWEEP)
 def sweep() -> dict[str, Any]:
-    """Re-nudge pending requests and scheduler work, record lost requests, clean up."""
+    """Re-nudge pending requests and scheduler work, record lost requests and nodes, clean up."""
     settings = load_settings()
     client = process_client(settings.zookeeper)
     renudge_merges = tasknames.MERGE in app.tasks
@@ -27,6 +27,7 @@ def sweep() -> dict[str, Any]:
         lambda: [
             *standard_steps(client, settings, renudge_merges=renudge_merges),
             *scheduler_steps(client, settings),
+            *node_steps(client, settings),
         ],
     )
     return report.to_dict()

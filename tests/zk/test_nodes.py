@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import redis
 
+from scheduler.settings import load_settings
+from scheduler.sweep import node_steps
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.errors import FencedWriteError, LockLostError
@@ -175,3 +178,25 @@ def test_ready_nodes_of_a_deleted_request_become_used(zk: ZooKeeperClient) -> No
     store.delete_request(request_id)
     assert zk.exists(paths.node_request_lock(request_id)) is None
     assert store.recover().nodes_used == [nodes[0].id]
+
+
+def test_the_sweep_requeues_a_dead_launchers_request_and_nudges_a_launcher(
+    make_client: Callable[..., ZooKeeperClient], redis_url: str
+) -> None:
+    a_client = make_client(session_timeout=1.0)
+    store = NodeStore(make_client())
+    request_id = store.submit(["ubuntu"], "r")
+    _allocate(NodeStore(a_client), request_id, ["ubuntu"])
+    _end_session(a_client)
+    settings = load_settings(None, environ={"SLUICE_BROKER_URL": redis_url})
+    (step,) = node_steps(store.client, settings)
+    done = step.run()
+    assert request_id in done and len(done) == 2  # the request, and its building node
+    back = store.request(request_id)
+    assert back is not None and back.state == NodeRequestState.REQUESTED
+    broker = redis.Redis.from_url(redis_url)
+    try:
+        assert broker.llen("launcher") == 1  # a launcher is nudged to serve it
+    finally:
+        broker.close()
+    assert step.run() == []  # nothing left to recover

@@ -265,8 +265,19 @@ class LocalStack:
     def _broker_answers(self) -> bool:
         return redis_service.ping(self.settings.broker_url, self._broker_ssl())
 
+    def stack_queues(self) -> tuple[str, ...]:
+        """The queues the stack runs a worker for: the core four, and a builder
+        (``images:`` names disk images) and a launcher (``nodes:`` names
+        providers) when the settings ask for them."""
+        extra: list[str] = []
+        if self.settings.images.diskimages:
+            extra.append("builder")
+        if self.settings.nodes.providers:
+            extra.append("launcher")
+        return (*workers.STACK_QUEUES, *extra)
+
     def _start_workers(self, known: dict[str, StackEntry]) -> Iterator[StackEntry]:
-        for queue in workers.STACK_QUEUES:
+        for queue in self.stack_queues():
             current = known.get(f"worker-{queue}")
             if current and self._running(current):
                 continue

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from cli.stack.local import LocalStack
 from scheduler.errors import SettingsError
 from scheduler.settings import parse_settings
+from tests.foundation.test_image_settings import EXAMPLE as IMAGES
 
 EXAMPLE = """\
 nodes:
@@ -89,3 +91,10 @@ def test_errors_name_file_line_and_key(tmp_path: Path, text: str, message: str) 
         parse_settings(text, "sluice.yaml", tmp_path)
     assert message in str(caught.value)
     assert re.match(r"sluice\.yaml:\d+: nodes\.", str(caught.value)), str(caught.value)
+
+
+def test_the_local_stack_runs_a_builder_and_a_launcher_when_asked(tmp_path: Path) -> None:
+    core = ("scheduler", "merger", "executor", "maintenance")
+    assert LocalStack(parse_settings("", "sluice.yaml", tmp_path)).stack_queues() == core
+    both = parse_settings(IMAGES + EXAMPLE, "sluice.yaml", tmp_path)
+    assert LocalStack(both).stack_queues() == (*core, "builder", "launcher")

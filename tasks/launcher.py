@@ -6,13 +6,16 @@ the message, decides who serves it, so a duplicate delivery costs one lock
 attempt and returns ``busy`` or ``done``. A launcher killed while serving
 leaves the request ``pending``; its lock goes with its ZooKeeper session and
 the next check (any launcher's) puts it back to ``requested`` and nudges it.
+A request a pipeline job made (``notify``) has its outcome put into the
+pipeline's result queue by the fulfilling or failing write; the task then
+nudges the pipeline.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from scheduler import tasknames
+from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
 from scheduler.settings import load_settings
 from scheduler.zk.client import process_client
@@ -32,4 +35,10 @@ def serve(request_id: str) -> dict[str, Any]:
         raise LaunchTaskError(f"{tasknames.LAUNCH}: request_id must be a non-empty id")
     settings = load_settings()
     launcher = Launcher(settings, process_client(settings.zookeeper))
-    return serve_request(launcher, request_id).to_dict()
+    outcome = serve_request(launcher, request_id)
+    if outcome.pipeline is not None:
+        # its outcome is already in the pipeline's result queue (same transaction);
+        # a lost nudge is re-sent by the sweep, which sees the queued event
+        tenant, pipeline = outcome.pipeline
+        dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
+    return outcome.to_dict()

@@ -18,7 +18,10 @@ a queue.
   sweep, read by ``sluice.merger.reconfigure``;
 * ``request-started``, ``-paused``, ``-completed``:
   :class:`~scheduler.zk.job_requests.RequestMessage`, put by the job request
-  queues, read by the pipeline pass.
+  queues, read by the pipeline pass;
+* ``node-request``: :class:`~scheduler.zk.nodes.NodeRequestMessage`, put by a
+  launcher (in the transaction that fulfils or fails a node request a
+  pipeline job made), read by the pipeline pass.
 
 The wire form keeps the keys events always had, so events queued by an
 earlier version still decode.
@@ -33,11 +36,13 @@ from typing import Any, TypeVar
 from scheduler.manager.events import Dequeue, Enqueue, MalformedEventError, Promote
 from scheduler.model.change import Change
 from scheduler.zk.job_requests import JobResult, RequestEvent, RequestMessage
+from scheduler.zk.nodes import FINAL_REQUEST_STATES, NODE_REQUEST_EVENT, NodeRequestMessage
 
 __all__ = [
     "Dequeue",
     "Enqueue",
     "MalformedEventError",
+    "NodeRequestMessage",
     "Promote",
     "ReconfigureEvent",
     "RequestMessage",
@@ -113,7 +118,15 @@ class ReconfigureEvent:
         return {"type": "reconfigure", "why": self.why, "time": self.time}
 
 
-WireEvent = TriggerEvent | Enqueue | Dequeue | Promote | ReconfigureEvent | RequestMessage
+WireEvent = (
+    TriggerEvent
+    | Enqueue
+    | Dequeue
+    | Promote
+    | ReconfigureEvent
+    | RequestMessage
+    | NodeRequestMessage
+)
 
 
 def _text(data: Mapping[str, Any], key: str, *, required: bool = True) -> str:
@@ -172,6 +185,24 @@ def _request(data: Mapping[str, Any]) -> WireEvent:
     )
 
 
+def _node_request(data: Mapping[str, Any]) -> WireEvent:
+    state = _text(data, "state")
+    if state not in FINAL_REQUEST_STATES:
+        raise MalformedEventError(f"'state' must be fulfilled or failed, got {state!r}")
+    nodes = data.get("nodes", [])
+    if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
+        raise MalformedEventError(f"'nodes' must be a list of node ids, got {nodes!r}")
+    return NodeRequestMessage(
+        _text(data, "request"),
+        state,
+        _text(data, "buildset"),
+        _text(data, "job"),
+        _text(data, "reason", required=False),
+        tuple(nodes),
+        _moment(data.get("time", 0.0)),
+    )
+
+
 def _moment(raw: object) -> float:
     if not isinstance(raw, int | float) or isinstance(raw, bool):
         raise MalformedEventError(f"'time' must be a number, got {raw!r}")
@@ -214,6 +245,7 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any]], WireEvent]] = {
     "dequeue": _dequeue,
     "promote": _promote,
     "reconfigure": _reconfigure,
+    NODE_REQUEST_EVENT: _node_request,
     **{kind.value: _request for kind in RequestEvent},
 }
 

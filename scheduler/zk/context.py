@@ -125,6 +125,10 @@ class Transaction:
         """Fail the transaction unless ``path`` exists (at ``version`` unless -1)."""
         return self._add("check", path, (version,))
 
+    def creates(self, path: str) -> bool:
+        """Whether the transaction already holds a create of ``path``."""
+        return any(kind == "create" and op_path == path for kind, op_path, _ in self._ops)
+
     def extend(self, other: Transaction) -> None:
         """Append the operations of another (unfenced) transaction."""
         for kind, path, args in other._ops:

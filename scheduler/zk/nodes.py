@@ -30,6 +30,12 @@ Guarantees:
   lock, then ``in-use`` fenced by it, then the request is deleted) and gives
   them back with :meth:`NodeStore.return_nodes` (``used``, fenced, then
   unlocked). Launchers delete ``used`` nodes of their providers.
+* A pipeline pass submits its requests with :meth:`NodeStore.submit_ops`,
+  inside its own commit, naming itself in ``notify``
+  (:class:`PipelineRequestor`). Then :meth:`NodeStore.fulfil` and
+  :meth:`NodeStore.fail` put a :class:`NodeRequestMessage` into that
+  pipeline's result queue in the same fenced transaction as the request's
+  new state: the pipeline learns of the outcome exactly when it happens.
 * :meth:`NodeStore.recover` is the sweep's repair: a ``pending`` request
   nobody holds goes back to ``requested``; a ``building`` node whose
   request nobody holds, a ``ready`` node whose request is gone and an
@@ -57,8 +63,9 @@ from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
 from scheduler.zk import locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.context import EXISTS, OpFailedError
+from scheduler.zk.context import EXISTS, OpFailedError, Transaction
 from scheduler.zk.errors import ConflictError, ZooKeeperError
+from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.locks import HeldLock
 from scheduler.zk.retry import CONFLICT
 
@@ -88,6 +95,66 @@ class NodeStoreError(ZooKeeperError):
     """A node or node request that does not exist, or cannot change as asked."""
 
 
+# The event type a fulfilled or failed request puts into its pipeline's result queue.
+NODE_REQUEST_EVENT = "node-request"
+
+
+@dataclass(frozen=True)
+class PipelineRequestor:
+    """The pipeline job a request is for: told of its outcome through the result queue."""
+
+    tenant: str
+    pipeline: str
+    buildset: str
+    job: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "tenant": self.tenant,
+            "pipeline": self.pipeline,
+            "buildset": self.buildset,
+            "job": self.job,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> PipelineRequestor | None:
+        if not isinstance(data, Mapping):
+            return None
+        fields = [data.get(k) for k in ("tenant", "pipeline", "buildset", "job")]
+        if not all(isinstance(f, str) and f for f in fields):
+            return None
+        return cls(*(str(f) for f in fields))
+
+
+@dataclass(frozen=True)
+class NodeRequestMessage:
+    """A request's outcome as its pipeline reads it (``type: node-request``).
+
+    ``state`` is ``fulfilled`` or ``failed``; ``reason`` says why it failed
+    (``NODE_FAILURE: ...``). The nodes themselves are read from the request.
+    """
+
+    request: str
+    state: str
+    buildset: str
+    job: str
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    time: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": NODE_REQUEST_EVENT,
+            "request": self.request,
+            "state": self.state,
+            "buildset": self.buildset,
+            "job": self.job,
+            "reason": self.reason,
+            "nodes": list(self.nodes),
+            "time": self.time,
+        }
+
+
 @dataclass(frozen=True)
 class NodeRequest:
     """One node request (``/nodepool/requests/<priority>-<seq>``)."""
@@ -100,6 +167,8 @@ class NodeRequest:
     nodes: tuple[str, ...] = ()
     reason: str = ""
     launcher: str = ""
+    # the pipeline job told of the outcome (None: the requestor waits itself)
+    notify: PipelineRequestor | None = None
     version: int = field(default=-1, compare=False)
 
     @property
@@ -119,6 +188,7 @@ class NodeRequest:
             "nodes": list(self.nodes),
             "reason": self.reason,
             "launcher": self.launcher,
+            **({"notify": self.notify.to_dict()} if self.notify else {}),
         }
 
     @classmethod
@@ -132,7 +202,22 @@ class NodeRequest:
             nodes=tuple(str(n) for n in data.get("nodes", ())),
             reason=str(data.get("reason", "")),
             launcher=str(data.get("launcher", "")),
+            notify=PipelineRequestor.from_dict(data.get("notify")),
             version=version,
+        )
+
+    def message(self) -> NodeRequestMessage | None:
+        """The event its pipeline gets for its present (final) state; None if nobody waits."""
+        if self.notify is None or self.state not in FINAL_REQUEST_STATES:
+            return None
+        return NodeRequestMessage(
+            self.id,
+            self.state,
+            self.notify.buildset,
+            self.notify.job,
+            self.reason,
+            self.nodes,
+            self.state_time,
         )
 
 
@@ -220,11 +305,7 @@ class NodeStore:
         self, labels: Sequence[str], requestor: str, priority: int = DEFAULT_PRIORITY
     ) -> str:
         """A new ``requested`` request for one node per label; returns its id."""
-        if not labels or any(not isinstance(label, str) or not label for label in labels):
-            raise NodeStoreError(f"a node request needs labels, got {list(labels)!r}")
-        if not 0 <= priority <= 999:
-            raise NodeStoreError(f"priority must be within 0..999, got {priority}")
-        draft = NodeRequest("", requestor, tuple(labels), state_time=time.time())
+        draft = _draft(labels, requestor, priority, None)
         created = self.client.create(
             paths.node_request_prefix(priority),
             stored.encode(draft.to_dict()),
@@ -232,6 +313,36 @@ class NodeStore:
             makepath=True,
         )
         return paths.basename(created)
+
+    def submit_ops(
+        self,
+        txn: Transaction,
+        labels: Sequence[str],
+        requestor: str,
+        priority: int = DEFAULT_PRIORITY,
+        notify: PipelineRequestor | None = None,
+    ) -> str:
+        """Add the create of a new request to ``txn``; returns the id it will have.
+
+        The id is made as ZooKeeper makes a sequence number (the parent's
+        child version), past any request ``txn`` already creates, so the
+        request exists exactly when the caller's transaction commits (a
+        pipeline pass: its state records the id in the same commit). A
+        concurrent submit that takes the id first makes the commit fail
+        (node exists), and the caller decides again.
+        """
+        draft = _draft(labels, requestor, priority, notify)
+        root = paths.node_requests_root()
+        stat = self.client.exists(root)
+        if stat is None:
+            self.client.ensure_path(root)
+            stat = self.client.exists(root)
+        seq = int(stat.cversion)
+        while txn.creates(paths.node_request(f"{priority:03d}-{seq:010d}")):
+            seq += 1
+        request_id = f"{priority:03d}-{seq:010d}"
+        txn.create(paths.node_request(request_id), stored.encode(draft.to_dict()))
+        return request_id
 
     def request(self, request_id: str) -> NodeRequest | None:
         path = paths.node_request(request_id)
@@ -298,11 +409,24 @@ class NodeStore:
         updated = replace(request, state_time=time.time(), **changes)
         txn = held.context.transaction()
         txn.set(request.path, stored.encode(updated.to_dict()), request.version)
+        self._notify_ops(updated, txn)
         try:
             results = txn.commit()
         except OpFailedError as exc:
             raise NodeStoreError(f"node request {request.id} changed: {exc.reason}") from None
-        return replace(updated, version=int(results[-1].version))
+        return replace(updated, version=int(results[1].version))
+
+    def _notify_ops(self, request: NodeRequest, txn: Transaction) -> None:
+        """The request's pipeline gets its final state in ``txn`` (if it named one)."""
+        message = request.message()
+        if message is None or request.notify is None:
+            return
+        queue = EventQueue(
+            self.client,
+            paths.pipeline_result_queue(request.notify.tenant, request.notify.pipeline),
+        )
+        queue.ensure()
+        queue.put_ops(message.to_dict(), txn)
 
     def fail(self, held: HeldLock, request: NodeRequest, reason: str) -> NodeRequest:
         return self.update_request(held, request, state=NodeRequestState.FAILED, reason=reason)
@@ -401,6 +525,7 @@ class NodeStore:
         for node in nodes:
             ready = replace(node, state=NodeState.READY, state_time=now)
             txn.set(node.path, stored.encode(ready.to_dict()), node.version)
+        self._notify_ops(updated, txn)
         try:
             results = txn.commit()
         except OpFailedError as exc:
@@ -526,6 +651,16 @@ class NodeStore:
         if node.state == NodeState.IN_USE:
             return not self.node_lock_holders(node.id)
         return False
+
+
+def _draft(
+    labels: Sequence[str], requestor: str, priority: int, notify: PipelineRequestor | None
+) -> NodeRequest:
+    if not labels or any(not isinstance(label, str) or not label for label in labels):
+        raise NodeStoreError(f"a node request needs labels, got {list(labels)!r}")
+    if not 0 <= priority <= 999:
+        raise NodeStoreError(f"priority must be within 0..999, got {priority}")
+    return NodeRequest("", requestor, tuple(labels), state_time=time.time(), notify=notify)
 
 
 class _Event:

@@ -11,6 +11,7 @@ from scheduler.wire.events import (
     Dequeue,
     Enqueue,
     MalformedEventError,
+    NodeRequestMessage,
     Promote,
     ReconfigureEvent,
     RequestMessage,
@@ -65,6 +66,19 @@ def test_events_queued_by_an_earlier_version_decode() -> None:
         ({"type": "ref-updated"}, "'project' must be"),
         ({"type": "ref-updated", "project": 3}, "'project' must be"),
         ({"type": "build-completed", "build": "b"}, "unknown event type 'build-completed'"),
+        ({"type": "node-request", "request": "100-1", "state": "pending"}, "'state' must be"),
+        ({"type": "node-request", "request": "100-1", "state": "failed"}, "'buildset' must be"),
+        (
+            {
+                "type": "node-request",
+                "request": "r",
+                "state": "fulfilled",
+                "buildset": "b",
+                "job": "j",
+                "nodes": [3],
+            },
+            "'nodes' must be a list of node ids",
+        ),
     ],
 )
 def test_malformed_events_say_what_is_wrong(payload: dict[str, Any], message: str) -> None:
@@ -77,3 +91,12 @@ def test_a_reader_names_what_it_expects() -> None:
         decode_management(ReconfigureEvent("x", 1.0).to_dict())
     with pytest.raises(MalformedEventError, match="expected a TriggerEvent, got a Enqueue"):
         decode_as(Enqueue(CHANGE).to_dict(), TriggerEvent)
+
+
+def test_a_node_request_outcome_round_trips() -> None:
+    message = NodeRequestMessage(
+        "100-0000000004", "failed", "bs", "job", "NODE_FAILURE: no provider", (), 12.5
+    )
+    assert decode(message.to_dict()) == message
+    fulfilled = NodeRequestMessage("100-5", "fulfilled", "bs", "job", nodes=("0000000001",))
+    assert decode(fulfilled.to_dict()) == fulfilled

@@ -6,8 +6,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from scheduler.settings import Settings, parse_settings
+from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, attach
-from scheduler.zk.nodes import Node, NodeRequestState, NodeState, NodeStore
+from scheduler.zk.context import Transaction
+from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.nodes import Node, NodeRequestState, NodeState, NodeStore, PipelineRequestor
 from tests.fixtures.waiting import wait_until
 from workers.launcher.launcher import Launcher, RequestNudges
 
@@ -83,3 +86,28 @@ def test_a_busy_request_and_a_gone_one(zk: ZooKeeperClient, tmp_path: Path) -> N
     failed = launcher.serve(store.submit(["gpu"], "r"))
     assert failed.result == NodeRequestState.FAILED
     assert failed.reason == "NODE_FAILURE: no provider serves label(s) gpu"
+
+
+def test_a_pipeline_jobs_request_names_the_pipeline_to_nudge(
+    zk: ZooKeeperClient, tmp_path: Path
+) -> None:
+    store = NodeStore(zk)
+    launcher = Launcher(_settings(tmp_path), zk, "b")
+    txn = Transaction(zk)
+    served_id = store.submit_ops(
+        txn, ["ubuntu"], "r", notify=PipelineRequestor("t", "gate", "bs", "j1")
+    )
+    failed_id = store.submit_ops(
+        txn, ["gpu"], "r", notify=PipelineRequestor("t", "gate", "bs", "j2")
+    )
+    txn.commit()
+    served = launcher.serve(served_id)
+    assert served.result == NodeRequestState.FULFILLED and served.pipeline == ("t", "gate")
+    failed = launcher.serve(failed_id)
+    assert failed.result == NodeRequestState.FAILED and failed.pipeline == ("t", "gate")
+    assert failed.reason == "NODE_FAILURE: no provider serves label(s) gpu"
+    assert launcher.serve(failed_id).pipeline is None, "served before: nothing new to tell"
+    queue = EventQueue(zk, paths.pipeline_result_queue("t", "gate"))
+    assert [e.payload["state"] for e in queue.read()] == ["fulfilled", "failed"]
+    plain = launcher.serve(store.submit(["ubuntu"], "r"))
+    assert plain.result == NodeRequestState.FULFILLED and plain.pipeline is None

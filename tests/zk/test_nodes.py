@@ -9,17 +9,22 @@ import redis
 
 from scheduler.settings import load_settings
 from scheduler.sweep import node_steps
+from scheduler.wire.events import decode
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.errors import FencedWriteError, LockLostError
+from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.locks import HeldLock
 from scheduler.zk.nodes import (
     Node,
     NodeRequest,
+    NodeRequestMessage,
     NodeRequestState,
     NodeState,
     NodeStore,
     NodeStoreError,
+    PipelineRequestor,
 )
 from tests.fixtures.waiting import wait_until
 
@@ -200,3 +205,100 @@ def test_the_sweep_requeues_a_dead_launchers_request_and_nudges_a_launcher(
     finally:
         broker.close()
     assert step.run() == []  # nothing left to recover
+
+
+def _result_events(zk: ZooKeeperClient, tenant: str, pipeline: str) -> list[object]:
+    queue = EventQueue(zk, paths.pipeline_result_queue(tenant, pipeline))
+    return [decode(event.payload) for event in queue.read()]
+
+
+def test_submit_ops_creates_requests_only_with_the_callers_transaction(
+    zk: ZooKeeperClient,
+) -> None:
+    store = NodeStore(zk)
+    before = store.submit(["ubuntu"], "r")
+    txn = Transaction(zk)
+    first = store.submit_ops(txn, ["ubuntu"], "t/gate/b1/j1", priority=100)
+    second = store.submit_ops(txn, ["ubuntu", "debian"], "t/gate/b1/j2", priority=100)
+    other = store.submit_ops(txn, ["ubuntu"], "t/check/b2/j", priority=200)
+    assert first.startswith("100-") and len(first) == 14 and other.startswith("200-")
+    assert before < first < second, "ids follow the sequence, in the order submitted"
+    assert store.request_ids() == [before], "nothing exists before the commit"
+    txn.commit()
+    assert store.request_ids() == [before, first, second, other]
+    request = store.request(second)
+    assert request is not None and request.labels == ("ubuntu", "debian")
+    assert request.state == NodeRequestState.REQUESTED and request.notify is None
+    # a later sequential submit never takes an id a transaction used
+    assert store.submit(["ubuntu"], "r") > second
+
+    aborted = Transaction(zk)
+    lost = store.submit_ops(aborted, ["ubuntu"], "r")
+    aborted.check("/nowhere")
+    with pytest.raises(OpFailedError):
+        aborted.commit()
+    assert store.request(lost) is None
+    with pytest.raises(NodeStoreError, match="needs labels"):
+        store.submit_ops(Transaction(zk), [], "r")
+
+
+def test_a_pipeline_gets_its_requests_outcome_in_the_same_transaction(
+    zk: ZooKeeperClient,
+) -> None:
+    store = NodeStore(zk)
+    txn = Transaction(zk)
+    notify = PipelineRequestor("t", "gate", "bs1", "job1")
+    request_id = store.submit_ops(txn, ["ubuntu"], "t/gate/bs1/job1", notify=notify)
+    failing_id = store.submit_ops(
+        txn, ["gpu"], "t/gate/bs1/job2", notify=PipelineRequestor("t", "gate", "bs1", "job2")
+    )
+    txn.commit()
+    plain_id = store.submit(["ubuntu"], "r")
+    request = store.request(request_id)
+    assert request is not None and request.notify == notify
+
+    held, request, nodes = _allocate(store, request_id, ["ubuntu"])
+    assert _result_events(zk, "t", "gate") == [], "pending is not an outcome"
+    with held:
+        store.fulfil(held, request, nodes)
+    (fulfilled,) = _result_events(zk, "t", "gate")
+    assert isinstance(fulfilled, NodeRequestMessage)
+    assert (fulfilled.request, fulfilled.state, fulfilled.buildset, fulfilled.job) == (
+        request_id,
+        "fulfilled",
+        "bs1",
+        "job1",
+    )
+    assert fulfilled.nodes == tuple(n.id for n in nodes) and fulfilled.time > 0
+
+    held = store.lock_request(failing_id, "launcher-a")
+    failing = store.request(failing_id)
+    assert held is not None and failing is not None
+    with held:
+        store.fail(held, failing, "NODE_FAILURE: no provider serves label(s) gpu")
+    failed = _result_events(zk, "t", "gate")[1]
+    assert isinstance(failed, NodeRequestMessage) and failed.state == "failed"
+    assert failed.reason == "NODE_FAILURE: no provider serves label(s) gpu"
+    assert failed.job == "job2"
+
+    # a request without notify tells no pipeline
+    held, plain, plain_nodes = _allocate(store, plain_id, ["ubuntu"])
+    with held:
+        store.fulfil(held, plain, plain_nodes)
+    assert len(_result_events(zk, "t", "gate")) == 2
+
+
+def test_a_stale_launchers_outcome_reaches_no_pipeline(
+    make_client: Callable[..., ZooKeeperClient],
+) -> None:
+    store = NodeStore(make_client())
+    txn = Transaction(store.client)
+    notify = PipelineRequestor("t", "check", "bs", "job")
+    request_id = store.submit_ops(txn, ["ubuntu"], "r", notify=notify)
+    txn.commit()
+    dying = make_client(session_timeout=1.0)
+    held, request, nodes = _allocate(NodeStore(dying), request_id, ["ubuntu"])
+    _end_session(dying)
+    with pytest.raises((FencedWriteError, LockLostError, NodeStoreError)):
+        NodeStore(dying).fulfil(held, request, nodes)
+    assert _result_events(store.client, "t", "check") == []

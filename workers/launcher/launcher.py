@@ -68,6 +68,8 @@ class LaunchOutcome:
     result: str
     reason: str = ""
     nodes: tuple[str, ...] = ()
+    # (tenant, pipeline) told of the outcome through its result queue: nudge it
+    pipeline: tuple[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -142,7 +144,7 @@ class Launcher:
                 return LaunchOutcome(request.id, "gone")  # the requestor gave up meanwhile
             raise
         log.info("node request %s: failed: %s", request.id, reason)
-        return LaunchOutcome(request.id, NodeRequestState.FAILED, reason)
+        return LaunchOutcome(request.id, NodeRequestState.FAILED, reason, pipeline=_told(request))
 
     def _unservable(self, labels: Sequence[str]) -> str:
         missing = sorted({x for x in labels if not any(p.serves(x) for p in self.providers)})
@@ -179,7 +181,9 @@ class Launcher:
             raise
         ids = tuple(n.id for n in ready)
         log.info("node request %s: fulfilled by %s with %s", request.id, provider.name, ids)
-        return LaunchOutcome(request.id, NodeRequestState.FULFILLED, nodes=ids)
+        return LaunchOutcome(
+            request.id, NodeRequestState.FULFILLED, nodes=ids, pipeline=_told(request)
+        )
 
     def _discard(self, nodes: Sequence[Node]) -> None:
         for node in nodes:
@@ -250,6 +254,12 @@ class RequestNudges:
     def forget_except(self, live: set[str]) -> None:
         for request_id in [r for r in self.sent if r not in live]:
             del self.sent[request_id]
+
+
+def _told(request: NodeRequest) -> tuple[str, str] | None:
+    """The pipeline whose result queue got the request's outcome (None: none)."""
+    notify = request.notify
+    return (notify.tenant, notify.pipeline) if notify is not None else None
 
 
 def serve_request(launcher: Launcher, request_id: str) -> LaunchOutcome:

@@ -72,7 +72,8 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
     ]
     if any(c.driver in DRIVERS for c in settings.connections.values()):
         reporters.append(ForgeReporter(settings.connections, _reporter_config(layouts)))
-    env = Environment(client, LayoutManagerSource(layouts), formats, _nudge(settings), reporters)
+    managers = LayoutManagerSource(layouts, nodes=bool(settings.nodes.providers))
+    env = Environment(client, managers, formats, _nudge(settings), reporters)
     return env, layouts
 
 

@@ -52,6 +52,7 @@ from scheduler.manager.retiring import NoLayout, RetiringManager
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.item import QueueItem
+from scheduler.model.nodeset import NodeNames, nodeset_nodes
 from scheduler.wire.merger import split_config_files_key
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
@@ -186,8 +187,20 @@ def merges_on_success(config: Pipeline) -> bool:
     )
 
 
-def pipeline_settings(layout: Layout, config: Pipeline) -> PipelineSettings:
-    """What the pipeline's manager needs of the layout."""
+# Node request priorities by pipeline precedence (lower first, as Zuul's).
+NODE_PRIORITIES = {"high": 100, "normal": 200, "low": 300}
+
+
+def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> PipelineSettings:
+    """What the pipeline's manager needs of the layout.
+
+    ``nodes``: the deployment configures node providers, so a job whose
+    nodeset names labelled nodes gets them from a node request first.
+    """
+    named = {name: nodeset.spec for name, nodeset in layout.nodesets.items()}
+
+    def nodes_for(job: JobInfo) -> NodeNames:
+        return nodeset_nodes(job.spec.get("nodeset"), named) if nodes else ()
 
     def queue_for(project: str, branch: str) -> tuple[str, bool] | None:
         return layout.queue_for(project, branch, config.name)
@@ -205,6 +218,8 @@ def pipeline_settings(layout: Layout, config: Pipeline) -> PipelineSettings:
         queue_for=queue_for,
         merge_on_success=merges_on_success(config),
         allows_cycles=allows_cycles,
+        nodes_for=nodes_for,
+        node_priority=NODE_PRIORITIES.get(config.precedence, 200),
     )
 
 
@@ -215,9 +230,12 @@ class LayoutManagerSource:
         self,
         layouts: TenantLayouts | None = None,
         global_semaphores: frozenset[str] = frozenset(),
+        nodes: bool = False,
     ) -> None:
         self.layouts = layouts
         self.global_semaphores = global_semaphores
+        # node providers are configured: nodesets become node requests
+        self.nodes = nodes
 
     def _layouts(self, client: ZooKeeperClient) -> TenantLayouts:
         if self.layouts is None or self.layouts.client is not client:
@@ -241,7 +259,7 @@ class LayoutManagerSource:
                 f"pipeline {pipeline!r} of tenant {tenant!r}: manager {config.manager!r} "
                 "is not implemented in this Sluice yet"
             ) from None
-        settings = pipeline_settings(layout.layout, config)
+        settings = pipeline_settings(layout.layout, config, self.nodes)
         maxima = {name: sem.max for name, sem in layout.layout.semaphores.items()}
         # A global semaphore the tenant lists wins over a tenant one of the same name.
         maxima.update(layout.tenant.global_semaphores)

@@ -52,6 +52,7 @@ from scheduler.model.item import (
     PushState,
     QueueItem,
 )
+from scheduler.model.nodeset import NodeNames
 from scheduler.model.results import Result
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,11 @@ class PipelineSettings:
     merge_on_success: bool = False
     # whether the queue of (project, branch) allows circular dependencies
     allows_cycles: Callable[[str, str], bool] = lambda project, branch: False
+    # the (name, label) nodes a job's nodeset asks of a launcher; empty: the
+    # build request is submitted at once (always so without node providers)
+    nodes_for: Callable[[JobInfo], NodeNames] = lambda job: ()
+    # the priority of its node requests (Zuul's precedence: high 100, normal 200, low 300)
+    node_priority: int = 200
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,17 @@ class BuildIntent:
 
 
 @dataclass(frozen=True)
+class NodeIntent:
+    """A build that needs nodes first: the pass submits its node request."""
+
+    item: str
+    buildset: str
+    build: Build
+    job: str
+    nodes: NodeNames
+
+
+@dataclass(frozen=True)
 class CancelIntent:
     build: str
     zone: str = ""
@@ -154,11 +171,17 @@ class Intents:
     # uuids of head items whose tested merge the processing layer must push,
     # answering each with merge_pushed or merge_failed (see the module docstring)
     merges_to_push: list[str] = field(default_factory=list)
+    # builds whose node request the pass submits (it records the request's id)
+    node_requests: list[NodeIntent] = field(default_factory=list)
+    # node requests to delete after the commit (their builds were cancelled)
+    node_deletes: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(
             self.merges
             or self.builds
+            or self.node_requests
+            or self.node_deletes
             or self.cancels
             or self.resumes
             or self.reports
@@ -232,6 +255,8 @@ class PipelineManager:
             self._merge_completed(state, event)
         elif isinstance(event, ev.BuildStarted | ev.BuildPaused):
             self._build_progress(state, event)
+        elif isinstance(event, ev.NodesAnswered):
+            self._nodes_answered(state, event)
         else:
             self._build_completed(state, event)
 
@@ -308,7 +333,11 @@ class PipelineManager:
         """Cancel the job's build if it has not ended (ABORTED) and free its semaphores."""
         build = job.current
         if build is not None and not build.done:
-            self.intents.cancels.append(CancelIntent(build.uuid, job.info.zone))
+            if build.node_request:
+                # unanswered, or answered but not yet accepted by an executor
+                self.intents.node_deletes.append(build.node_request)
+            if not build.waiting_for_nodes:
+                self.intents.cancels.append(CancelIntent(build.uuid, job.info.zone))
             build.state = BuildState.COMPLETED
             build.result = Result.ABORTED
             build.end_time = self.clock()
@@ -406,6 +435,34 @@ class PipelineManager:
         self._release_semaphores(item, job)
         if was_paused and job.needs_retry:
             self._rerun_dependents(item, job)
+
+    def _nodes_answered(self, state: PipelineState, event: ev.NodesAnswered) -> None:
+        """The build's nodes are ready (submit it) or cannot be had (NODE_FAILURE)."""
+        item = self._item_and_buildset(state, event.item, event.buildset)
+        if item is None or item.buildset.jobs is None:
+            return
+        job = item.buildset.jobs.get(event.job)
+        build = job.current if job is not None else None
+        if job is None or build is None or build.node_request != event.request:
+            return  # stale: the build was cancelled or reset
+        if not build.waiting_for_nodes:
+            return  # duplicate
+        if not event.fulfilled:
+            build.state = BuildState.COMPLETED
+            build.result = Result.NODE_FAILURE
+            build.message = event.reason or "NODE_FAILURE"
+            build.start_time = build.end_time = self.clock()
+            self._release_semaphores(item, job)
+            return
+        names = [name for name, _ in self.settings.nodes_for(job.info)]
+        build.nodes = [
+            {**dict(node), "name": names[n] if n < len(names) else str(node.get("label", ""))}
+            for n, node in enumerate(event.nodes)
+        ]
+        parent_data = item.buildset.graph.parent_data(job)
+        self.intents.builds.append(
+            BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data)
+        )
 
     def _rerun_dependents(self, item: QueueItem, job: JobState) -> None:
         """A paused job is retried (its build was lost): so is every job that depends on it.
@@ -514,6 +571,13 @@ class PipelineManager:
             build.state = BuildState.COMPLETED
             build.result = Result.SUCCESS
             build.start_time = build.end_time = self.clock()
+            return
+        wanted = self.settings.nodes_for(job.info)
+        if wanted:
+            # nodes first: the build request follows the node request's fulfilment
+            self.intents.node_requests.append(
+                NodeIntent(item.uuid, item.buildset.uuid, build, job.name, wanted)
+            )
             return
         parent_data = item.buildset.graph.parent_data(job)
         self.intents.builds.append(

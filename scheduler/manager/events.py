@@ -125,6 +125,27 @@ class BuildCompleted:
     log_path: str = ""
 
 
+@dataclass(frozen=True)
+class NodesAnswered:
+    """A build's node request was fulfilled (``nodes`` set) or failed (``reason``)."""
+
+    request: str
+    item: str
+    buildset: str
+    job: str
+    fulfilled: bool
+    reason: str = ""
+    # [{name, id, label, host, connection}] in the nodeset's order
+    nodes: tuple[Mapping[str, Any], ...] = ()
+
+
 PipelineEvent = (
-    Enqueue | Dequeue | Promote | MergeCompleted | BuildStarted | BuildPaused | BuildCompleted
+    Enqueue
+    | Dequeue
+    | Promote
+    | MergeCompleted
+    | BuildStarted
+    | BuildPaused
+    | BuildCompleted
+    | NodesAnswered
 )

@@ -82,6 +82,15 @@ class Build:
     worker: str = ""
     # a paused build whose dependents all finished was asked to resume
     resume_requested: bool = False
+    # the node request of a job with a nodeset ("" = none); while it is not
+    # answered the build waits for nodes (REQUESTED, no executor request yet)
+    node_request: str = ""
+    # its nodes once fulfilled: [{name, id, label, host, connection}]
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def waiting_for_nodes(self) -> bool:
+        return bool(self.node_request) and not self.nodes and not self.done
 
     @property
     def done(self) -> bool:
@@ -105,6 +114,8 @@ class Build:
             "log_path": self.log_path,
             "worker": self.worker,
             "resume_requested": self.resume_requested,
+            **({"node_request": self.node_request} if self.node_request else {}),
+            **({"nodes": self.nodes} if self.nodes else {}),
         }
 
     @classmethod
@@ -123,6 +134,8 @@ class Build:
             log_path=str(data.get("log_path", "")),
             worker=str(data.get("worker", "")),
             resume_requested=bool(data.get("resume_requested", False)),
+            node_request=str(data.get("node_request", "")),
+            nodes=[dict(n) for n in data.get("nodes") or ()],
         )
 
 

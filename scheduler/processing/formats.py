@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from scheduler.config import FrozenJob
@@ -223,6 +224,12 @@ class WireFormats:
                 merge_request=item.buildset.merge_request or "",
                 connections=self._connections(tenant, repo_state),
             )
+            if intent.build.nodes:
+                spec = replace(
+                    spec,
+                    node_request=intent.build.node_request,
+                    nodes=tuple(dict(n) for n in intent.build.nodes),
+                )
             params = spec.to_dict()
         except BuildSpecError as exc:
             # The executor answers a spec it cannot read with ERROR: the

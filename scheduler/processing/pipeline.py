@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from scheduler import dispatch, reconfiguration, scope, tasklabels, tasknames
 from scheduler.manager import events as ev
@@ -47,9 +48,12 @@ from scheduler.zk.doctree import DocTree
 from scheduler.zk.event_queue import Event, EventQueue
 from scheduler.zk.job_requests import JobRequestQueue, RequestEvent, RequestMessage
 from scheduler.zk.ledger import TxnLedger
+from scheduler.zk.nodes import NodeRequestMessage, NodeRequestState, NodeStore, PipelineRequestor
 
 log = logging.getLogger(__name__)
 
+# The broker queue of the launchers (sluice.launcher.serve).
+LAUNCHER_QUEUE = "launcher"
 # Events consumed per queue and pass: bounds the size of one transaction.
 EVENTS_PER_PASS = 100
 # Request queues by (client, root): each creates its directories once per process.
@@ -93,6 +97,10 @@ class PipelinePass:
     outcomes: dict[str, dict[str, object]] = field(default_factory=dict)
     # changes merged by this pass that edit configuration: the tenant reconfigures
     config_merged: list[str] = field(default_factory=list)
+    # node requests this pass submits (a launcher is nudged after the commit)
+    node_requests: list[str] = field(default_factory=list)
+    # node requests to delete after the commit (cancelled builds, stale answers)
+    node_deletes: list[str] = field(default_factory=list)
 
     def run(self) -> bool:
         """One pass in named steps; True if another pass may find something.
@@ -114,11 +122,12 @@ class PipelinePass:
         try:
             tree = self.commit(store, tree, state, txn)
         except OpFailedError as exc:
-            if not ledger.guards(exc.path):
+            if not (ledger.guards(exc.path) or paths.is_node_request(exc.path)):
                 raise
             # A reconfiguration replaced the layout, or another pipeline took or
-            # freed a semaphore slot, during this pass: nothing was committed;
-            # decide again with what ZooKeeper holds now.
+            # freed a semaphore slot, or another requestor took the id of a node
+            # request, during this pass: nothing was committed; decide again with
+            # what ZooKeeper holds now.
             log.info(
                 "%s/%s: %s changed during the pass; deciding again",
                 self.tenant,
@@ -155,7 +164,13 @@ class PipelinePass:
         txn = Transaction(self.env.client)
         self._request_ops(manager, state, txn)
         if not (
-            self.consumed or self.requests or intents.cancels or intents.resumes or intents.reports
+            self.consumed
+            or self.requests
+            or self.node_requests
+            or intents.cancels
+            or intents.resumes
+            or intents.reports
+            or intents.node_deletes
         ):
             return None
         for queue, event in self.consumed:
@@ -259,6 +274,8 @@ class PipelinePass:
             return None
         if isinstance(decoded, RequestMessage):
             return self._request_event(state, decoded)
+        if isinstance(decoded, NodeRequestMessage):
+            return self._nodes_event(state, decoded)
         if isinstance(decoded, ev.Enqueue | ev.Dequeue | ev.Promote):
             return decoded
         log.error("%s: dropping %s, not a pipeline event: %s", self.pipeline, event.path, decoded)
@@ -300,6 +317,38 @@ class PipelinePass:
             outcome.result_data,
             outcome.log_path,
         )
+
+    def _nodes_event(
+        self, state: PipelineState, message: NodeRequestMessage
+    ) -> ev.NodesAnswered | None:
+        """A node request's outcome; a fulfilled one carries its nodes as read now."""
+        item = _item_of_buildset(state.items.values(), message.buildset)
+        if item is None:
+            self.node_deletes.append(message.request)  # stale: nobody will accept its nodes
+            return None
+        answered = partial(
+            ev.NodesAnswered, message.request, item.uuid, message.buildset, message.job
+        )
+        if message.state != NodeRequestState.FULFILLED:
+            self.node_deletes.append(message.request)  # answered: the requestor deletes it
+            return answered(False, message.reason or "NODE_FAILURE")
+        store = NodeStore(self.env.client)
+        request = store.request(message.request)
+        if request is None or request.state != NodeRequestState.FULFILLED:
+            return answered(False, f"NODE_FAILURE: node request {message.request} is gone")
+        found = {node.id: node for node in store.nodes(request.nodes)}
+        if len(found) != len(request.nodes):
+            return answered(False, f"NODE_FAILURE: nodes of {message.request} are gone")
+        nodes = tuple(
+            {
+                "id": node.id,
+                "label": node.label,
+                "host": node.host,
+                "connection": dict(node.connection),
+            }
+            for node in (found[i] for i in request.nodes)
+        )
+        return answered(True, nodes=nodes)
 
     def _merge_event(
         self, requests: JobRequestQueue, message: RequestMessage, item: QueueItem
@@ -345,8 +394,30 @@ class PipelinePass:
                 )
         for new in self.requests:
             self._queue(new.queue_root).submit_ops(new.request, new.params, txn)
+        self._node_request_ops(manager, txn)
         for resume in manager.intents.resumes:
             self._queue(paths.executor_queue(resume.zone or None)).resume_ops(resume.build, txn)
+
+    def _node_request_ops(self, manager: PipelineManager, txn: Transaction) -> None:
+        """Node requests of the builds that need nodes, in the pass's transaction.
+
+        The build records the request's id in the same commit, so a pass
+        that fails to commit leaves neither (DESIGN.md invariant 4).
+        """
+        store = NodeStore(self.env.client)
+        for intent in manager.intents.node_requests:
+            if intent.build.done:
+                continue  # aborted later in the same pass
+            notify = PipelineRequestor(self.tenant, self.pipeline, intent.buildset, intent.job)
+            request_id = store.submit_ops(
+                txn,
+                [label for _, label in intent.nodes],
+                f"{self.tenant}/{self.pipeline}/{intent.buildset}/{intent.job}",
+                manager.settings.node_priority,
+                notify=notify,
+            )
+            intent.build.node_request = request_id
+            self.node_requests.append(request_id)
 
     def _queue(self, root: str) -> JobRequestQueue:
         key = (id(self.env.client), root)
@@ -371,6 +442,11 @@ class PipelinePass:
         for cancel in manager.intents.cancels:
             root = paths.executor_queue(cancel.zone or None)
             self._queue(root).request_cancel(cancel.build)
+        for request_id in self.node_requests:
+            self.env.nudge(tasknames.LAUNCH, (request_id,), LAUNCHER_QUEUE)
+        store = NodeStore(self.env.client)
+        for request_id in [*manager.intents.node_deletes, *self.node_deletes]:
+            store.delete_request(request_id)  # its nodes, if any, are recovered as used
 
     def _report(
         self, manager: PipelineManager, state: PipelineState, item_uuids: Iterable[str]

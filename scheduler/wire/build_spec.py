@@ -139,6 +139,11 @@ class BuildSpec:
     hold: bool = False
     secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     speculation: Mapping[str, Any] = field(default_factory=dict)
+    # the job's nodes (a nodeset served by a launcher): the executor accepts
+    # ``node_request`` before the build and returns the nodes after it;
+    # ``nodes`` are [{name, id, label, host, connection}] in the nodeset's order
+    node_request: str = ""
+    nodes: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -172,6 +177,8 @@ class BuildSpec:
             "hold": self.hold,
             "secrets": _plain(self.secrets),
             "speculation": _plain(self.speculation),
+            **({"node_request": self.node_request} if self.node_request else {}),
+            **({"nodes": [_plain(n) for n in self.nodes]} if self.nodes else {}),
         }
 
     @classmethod
@@ -204,6 +211,8 @@ class BuildSpec:
             hold=reader.flag("hold"),
             secrets=reader.json_object("secrets"),
             speculation=reader.json_object("speculation"),
+            node_request=reader.text("node_request", ""),
+            nodes=reader.nodes(),
         )
 
     def to_json(self) -> str:
@@ -233,6 +242,14 @@ class _SpecReader:
         if not isinstance(value, str):
             raise self.error(key, "a string")
         return value
+
+    def nodes(self) -> tuple[Mapping[str, Any], ...]:
+        value = self.data.get("nodes", [])
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(n, Mapping) and isinstance(n.get("id"), str) for n in value
+        ):
+            raise self.error("nodes", "a list of {name, id, label, host, connection} objects")
+        return tuple(dict(n) for n in value)
 
     def steps(self, key: str) -> tuple[StepLike, ...]:
         value = self.data.get(key, [])

@@ -663,6 +663,11 @@ def node_request(request_id: str) -> str:
     return join(node_requests_root(), segment(request_id))
 
 
+def is_node_request(path: str) -> bool:
+    """Whether ``path`` is a node request (a failed create: another took its id)."""
+    return parent(path) == node_requests_root()
+
+
 def node_request_locks_root() -> str:
     return join("nodepool", "requests-lock")
 

@@ -20,6 +20,9 @@ Environment variables (documented in ``docs/executor.md``):
 ``SLUICE_RESULT_FILE``       where the job may write a JSON object as result data
 ``SLUICE_SECRETS_FILE``      only for a step that sees secrets (set by the runner,
                              :mod:`workers.executor.secrets`)
+``SLUICE_NODES``             only for a job with nodes: JSON list of
+                             ``{name, label, host}``; the workspace's
+                             ``nodes.json`` has them with ``id`` and ``connection``
 ===========================  ==================================================
 
 ``HOME`` and ``TMPDIR`` point into the workspace. Nothing else of the
@@ -87,6 +90,10 @@ def job_environment(
     )
     if phase is Phase.POST_RUN:
         env["SLUICE_SUCCESS"] = "true" if success else "false"
+    if spec.nodes:
+        env["SLUICE_NODES"] = json.dumps(
+            [{k: node.get(k, "") for k in ("name", "label", "host")} for node in spec.nodes]
+        )
     return env
 
 
@@ -100,6 +107,9 @@ def write_job_files(spec: BuildSpec, layout: BuildLayout) -> None:
     """Write the vars file and an empty result file."""
     layout.vars_file.write_text(json.dumps(job_vars(spec), indent=2, sort_keys=True) + "\n")
     layout.result_file.write_bytes(b"")
+    if spec.nodes:
+        nodes = [dict(node) for node in spec.nodes]
+        (layout.root / "nodes.json").write_text(json.dumps(nodes, indent=2, sort_keys=True) + "\n")
 
 
 def read_result_data(layout: BuildLayout, limit: int = DEFAULT_RESULT_DATA_LIMIT) -> dict[str, Any]:

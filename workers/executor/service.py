@@ -13,10 +13,14 @@ real ZooKeeper without a broker. One call:
 2. **read the spec**: the request's params are a :class:`BuildSpec` as the
    submitter wrote it; params that are not one complete the request with
    ``ERROR``.
-3. **run** :func:`run_build` with a :class:`RequestControl`: a cancel is
+3. **accept the nodes** of a job with a nodeset (``spec.node_request``):
+   their locks are held by this session for the build's life, and they are
+   returned (``used``) after it, whatever its end; nodes that cannot be
+   had end the build ``NODE_FAILURE``.
+4. **run** :func:`run_build` with a :class:`RequestControl`: a cancel is
    the ``cancel`` flag (kept by a watch, no round trip per poll) or the
    claim no longer being valid; a pause goes through the queue.
-4. **complete**: one fenced transaction stores the result, sets COMPLETED,
+5. **complete**: one fenced transaction stores the result, sets COMPLETED,
    queues ``request-completed`` and deletes the lock.
 
 Guarantees when ZooKeeper misbehaves:
@@ -66,10 +70,12 @@ from scheduler.zk.errors import (
     ConflictError,
     DecodeError,
     NoDataError,
+    ZooKeeperError,
     ZooKeeperUnavailableError,
 )
 from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
 from scheduler.zk.keystore import KeyStore
+from scheduler.zk.nodes import HeldNode, NodeStore, NodeStoreError
 from workers import claims
 from workers.claims import Delivery, briefly_suspended
 from workers.executor import speculation
@@ -368,6 +374,48 @@ def _run_claimed(
     except SecretError as exc:
         log.error("build request %s: %s", claimed.uuid, exc)
         return refused_result(claimed.uuid, str(exc))
+    try:
+        nodes = _accept_nodes(queue.client, spec, claimed.request.uuid)
+    except NodeStoreError as exc:
+        log.warning("build request %s: %s", claimed.uuid, exc)
+        now = time.time()
+        return BuildResult(
+            claimed.uuid, Result.NODE_FAILURE, f"NODE_FAILURE: {exc}", started_at=now, ended_at=now
+        )
+    try:
+        return _run_on_nodes(queue, claimed, options, hooks, spec=spec, plain=plain)
+    finally:
+        _return_nodes(queue.client, nodes, claimed.uuid)
+
+
+def _accept_nodes(client: ZooKeeperClient, spec: BuildSpec, build: str) -> list[HeldNode]:
+    """Lock the build's nodes (held by this session for the build's life): ``in-use``."""
+    if not spec.node_request:
+        return []
+    held = NodeStore(client).accept(spec.node_request, f"{worker_name()}/{build}")
+    log.info("build %s: accepted nodes %s", build, ", ".join(h.node.id for h in held))
+    return held
+
+
+def _return_nodes(client: ZooKeeperClient, nodes: list[HeldNode], build: str) -> None:
+    """Give the nodes back (``used``); one that cannot be is recovered by the sweep."""
+    if not nodes:
+        return
+    try:
+        NodeStore(client).return_nodes(nodes)
+    except ZooKeeperError as exc:
+        log.warning("build %s: returning its nodes: %s (the sweep recovers them)", build, exc)
+
+
+def _run_on_nodes(
+    queue: JobRequestQueue,
+    claimed: ClaimedRequest,
+    options: RunnerOptions,
+    hooks: tuple[Notify, Progress],
+    *,
+    spec: BuildSpec,
+    plain: dict[str, Any],
+) -> BuildResult:
     missing = speculation.missing_sources(spec, everything=options.merge_here)
     cache = RepoCache(options.state_dir, options.connections) if missing else None
     if cache is not None:

@@ -1,0 +1,282 @@
+"""Jobs with a nodeset: node requests before build requests (issue 19, part 1).
+
+The manager's rules driven directly, then the pipeline pass against a real
+ZooKeeper with the launcher's side played by hand (``NodeStore``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from scheduler import tasknames
+from scheduler.manager import events as ev
+from scheduler.manager.base import (
+    FreezeResult,
+    Intents,
+    PipelineManager,
+    PipelineSettings,
+)
+from scheduler.manager.independent import IndependentManager
+from scheduler.model.build import Build, BuildState, JobInfo, JobState
+from scheduler.model.change import Change
+from scheduler.model.item import PipelineState, QueueItem
+from scheduler.model.nodeset import NodeNames, nodeset_nodes
+from scheduler.model.results import Result
+from scheduler.wire.build_spec import BuildSpec
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.ledger import TxnLedger
+from scheduler.zk.nodes import Node, NodeRequestState, NodeStore
+from tests.scheduler.world import World
+
+UBUNTU = {"nodes": [{"name": "n1", "label": "ubuntu"}, {"name": "n2", "label": "debian"}]}
+JOBS = (JobInfo("on-nodes", spec={"nodeset": UBUNTU}), JobInfo("plain"))
+
+
+def _nodes_for(job: JobInfo) -> NodeNames:
+    return nodeset_nodes(job.spec.get("nodeset"))
+
+
+class Jobs:
+    def __init__(self, jobs: Sequence[JobInfo] = JOBS) -> None:
+        self.jobs = tuple(jobs)
+
+    def freeze(self, item: QueueItem, outcome: ev.MergeOutcome) -> FreezeResult:
+        return FreezeResult(self.jobs)
+
+
+class NoSemaphores:
+    def try_acquire(self, name: str, holder: str) -> bool:
+        return True
+
+    def release(self, name: str, holder: str) -> None:
+        pass
+
+
+def _settings(nodes: bool = True) -> PipelineSettings:
+    return PipelineSettings("check", nodes_for=_nodes_for if nodes else lambda job: ())
+
+
+class Harness:
+    def __init__(self, nodes: bool = True) -> None:
+        counter = itertools.count()
+        self.state = PipelineState(tenant="t", pipeline="check")
+        self.manager = IndependentManager(
+            _settings(nodes),
+            Jobs(),
+            NoSemaphores(),
+            clock=lambda: 1000.0,
+            make_uuid=lambda: f"u{next(counter)}",
+        )
+
+    def run(self, *events: ev.PipelineEvent) -> Intents:
+        for event in events:
+            self.manager.apply(self.state, event)
+        self.manager.advance(self.state)
+        intents = self.manager.intents
+        self.manager.intents = Intents()
+        return intents
+
+    def start(self) -> QueueItem:
+        self.run(ev.Enqueue(Change("local", "app", "main", "feature", "c1")))
+        item = next(iter(self.state.items.values()))
+        merged = ev.MergeOutcome(ok=True, repo_state={"app": {"main": "abc"}})
+        assert item.buildset.merge_request is not None
+        intents = self.run(
+            ev.MergeCompleted(item.uuid, item.buildset.uuid, item.buildset.merge_request, merged)
+        )
+        assert [b.job.name for b in intents.builds] == ["plain"]
+        (wanted,) = intents.node_requests
+        assert (wanted.job, wanted.nodes) == ("on-nodes", (("n1", "ubuntu"), ("n2", "debian")))
+        wanted.build.node_request = "200-0000000001"  # what the pass records
+        return item
+
+
+def _job(item: QueueItem, name: str = "on-nodes") -> JobState:
+    assert item.buildset.jobs is not None
+    return item.buildset.jobs[name]
+
+
+def _build(item: QueueItem, name: str = "on-nodes") -> Build:
+    build = _job(item, name).current
+    assert build is not None
+    return build
+
+
+def test_nodeset_forms() -> None:
+    named = {"pair": UBUNTU}
+    assert nodeset_nodes("pair", named) == (("n1", "ubuntu"), ("n2", "debian"))
+    assert nodeset_nodes({"nodes": {"name": ["a", "b"], "label": "x"}}) == (("a", "x"),)
+    assert nodeset_nodes({"nodes": [{"name": "c"}, {"label": "y"}]}) == (("y", "y"),)
+    assert nodeset_nodes("unknown", named) == () == nodeset_nodes(None)
+
+
+def test_without_node_providers_a_nodeset_changes_nothing() -> None:
+    h = Harness(nodes=False)
+    h.run(ev.Enqueue(Change("local", "app", "main", "feature", "c1")))
+    item = next(iter(h.state.items.values()))
+    assert item.buildset.merge_request is not None
+    merged = ev.MergeOutcome(ok=True, repo_state={"app": {"main": "abc"}})
+    intents = h.run(
+        ev.MergeCompleted(item.uuid, item.buildset.uuid, item.buildset.merge_request, merged)
+    )
+    assert sorted(b.job.name for b in intents.builds) == ["on-nodes", "plain"]
+    assert intents.node_requests == []
+
+
+def test_fulfilled_nodes_start_the_build_with_them() -> None:
+    h = Harness()
+    item = h.start()
+    build = _build(item)
+    assert build.state is BuildState.REQUESTED and build.waiting_for_nodes
+    nodes = (
+        {"id": "0000000001", "label": "ubuntu", "host": "h1", "connection": {"host": "h1"}},
+        {"id": "0000000002", "label": "debian", "host": "h2", "connection": {"host": "h2"}},
+    )
+    answered = ev.NodesAnswered("200-0000000001", item.uuid, item.buildset.uuid, "on-nodes", True)
+    stale = ev.NodesAnswered("200-0000000009", item.uuid, item.buildset.uuid, "on-nodes", True)
+    assert h.run(stale).builds == [], "another request's answer is stale"
+    (started,) = h.run(ev.NodesAnswered(**{**answered.__dict__, "nodes": nodes})).builds
+    assert started.build is build and started.job.name == "on-nodes"
+    assert [n["name"] for n in build.nodes] == ["n1", "n2"]
+    assert build.nodes[0]["host"] == "h1" and not build.waiting_for_nodes
+    assert h.run(ev.NodesAnswered(**{**answered.__dict__, "nodes": nodes})).builds == []
+    # the build record keeps them (the pipeline state document)
+    again = Build.from_dict(build.to_dict())
+    assert again.node_request == "200-0000000001" and again.nodes == build.nodes
+
+
+def test_a_failed_request_is_a_node_failure_of_the_job() -> None:
+    h = Harness()
+    item = h.start()
+    why = "NODE_FAILURE: no provider serves label(s) debian"
+    h.run(ev.NodesAnswered("200-0000000001", item.uuid, item.buildset.uuid, "on-nodes", False, why))
+    build = _build(item)
+    assert (build.result, build.message) == (Result.NODE_FAILURE, why)
+    assert _job(item).result is Result.NODE_FAILURE
+    plain = _build(item, "plain")
+    intents = h.run(
+        ev.BuildCompleted(plain.uuid, item.uuid, item.buildset.uuid, "plain", Result.SUCCESS)
+    )
+    assert item.result is Result.FAILURE and item.message == "failed: on-nodes"
+    assert intents.reports == [item.uuid]
+
+
+def test_a_dequeued_item_deletes_its_outstanding_node_request() -> None:
+    h = Harness()
+    item = h.start()
+    intents = h.run(ev.Dequeue(Change("local", "app", "main", "feature", "c1")))
+    assert intents.node_deletes == ["200-0000000001"]
+    plain = _build(item, "plain")
+    assert [c.build for c in intents.cancels] == [plain.uuid], "no executor request to cancel"
+    assert _build(item).result is Result.ABORTED
+
+
+# -- the pass, against ZooKeeper ---------------------------------------------------
+
+
+class NodeManagers:
+    def open(
+        self, client: ZooKeeperClient, tenant: str, pipeline: str
+    ) -> tuple[PipelineManager, TxnLedger]:
+        ledger = TxnLedger(client, tenant)
+        settings = PipelineSettings(pipeline, nodes_for=_nodes_for, node_priority=100)
+        return IndependentManager(settings, Jobs((JOBS[0],)), ledger), ledger
+
+
+def _item_with_request(world: World) -> tuple[NodeStore, str]:
+    world.env.managers = NodeManagers()
+    world.enqueue("feature")
+    world.process()
+    world.run(world.merger, {"ok": True})
+    world.process()
+    store = NodeStore(world.client)
+    (request_id,) = store.request_ids()
+    assert world.nudges[-1] == (tasknames.LAUNCH, (request_id,), "launcher")
+    assert world.executor.pending() == [], "no build request before the nodes"
+    request = store.request(request_id)
+    assert request is not None and request.priority == 100
+    assert request.labels == ("ubuntu", "debian") and request.notify is not None
+    (item,) = world.state().items.values()
+    build = item.buildset.jobs["on-nodes"].current
+    assert build.node_request == request_id, "recorded in the same commit"
+    return store, request_id
+
+
+def test_the_pass_submits_the_request_and_the_build_once_fulfilled(world: World) -> None:
+    store, request_id = _item_with_request(world)
+    held = store.lock_request(request_id, "launcher")
+    request = store.request(request_id)
+    assert held is not None and request is not None
+    drafts = [
+        Node("", "static", label, host="h1", connection={"host": "h1"}) for label in request.labels
+    ]
+    with held:
+        request, nodes = store.allocate(held, request, drafts, "launcher")
+        store.fulfil(held, request, nodes)
+    world.process()
+    (pending,) = world.executor.pending()
+    (item,) = world.state().items.values()
+    build = item.buildset.jobs["on-nodes"].current
+    assert pending.uuid == build.uuid
+    assert [(n["name"], n["label"], n["id"]) for n in build.nodes] == [
+        ("n1", "ubuntu", nodes[0].id),
+        ("n2", "debian", nodes[1].id),
+    ]
+    # the executor's side: accept (the request goes), run, return
+    taken = store.accept(request_id, "executor")
+    store.return_nodes(taken)
+    world.run(world.executor, {"result": "SUCCESS", "data": {}})
+    world.process()
+    assert [i.result for i in world.reports.items] == [Result.SUCCESS]
+
+
+def test_the_pass_fails_the_job_and_deletes_a_failed_request(world: World) -> None:
+    store, request_id = _item_with_request(world)
+    held = store.lock_request(request_id, "launcher")
+    request = store.request(request_id)
+    assert held is not None and request is not None
+    with held:
+        store.fail(held, request, "NODE_FAILURE: no provider serves label(s) debian")
+    world.process()
+    assert store.request_ids() == []
+    (item,) = world.reports.items
+    assert item.result is Result.FAILURE
+    build = item.buildset.jobs["on-nodes"].current
+    assert build.result is Result.NODE_FAILURE and "debian" in build.message
+    assert world.executor.pending() == []
+
+
+def test_a_dequeue_deletes_the_waiting_request(world: World) -> None:
+    store, request_id = _item_with_request(world)
+    state = NodeRequestState.REQUESTED
+    assert store.request(request_id).state == state  # type: ignore[union-attr]
+    change = {"connection": "local", "project": "app", "branch": "main", "ref": "feature"}
+    EventQueue(world.client, paths.pipeline_management_queue("t", "check")).put(
+        {"type": "dequeue", "change": change}
+    )
+    world.process()
+    assert store.request_ids() == []
+    assert world.state().items == {}
+
+
+def test_a_build_spec_carries_its_nodes() -> None:
+    base = {
+        "tenant": "t",
+        "pipeline": "check",
+        "project": "app",
+        "branch": "main",
+        "job": "on-nodes",
+        "build_uuid": "b1",
+        "run": ["ci/run.sh"],
+        "repo_state": {"app": {"main": "a" * 40}},
+        "sources": {"app": "/srv/git/app"},
+    }
+    plain = BuildSpec.from_dict(base)
+    assert "nodes" not in plain.to_dict() and "node_request" not in plain.to_dict()
+    node = {"name": "n1", "id": "0000000001", "label": "ubuntu", "host": "h1", "connection": {}}
+    spec = BuildSpec.from_dict({**base, "node_request": "200-0000000001", "nodes": [node]})
+    assert BuildSpec.from_dict(spec.to_dict()) == spec
+    assert spec.node_request == "200-0000000001" and spec.nodes == (node,)

@@ -132,7 +132,16 @@ def test_a_pull_request_is_checked_then_gated_and_merged(
     wait_until(lambda: "success" in forge.statuses_of(pull), 90, "the check's success status", 0.5)
     checks = [s["state"] for s in forge.statuses if s["context"] == "demo/check"]
     assert checks == ["pending", "success"]  # start:, then success:
-    assert any("unit: SUCCESS" in c["body"] for c in forge.comments if c["number"] == 1)
+    # the report sets the status first; its comment and check run may come a moment later
+    wait_until(
+        lambda: (
+            any("unit: SUCCESS" in c["body"] for c in forge.comments if c["number"] == 1)
+            and forge.check_runs
+        ),
+        30,
+        "the check's comment and check run",
+        0.2,
+    )
     (run,) = forge.check_runs
     assert (run["name"], run["conclusion"], run["head_sha"]) == (
         "demo/check",
@@ -230,7 +239,11 @@ def test_depends_on_in_check_and_gate(system: SluiceSystem) -> None:
         )
         wait_until(lambda: forge.statuses_of(loop), 60, "the cycle reported", 0.5)
         assert forge.statuses_of(loop) == ["failure"]
-        assert any("dependency cycle" in c["body"] for c in forge.comments if c["number"] == 3)
+
+        def cycle_said() -> bool:
+            return any("dependency cycle" in c["body"] for c in forge.comments if c["number"] == 3)
+
+        wait_until(cycle_said, 30, "the cycle's comment", 0.2)
 
         # a branch made from another pull request's branch depends on it (git parents)
         main = system.repos.git("org/app", "rev-parse", "main")

@@ -104,7 +104,10 @@ def test_a_merge_request_is_checked_then_gated_and_merged(
     system = web.system
     mr = forge.open("group/lib", "feature", "Add a feature")
     wait_until(lambda: "success" in forge.statuses_of(mr), 90, "the check's status", 0.5)
-    assert any("unit: SUCCESS" in n["body"] for n in forge.notes)
+    # the report sets the status, then writes the note: the note may come a moment later
+    wait_until(
+        lambda: any("unit: SUCCESS" in n["body"] for n in forge.notes), 30, "the check's note", 0.2
+    )
 
     # a second merge request says in its commit message that it needs the first
     base = system.repos.git("group/lib", "rev-parse", "main")

@@ -6,6 +6,9 @@ consumes the ``launcher`` queue) serves node requests from these providers::
     nodes:
       check_interval: 5          # seconds between two looks of each launcher
       node_dir: nodes            # local nodes' roots (default <state_dir>/nodes)
+      ssh_key: keys/nodes        # the private key executors log in to nodes with
+                                 # (default <state_dir>/ssh/nodes_ed25519, made when
+                                 # missing); a local node trusts its .pub
       providers:
         - name: hosts
           driver: static         # existing hosts reached over SSH
@@ -68,6 +71,8 @@ class NodeSettings:
     check_interval: float = 5.0
     # None: ``<state_dir>/nodes``
     node_dir: Path | None = None
+    # None: ``<state_dir>/ssh/nodes_ed25519`` (workers/nodekey.py makes it)
+    ssh_key: Path | None = None
     providers: tuple[NodeProviderSettings, ...] = ()
 
     def provider(self, name: str) -> NodeProviderSettings | None:
@@ -162,6 +167,7 @@ def read_nodes(reader: SettingsReader | None, base: Path) -> NodeSettings:
     if check_interval <= 0:
         raise reader.error("check_interval", "must be positive")
     node_dir = reader.get("node_dir", str, None)
+    ssh_key = reader.get("ssh_key", str, None)
     providers: list[NodeProviderSettings] = []
     listed: list[Any] = reader.get("providers", list, [])
     for index, entry in enumerate(listed):
@@ -176,5 +182,6 @@ def read_nodes(reader: SettingsReader | None, base: Path) -> NodeSettings:
     return NodeSettings(
         check_interval=check_interval,
         node_dir=resolve_path(node_dir, base) if node_dir else None,
+        ssh_key=resolve_path(ssh_key, base) if ssh_key else None,
         providers=tuple(providers),
     )

@@ -17,6 +17,10 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # network namespaces for the several-hosts test (make test-hosts; git daemon is git's)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+# nodes: a local node runs its own sshd, and Ansible reaches nodes over SSH
+# (ssh, ssh-agent, ssh-keygen; docs/nodes.md)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ssh-agent >/dev/null 2>&1 || missing+=(openssh-client)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

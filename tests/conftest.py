@@ -9,6 +9,7 @@ from tests.fixtures.services import (  # noqa: F401
     zookeeper,
     zookeeper_server,
 )
+from tests.fixtures.sshd import ssh_host  # noqa: F401
 from tests.fixtures.workers import celery_workers, test_environment  # noqa: F401
 
 # A test run killed from outside must leave no server or worker running.

@@ -9,7 +9,8 @@ Layout under a queue root (:func:`scheduler.zk.paths.executor_queue`,
                        submitter sets without touching the locked request
 ``locks/<uuid>``       side-channel claim: ONE ephemeral node (data: the
                        worker), created in the claim transaction
-``params/<uuid>``      parameters, sharded; read only by the worker
+``params/<uuid>``      parameters over ``PARAMS_INLINE_BYTES``, sharded;
+                       smaller ones travel in the request node (``params``)
 ``result-data/<uuid>`` the result, sharded, written before the marker
 ``results/<uuid>``     small marker that the result is complete (watched)
 ``waiters/<uuid>``     ephemeral: a submitter still wants the result
@@ -19,9 +20,10 @@ States (:class:`RequestState`): REQUESTED -> RUNNING (claim) ->
 [PAUSED -> RUNNING (resume)] -> COMPLETED; HOLD is a REQUESTED that cannot
 be claimed until released (tests, debugging).
 
-Round trips of one lifecycle: submit 1 (one transaction: params + request
-[+ waiter]); claim 2 (read, then one transaction: create the lock, set
-RUNNING, queue the "started" event; a read more after a lost answer);
+Round trips of one lifecycle: submit 1 (one transaction: request with its
+params inline, or params + request [+ waiter]); claim 2 (read, then one
+transaction: create the lock, set RUNNING, queue the "started" event; a
+read more after a lost answer); the worker's params 0 when inline, else 1;
 complete 1 (one fenced transaction: set COMPLETED, write the result data and
 its marker, queue the "completed" event, delete the lock; shards first only
 when the result is over ~900 kB); read the result 1-2. Nothing on this path lists a directory.
@@ -37,7 +39,8 @@ Guarantees:
 * COMPLETED, the result and the result event commit in one transaction:
   the scheduler never sees a completed request without its event, nor an
   event without its result.
-* :meth:`JobRequestQueue.lost_requests` finds RUNNING/PAUSED requests with
+* :meth:`JobRequestQueue.lost_requests` (:mod:`scheduler.zk.request_sweeps`,
+  with removal and the counts of requests in flight) finds RUNNING/PAUSED requests with
   no lock (the claimer died: its session expired and took the lock);
   :meth:`JobRequestQueue.recover_lost` completes one with a ``lost``
   result and event, atomically with proving that nobody holds it.
@@ -51,10 +54,9 @@ will be found by ``lost_requests()`` and retried by the pipeline.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -80,6 +82,7 @@ from scheduler.zk.request_records import (
     RequestMessage,
     RequestState,
 )
+from scheduler.zk.request_sweeps import RequestSweeps
 from scheduler.zk.retry import OUTAGE
 
 __all__ = [
@@ -94,6 +97,9 @@ __all__ = [
 ]
 
 MAX_REQUEST_BYTES = 64 * 1024
+# Parameters up to this size (encoded) are stored in the request node itself:
+# the claim's read of the request brings them, saving the worker a read.
+PARAMS_INLINE_BYTES = 16 * 1024
 
 
 class ClaimedRequest:
@@ -116,18 +122,13 @@ class ClaimedRequest:
 EVENT_RESULT_LIMIT = 8 * 1024
 
 
-class JobRequestQueue:
+class JobRequestQueue(RequestSweeps):
     """One job request queue (executor unzoned, an executor zone, or merger)."""
 
     def __init__(self, client: ZooKeeperClient, root: str) -> None:
         self.client = client
         self.root = root
         self._ensured = False
-
-    # ------------------------------------------------------------ paths
-
-    def _path(self, child: str, uuid: str) -> str:
-        return paths.request_child(self.root, child, uuid)
 
     def ensure(self) -> None:
         if not self._ensured:
@@ -176,14 +177,11 @@ class JobRequestQueue:
         One transaction. The queue's directories are created on first need
         (a failed commit), not checked on every submit.
         """
-        if not request.created:
-            request = replace(request, created=time.time())
-        prepared = stored.prepare(
-            LockContext(self.client), self._path("params", request.uuid), params, exists=False
-        )
+        request, prepared = self._with_params(request, params)
         for attempt in range(2):
             txn = Transaction(self.client)
-            prepared.add_to(txn)
+            if prepared is not None:
+                prepared.add_to(txn)
             txn.create(self._path("requests", request.uuid), self._encode(request))
             if wait:
                 txn.create(self._path("waiters", request.uuid), b"", ephemeral=True)
@@ -213,14 +211,22 @@ class JobRequestQueue:
         directories must exist (:meth:`ensure`).
         """
         self.ensure()
-        if not request.created:
-            request = replace(request, created=time.time())
-        prepared = stored.prepare(
-            LockContext(self.client), self._path("params", request.uuid), params, exists=False
-        )
-        prepared.add_to(txn)
+        request, prepared = self._with_params(request, params)
+        if prepared is not None:
+            prepared.add_to(txn)
         txn.create(self._path("requests", request.uuid), self._encode(request))
         return replace(request, version=0)
+
+    def _with_params(
+        self, request: JobRequest, params: Mapping[str, Any]
+    ) -> tuple[JobRequest, sharding.PreparedBlob | None]:
+        """The request to create (dated, small params inline) and a params node to write."""
+        if not request.created:
+            request = replace(request, created=time.time())
+        if len(stored.encode(params)) <= PARAMS_INLINE_BYTES:
+            return replace(request, params=dict(params)), None
+        path = self._path("params", request.uuid)
+        return request, stored.prepare(LockContext(self.client), path, params, exists=False)
 
     def get(self, uuid: str) -> JobRequest | None:
         try:
@@ -305,66 +311,21 @@ class JobRequestQueue:
             ready.wait(timeout)
         return self.get_result(uuid)
 
-    def remove(self, uuid: str) -> None:
-        """Delete everything of one request (the submitter is done with it).
-
-        The request and its result marker go in one transaction, so the
-        queue never holds a marker without its request (:meth:`active_count`
-        counts their difference); the rest follows.
-        """
-        for _ in range(3):
-            if self._remove_request_and_marker(uuid):
-                break
-        for child in ("requests", "params", "result-data", "results", "waiters"):
-            with contextlib.suppress(NoNodeError):
-                self.client.delete_tree(self._path(child, uuid))
-
-    def _remove_request_and_marker(self, uuid: str) -> bool:
-        request = self._path("requests", uuid)
-        try:
-            flags = self.client.get_children(request)
-        except NoNodeError:
-            return True  # gone already (the marker, if any, is deleted after)
-        txn = Transaction(self.client)
-        for flag in flags:  # cancel, resume
-            txn.delete(paths.join(request, flag))
-        txn.delete(request)
-        if self.client.exists(self._path("results", uuid)) is not None:
-            txn.delete(self._path("results", uuid))
-        try:
-            txn.commit()
-        except OpFailedError:
-            return False  # a flag or the marker came or went meanwhile: look again
-        return True
-
-    def active_count(self) -> int:
-        """How many requests are not COMPLETED, in three stats (``sluice wait --idle``).
-
-        Every COMPLETED request has its ``results/<uuid>`` marker (created in
-        the completing transaction, deleted with the request), so the count
-        is requests minus markers. The markers' child version is read before
-        and after the requests' count: equal, no request completed or went
-        away in between and the difference is exact; else it is read again.
-        """
-        requests = paths.request_child(self.root, "requests")
-        results = paths.request_child(self.root, "results")
-        for _ in range(5):
-            before = self.client.exists(results)
-            counted = self.client.exists(requests)
-            after = self.client.exists(results)
-            if counted is None:
-                return 0
-            markers = 0 if after is None else int(after.numChildren)
-            if (before is None) == (after is None) and (
-                before is None or before.cversion == after.cversion
-            ):
-                return max(0, int(counted.numChildren) - markers)
-        return len(self.active())  # completions all along: count them one by one
-
     # ------------------------------------------------------------ worker side
 
-    def params(self, uuid: str) -> dict[str, Any]:
-        """The request's parameters (:class:`~scheduler.zk.errors.NoDataError` if removed)."""
+    def params(self, request: JobRequest | str) -> dict[str, Any]:
+        """The request's parameters (:class:`~scheduler.zk.errors.NoDataError` if removed).
+
+        Given the request as read (a claim's), small parameters cost no read.
+        """
+        if isinstance(request, str):
+            found = self.get(request)
+            if found is None:
+                raise NoDataError(f"request {request} is gone")
+            request = found
+        if request.params is not None:
+            return dict(request.params)
+        uuid = request.uuid
         document = stored.load(LockContext(self.client), self._path("params", uuid)).data
         document.pop(stored.SCHEMA_FIELD, None)
         return document
@@ -563,71 +524,6 @@ class JobRequestQueue:
         """Give up a claim without completing (the request stays RUNNING: it becomes lost)."""
         claimed.lock.release()
 
-    # ------------------------------------------------------------ sweeps
-
-    def _names(self, child: str) -> set[str]:
-        try:
-            return set(self.client.get_children(paths.request_child(self.root, child)))
-        except NoNodeError:
-            return set()
-
-    def _read(self, names: Iterable[str]) -> list[JobRequest]:
-        pending = [(n, self.client.kazoo.get_async(self._path("requests", n))) for n in names]
-        requests = []
-        for name, result in pending:
-            try:
-                raw, stat = self.client.wait(result)
-            except NoNodeError:
-                continue
-            path = self._path("requests", name)
-            requests.append(JobRequest.from_dict(stored.decode(raw, path), stat.version))
-        return requests
-
-    def _read_all(self) -> list[JobRequest]:
-        return self._read(self._names("requests"))
-
-    def _read_active(self) -> list[JobRequest]:
-        """Requests without a result marker (not COMPLETED): two listings and their reads.
-
-        Completed requests stay a day (for their submitters and replays);
-        the sweeps and metrics never read them, so their cost follows the
-        work in flight, not the history.
-        """
-        names = self._names("requests")
-        return self._read(names - self._names("results"))
-
-    def pending(self) -> list[JobRequest]:
-        """REQUESTED requests, by precedence then age (sweeps re-nudge these)."""
-        waiting = [r for r in self._read_active() if r.state == RequestState.REQUESTED]
-        return sorted(waiting, key=lambda r: (r.precedence, r.created))
-
-    def all(self) -> list[JobRequest]:
-        """Every request of the queue (lists and reads the whole queue)."""
-        return self._read_all()
-
-    def state_counts(self) -> dict[str, int]:
-        """Requests by state; completed ones counted by their markers, not read (metrics)."""
-        names = self._names("requests")
-        done = names & self._names("results")
-        counts: dict[str, int] = {}
-        for request in self._read(names - done):
-            counts[request.state.value] = counts.get(request.state.value, 0) + 1
-        if done:
-            counts[RequestState.COMPLETED.value] = len(done)
-        return counts
-
-    def active(self) -> list[JobRequest]:
-        """Requests not COMPLETED yet (for status; reads only those)."""
-        return [r for r in self._read_active() if r.state != RequestState.COMPLETED]
-
-    def lost_requests(self) -> list[JobRequest]:
-        """RUNNING or PAUSED requests whose lock has no holder (their worker died)."""
-        active = [
-            r for r in self._read_active() if r.state in (RequestState.RUNNING, RequestState.PAUSED)
-        ]
-        checks = [(r, self.client.kazoo.exists_async(self._path("locks", r.uuid))) for r in active]
-        return [r for r, result in checks if self.client.wait(result) is None]
-
     def recover_lost(self, request: JobRequest) -> bool:
         """Complete a lost request with ``{"result": "LOST"}`` and its event.
 
@@ -648,35 +544,3 @@ class JobRequestQueue:
                 return False
             raise
         return True
-
-    def cleanup(self, max_age: float) -> list[str]:
-        """Remove requests completed (or orphaned) over ``max_age`` seconds ago with no waiter.
-
-        A completed request is aged by its result marker (one stat each, sent
-        together); no request is read: one without a marker is in flight.
-        """
-        requests, results = self._names("requests"), self._names("results")
-        leftovers = (self._names("params") | self._names("result-data")) - requests
-        waiters = self._names("waiters")
-        completed = sorted(results - waiters)
-        stats = [self.client.kazoo.exists_async(self._path("results", u)) for u in completed]
-        now = time.time()
-        old = [
-            uuid
-            for uuid, check in zip(completed, stats, strict=True)
-            if (stat := self.client.wait(check)) is None or now - stat.mtime / 1000.0 >= max_age
-        ]
-        old += [u for u in sorted(leftovers - waiters - results) if self._age(u) >= max_age]
-        for uuid in old:
-            self.remove(uuid)
-        return old
-
-    def _age(self, uuid: str) -> float:
-        """Seconds since the newest write to any node of the request."""
-        checks = [
-            self.client.kazoo.exists_async(self._path(child, uuid))
-            for child in ("requests", "params", "result-data", "results")
-        ]
-        stats = [self.client.wait(c) for c in checks]
-        newest = max((s.mtime / 1000.0 for s in stats if s is not None), default=0.0)
-        return time.time() - newest

@@ -45,6 +45,9 @@ class JobRequest:
     worker: str = ""
     created: float = 0.0
     info: Mapping[str, Any] = field(default_factory=dict)
+    # the parameters when they are small enough to travel in the request node
+    # (the worker that claims it reads them with the request); None: in ``params/``
+    params: Mapping[str, Any] | None = None
     version: int = -1
 
     def to_dict(self) -> dict[str, Any]:
@@ -52,6 +55,8 @@ class JobRequest:
         data = {name: getattr(self, name) for name in _STORED_FIELDS}
         data["state"] = self.state.value
         data["info"] = dict(self.info)
+        if self.params is None:
+            del data["params"]
         return data
 
     @classmethod

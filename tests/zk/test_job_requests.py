@@ -41,6 +41,29 @@ def new_request(**fields: object) -> JobRequest:
     return JobRequest(**defaults)  # type: ignore[arg-type]
 
 
+def test_small_params_travel_in_the_request_and_large_ones_beside_it(zk: ZooKeeperClient) -> None:
+    """The claim's read brings small parameters: the worker reads nothing more."""
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    small = queue.submit(new_request(), {"vars": {"a": 1}})
+    params_node = paths.request_child(queue.root, "params", small.uuid)
+    assert zk.exists(params_node) is None
+    claimed = queue.claim(small.uuid, "executor-1")
+    assert claimed is not None
+    with zk.counting_requests() as counted:
+        assert queue.params(claimed.request) == {"vars": {"a": 1}}
+    assert counted.total == 0
+    assert queue.complete(claimed, {"result": "SUCCESS"})
+    assert queue.get(small.uuid).params == {"vars": {"a": 1}}  # type: ignore[union-attr]
+
+    big = {"blob": os.urandom(job_requests.PARAMS_INLINE_BYTES).hex()}  # incompressible
+    large = queue.submit(new_request(), big)
+    assert large.params is None
+    assert zk.exists(paths.request_child(queue.root, "params", large.uuid)) is not None
+    assert queue.params(large.uuid) == big
+    queue.remove(large.uuid)
+    assert zk.exists(paths.request_child(queue.root, "params", large.uuid)) is None
+
+
 def test_lifecycle_with_events_in_the_same_transactions(zk: ZooKeeperClient) -> None:
     queue = JobRequestQueue(zk, paths.executor_queue())
     request = queue.submit(new_request(), {"vars": {"a": 1}})

@@ -365,7 +365,7 @@ def _run_claimed(
     hooks: tuple[Notify, Progress],
 ) -> BuildResult:
     try:
-        spec = BuildSpec.from_dict(queue.params(claimed.uuid))
+        spec = BuildSpec.from_dict(queue.params(claimed.request))
     except (BuildSpecError, DecodeError, NoDataError) as exc:
         log.error("build request %s: unusable build spec: %s", claimed.uuid, exc)
         return refused_result(claimed.uuid, f"the build request holds no valid build spec: {exc}")

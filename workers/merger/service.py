@@ -194,7 +194,7 @@ def run_claimed(
     """The kind and the result data of a claimed request; never raises for a bad job."""
     fallback = _kind_of_request(claimed)
     try:
-        kind, job = read_params(queue.params(claimed.uuid))
+        kind, job = read_params(queue.params(claimed.request))
     except (InvalidRecordError, DecodeError, NoDataError) as exc:
         log.error("merge request %s: unusable params: %s", claimed.uuid, exc)
         failure = Failure("invalid", f"the merge request holds no valid job: {exc}")

@@ -9,6 +9,7 @@ consumes the ``launcher`` queue) serves node requests from these providers::
       ssh_key: keys/nodes        # the private key executors log in to nodes with
                                  # (default <state_dir>/ssh/nodes_ed25519, made when
                                  # missing); a local node trusts its .pub
+      local_network: 10.213.0.0/16   # local nodes' addresses: a /30 each
       providers:
         - name: hosts
           driver: static         # existing hosts reached over SSH
@@ -31,6 +32,7 @@ docs/nodes.md describes the launcher.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +75,8 @@ class NodeSettings:
     node_dir: Path | None = None
     # None: ``<state_dir>/ssh/nodes_ed25519`` (workers/nodekey.py makes it)
     ssh_key: Path | None = None
+    # local nodes' /30s are taken from this IPv4 network (workers/launcher/addresses.py)
+    local_network: str = "10.213.0.0/16"
     providers: tuple[NodeProviderSettings, ...] = ()
 
     def provider(self, name: str) -> NodeProviderSettings | None:
@@ -168,6 +172,13 @@ def read_nodes(reader: SettingsReader | None, base: Path) -> NodeSettings:
         raise reader.error("check_interval", "must be positive")
     node_dir = reader.get("node_dir", str, None)
     ssh_key = reader.get("ssh_key", str, None)
+    local_network = reader.get("local_network", str, "10.213.0.0/16")
+    try:
+        network = ipaddress.IPv4Network(local_network)
+    except ValueError as exc:
+        raise reader.error("local_network", f"expected an IPv4 network: {exc}") from exc
+    if network.prefixlen > 30:
+        raise reader.error("local_network", "too small: a local node takes a /30")
     providers: list[NodeProviderSettings] = []
     listed: list[Any] = reader.get("providers", list, [])
     for index, entry in enumerate(listed):
@@ -183,5 +194,6 @@ def read_nodes(reader: SettingsReader | None, base: Path) -> NodeSettings:
         check_interval=check_interval,
         node_dir=resolve_path(node_dir, base) if node_dir else None,
         ssh_key=resolve_path(ssh_key, base) if ssh_key else None,
+        local_network=str(network),
         providers=tuple(providers),
     )

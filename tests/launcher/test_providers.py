@@ -1,16 +1,13 @@
-"""Providers' plans without services: quotas per label, capacity per static host, local roots."""
+"""Providers' plans without services: quotas per label, capacity per static host.
+
+Local nodes are booted for real in test_boot.py.
+"""
 
 from __future__ import annotations
 
-import socket
-from dataclasses import replace
-from pathlib import Path
-from typing import cast
-
 from scheduler.node_settings import NodeProviderSettings, StaticHostSettings
-from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.nodes import Node
-from workers.launcher.providers import LocalProvider, StaticProvider
+from workers.launcher.providers import StaticProvider
 
 HOSTS = NodeProviderSettings(
     "hosts",
@@ -57,29 +54,3 @@ def test_quotas_count_every_node_of_the_provider_and_label() -> None:
     others = [_node("ubuntu", "h2", provider="elsewhere")] * 5
     assert isinstance(provider.plan(["ubuntu"], others), list), "other providers' nodes"
     assert not provider.serves("gpu") and provider.serves("debian")
-
-
-def test_a_local_root_is_a_copy_removed_on_its_own_host_only(tmp_path: Path) -> None:
-    image = tmp_path / "upload"
-    (image / "etc").mkdir(parents=True)
-    (image / "etc" / "motd").write_text("hello\n")
-    (image / "bin").symlink_to("usr/bin")
-    settings = NodeProviderSettings("sandbox", "local", {"sandbox": 1}, image="base")
-    provider = LocalProvider(settings, cast(ZooKeeperClient, None), tmp_path / "nodes")
-    node = Node(
-        "0000000007",
-        "sandbox",
-        "sandbox",
-        host=socket.gethostname(),
-        connection={"source": str(image)},
-    )
-    ready = provider.prepare(node)
-    root = Path(ready.connection["root"])
-    assert root == tmp_path / "nodes" / "0000000007" / "root"
-    assert (root / "etc" / "motd").read_text() == "hello\n"
-    assert (root / "bin").is_symlink()
-    elsewhere = replace(ready, host="another-host")
-    assert provider.cleanup(elsewhere) is False and root.exists()
-    assert provider.cleanup(ready) is True
-    assert not (tmp_path / "nodes" / "0000000007").exists()
-    assert (image / "etc" / "motd").exists()

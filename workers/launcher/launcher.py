@@ -15,7 +15,7 @@ named steps:
    ``building`` with the request ``pending`` in one fenced write. No
    provider with room now: ``waiting`` (the request stays ``requested``,
    the check nudges it again).
-4. **Prepare** the nodes (a local root is copied), then **fulfil**: nodes
+4. **Prepare** the nodes (a local node is copied and booted), then **fulfil**: nodes
    ``ready`` and the request ``fulfilled`` in one fenced write. A launch
    error fails the request with its reason; a request deleted meanwhile
    leaves its nodes ``used``.
@@ -49,7 +49,9 @@ from scheduler.zk.nodes import (
     NodeStore,
     NodeStoreError,
 )
-from workers.launcher.providers import LaunchError, NodeProvider, make_providers
+from workers.launcher.errors import LaunchError
+from workers.launcher.providers import NodeProvider, make_providers
+from workers.nodekey import node_key_path
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ class Launcher:
         self.store = NodeStore(client)
         self.id = identifier or launcher_id()
         node_dir = settings.nodes.node_dir or Path(settings.state_dir) / "nodes"
-        self.providers = make_providers(settings.nodes.providers, client, node_dir)
+        self.providers = make_providers(settings.nodes, client, node_dir, node_key_path(settings))
 
     def provider(self, name: str) -> NodeProvider | None:
         return next((p for p in self.providers if p.name == name), None)
@@ -232,7 +234,7 @@ class Launcher:
                 if provider.cleanup(node):
                     self.store.remove_node(node)
                     deleted.append(node.id)
-            except (OSError, ZooKeeperError) as exc:
+            except (OSError, ZooKeeperError, LaunchError) as exc:
                 log.warning("node %s: not deleted yet: %s", node.id, exc)
         return deleted
 

@@ -11,8 +11,14 @@ the counts it reads are not changed by another launcher meanwhile.
   Nothing is made or removed on the host.
 * **local**: a fresh root on the launcher's host, a copy of the newest
   ready upload of the provider's image (a directory, or a ``.tar.gz``
-  unpacked), under ``<node_dir>/<node id>/root``: what a sandbox
-  (bubblewrap) boots as ``/``.
+  unpacked), under ``<node_dir>/<node id>/root``, booted
+  (:mod:`workers.launcher.boot`): a network namespace of its own with an
+  sshd in a bubblewrap whose ``/`` is that root.
+
+Every node's ``connection`` has ``host``, ``port`` and ``username``: what
+SSH (and Ansible) use. A local node's adds ``root``, ``source`` and
+``netns``; its :attr:`Node.host` is the launcher's host (the only one that
+may remove it), its ``connection["host"]`` the node's own address.
 """
 
 from __future__ import annotations
@@ -25,15 +31,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from scheduler.errors import SluiceError
-from scheduler.node_settings import NodeProviderSettings
+from scheduler.node_settings import NodeProviderSettings, NodeSettings
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.images import ImageStore
 from scheduler.zk.nodes import Node
-
-
-class LaunchError(SluiceError):
-    """A node could not be made (its request fails with the reason)."""
+from workers.launcher.addresses import AddressPool
+from workers.launcher.boot import boot_node, shutdown_node
+from workers.launcher.errors import LaunchError
+from workers.nodekey import NodeKeyError, ensure_node_key, public_key
 
 
 class NodeProvider:
@@ -93,12 +98,21 @@ class StaticProvider(NodeProvider):
 
 
 class LocalProvider(NodeProvider):
-    """Fresh roots on this host, copied from the image's newest ready upload."""
+    """Nodes booted on this host from copies of the image's newest ready upload."""
 
-    def __init__(self, settings: NodeProviderSettings, client: ZooKeeperClient, node_dir: Path):
+    def __init__(
+        self,
+        settings: NodeProviderSettings,
+        client: ZooKeeperClient,
+        node_dir: Path,
+        node_key: Path,
+        pool: AddressPool,
+    ) -> None:
         super().__init__(settings)
         self.images = ImageStore(client)
         self.node_dir = node_dir
+        self.node_key = node_key
+        self.pool = pool
         self.host = socket.gethostname()
 
     def place(self, labels: Sequence[str], mine: Sequence[Node]) -> list[Node] | str:
@@ -115,41 +129,60 @@ class LocalProvider(NodeProvider):
 
     def prepare(self, node: Node) -> Node:
         source = Path(str(node.connection.get("source", "")))
-        root = self.node_dir / node.id / "root"
+        folder = self.node_dir / node.id
+        root = folder / "root"
         try:
-            if root.parent.exists():
+            keys = [public_key(ensure_node_key(self.node_key))]
+        except NodeKeyError as exc:
+            raise LaunchError(str(exc)) from exc
+        self._copy(node, source, root)
+        try:
+            booted = boot_node(folder, root, keys, self.pool, hostname=f"node-{node.id}")
+        except LaunchError:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        connection = {**booted.connection(), "root": str(root), "source": str(source)}
+        return replace(node, connection=connection)
+
+    def _copy(self, node: Node, source: Path, root: Path) -> None:
+        if not source.is_dir() and not source.name.endswith((".tar.gz", ".tgz")):
+            raise LaunchError(f"image upload {node.image_upload}: {source} is missing")
+        try:
+            if root.parent.exists():  # a leftover of this id: whatever ran there goes first
+                shutdown_node(root.parent, self.pool)
                 shutil.rmtree(root.parent)
             root.parent.mkdir(parents=True)
             if source.is_dir():
                 shutil.copytree(source, root, symlinks=True)
-            elif source.name.endswith((".tar.gz", ".tgz")):
+            else:
                 root.mkdir()
                 with tarfile.open(source) as archive:
                     archive.extractall(root, filter="tar")
-            else:
-                raise LaunchError(f"image upload {node.image_upload}: {source} is missing")
         except OSError as exc:
+            shutil.rmtree(root.parent, ignore_errors=True)
             raise LaunchError(f"copying {source} for node {node.id}: {exc}") from exc
-        return replace(node, connection={"root": str(root), "source": str(source)})
 
     def cleanup(self, node: Node) -> bool:
+        """Shut the node down (its processes, namespace, lease) and remove its folder."""
         if node.host != self.host:
             return False
         root = node.connection.get("root")
         folder = Path(str(root)).parent if root else self.node_dir / node.id
         if folder.parent == self.node_dir:
+            shutdown_node(folder, self.pool)
             shutil.rmtree(folder, ignore_errors=True)
         return True
 
 
 def make_providers(
-    settings: Sequence[NodeProviderSettings], client: ZooKeeperClient, node_dir: Path
+    settings: NodeSettings, client: ZooKeeperClient, node_dir: Path, node_key: Path
 ) -> list[NodeProvider]:
     """One provider object per configured provider, in the configured order."""
     made: list[NodeProvider] = []
-    for provider in settings:
+    pool = AddressPool(settings.local_network)
+    for provider in settings.providers:
         if provider.driver == "static":
             made.append(StaticProvider(provider))
         else:
-            made.append(LocalProvider(provider, client, node_dir))
+            made.append(LocalProvider(provider, client, node_dir, node_key, pool))
     return made

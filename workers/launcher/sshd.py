@@ -41,8 +41,13 @@ def write_sshd_folder(
     *,
     listen: str = "0.0.0.0",
     port: int = 22,
+    seen_as: Path | None = None,
 ) -> Path:
-    """Host key, ``authorized_keys`` and ``sshd_config`` in ``folder``; the config's path."""
+    """Host key, ``authorized_keys`` and ``sshd_config`` in ``folder``; the config's path.
+
+    ``seen_as`` is the folder's path as the sshd sees it (a local node's
+    sandbox binds it elsewhere); the config names its files there.
+    """
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     host_key = folder / "ssh_host_ed25519_key"
     if not host_key.exists():
@@ -58,14 +63,15 @@ def write_sshd_folder(
     keys.write_text("".join(f"{key.strip()}\n" for key in authorized_keys))
     keys.chmod(0o600)
     config = folder / "sshd_config"
+    inside = seen_as or folder
     config.write_text(
         "\n".join(
             [
                 f"ListenAddress {listen}",
                 f"Port {port}",
-                f"HostKey {host_key}",
-                f"AuthorizedKeysFile {keys}",
-                f"PidFile {folder / 'sshd.pid'}",
+                f"HostKey {inside / host_key.name}",
+                f"AuthorizedKeysFile {inside / keys.name}",
+                f"PidFile {inside / 'sshd.pid'}",
                 "PermitRootLogin prohibit-password",
                 "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no",

@@ -139,8 +139,8 @@ def test_read_only_leftovers_are_removed(repo: Repo, options: RunnerOptions) -> 
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("playbooks/run.yaml", "Ansible playbooks are not supported yet"),
-        ("playbooks/run.yml", "Ansible playbooks are not supported yet"),
+        ("playbooks/missing.yaml", "no such file in the repository"),
+        ("../playbooks/run.yml", "must be a relative path inside the repository"),
         ("../../../../bin/true", "must be a relative path inside the repository"),
         ("/bin/true", "must be a relative path inside the repository"),
         ("escape.sh", "leads out of the repository"),

@@ -65,14 +65,16 @@ def run_step(
     output: LineSplitter,
     limits: StepLimits,
     prefix: Sequence[str] = (),
+    args: Sequence[str] = (),
 ) -> StepExit:
     """Run ``executable`` to its end or until a limit fires; its tree is gone after.
 
-    ``prefix`` wraps it (the sandbox: ``bwrap ... --``).
+    ``prefix`` wraps it (the sandbox: ``bwrap ... --``); ``args`` follow it.
     """
+    command = [*prefix, str(executable), *args]
     status_read, status_write = os.pipe()
     try:
-        proc = _start_reaper([*prefix, str(executable)], cwd, env, limits.kill_grace, status_write)
+        proc = _start_reaper(command, cwd, env, limits.kill_grace, status_write)
     finally:
         os.close(status_write)
     with os.fdopen(status_read, "rb") as status_pipe:

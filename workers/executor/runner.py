@@ -10,6 +10,10 @@ A build goes through named steps, each a method of :class:`BuildRun`:
    (see :mod:`scheduler.wire.build_result`), the job's ``timeout`` over pre-run
    and run, ``post_timeout`` for each post-run executable, a pause after
    run when the job asks for one, and cancel checked throughout.
+   A step ending in ``.yaml``/``.yml`` is a playbook, run with
+   ``ansible-playbook`` against the build's nodes
+   (:mod:`workers.executor.playbooks`); ansible-playbook's "host
+   unreachable" exit makes the build ``RETRY`` whatever the phase.
 3. ``collect_result``: read and validate the result data, write the final
    line of the log, and build the result.
 4. ``clean_up``: remove the workspace unless a hold was requested (the logs
@@ -50,6 +54,7 @@ from workers.executor.errors import (
     WorkspaceError,
 )
 from workers.executor.joblog import JobLog, LineSplitter
+from workers.executor.playbooks import UNREACHABLE_EXIT, AnsibleSetup, is_playbook
 from workers.executor.process import StepLimits, cancel_requested, run_step
 from workers.executor.sandbox import bwrap_prefix
 from workers.executor.secrets import (
@@ -97,6 +102,8 @@ class RunnerOptions:
     keystore_password: str = field(default="", repr=False)
     # merge the item's changes again here even when the merger's cache has them
     merge_here: bool = False
+    # the node key playbooks log in with (through a per-build ssh-agent)
+    node_key: Path | None = None
     # where projects are fetched from when this executor merges an item's
     # changes again (workers/executor/speculation.py)
     connections: Mapping[str, ConnectionSettings] = field(
@@ -147,6 +154,10 @@ class BuildRun:
     # The resolved executable of each step: (phase, index) -> real path.
     executables: dict[tuple[Phase, int], Path] = field(init=False, default_factory=dict)
     job_log: JobLog | None = field(init=False, default=None)
+    # inventory, vars and ssh-agent of a build with playbooks (playbooks.py)
+    ansible: AnsibleSetup | None = field(init=False, default=None)
+    # the first playbook step that found a host unreachable: the build is retried
+    unreachable: StepRun | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.layout = BuildLayout.for_build(self.options.state_dir, self.spec.build_uuid)
@@ -161,6 +172,8 @@ class BuildRun:
             data, outcome = self._guarded_collect(outcome)
             held = self.clean_up(outcome.code)
         finally:
+            if self.ansible is not None:
+                self.ansible.close()
             if self.job_log is not None:
                 self.job_log.close()
         return self._result(outcome, data, held)
@@ -184,6 +197,8 @@ class BuildRun:
         chosen = checkout_projects(spec, self.layout, share=share, cancelled=self._cancel_requested)
         write_job_files(spec, self.layout)
         self._resolve_executables(StepLocator(spec, self.layout, chosen, share=share))
+        if any(is_playbook(s.path) for phase in Phase for s in spec.steps(phase.value)):
+            self.ansible = AnsibleSetup.prepare(spec, self.layout, chosen, self.options.node_key)
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
         info = StartedInfo(
             build_uuid=spec.build_uuid,
@@ -207,6 +222,9 @@ class BuildRun:
         post = self.run_phase(Phase.POST_RUN, self._post_deadline, success=success, keep_going=True)
         if post.outcome is StepOutcome.ABORTED:
             return self._aborted(post)
+        if self.unreachable is not None:  # Zuul retries a build that lost a node
+            message = f"{_describe(self.unreachable)}: a host was unreachable"
+            return Outcome(Result.RETRY, message, allow_post_result=False)
         if post.step is not None and outcome.allow_post_result:
             return Outcome(Result.POST_FAILURE, _describe(post.step))
         return outcome
@@ -215,11 +233,12 @@ class BuildRun:
         if self.options.sandbox != "bwrap":
             return []
         state = self.options.state_dir
+        sockets = () if self.ansible is None else (self.ansible.sockets,)
         return bwrap_prefix(
             self.layout,
             state,
             readable=[state / "git"],
-            writable=self.options.sandbox_writable,
+            writable=(*self.options.sandbox_writable, *sockets),
             hidden=self.options.hidden,
         )
 
@@ -277,14 +296,16 @@ class BuildRun:
             secrets_file = self._secrets_file(phase, index, job_step)
             if secrets_file is not None:
                 env = {**env, "SLUICE_SECRETS_FILE": str(secrets_file)}
+            executable, args, env = self._command(job_step, self.executables[(phase, index)], env)
             try:
                 ended = run_step(
-                    self.executables[(phase, index)],
+                    executable,
                     cwd=self.project_dir,
                     env=env,
                     output=LineSplitter(self.job_log, phase.value),
                     limits=limits,
                     prefix=self._sandbox(),
+                    args=args,
                 )
             finally:
                 if secrets_file is not None:
@@ -294,8 +315,19 @@ class BuildRun:
         duration = time.monotonic() - began
         step = StepRun(phase, path, outcome, exit_, started, duration, project=project)
         self.steps.append(step)
+        if exit_ == UNREACHABLE_EXIT and is_playbook(path) and self.unreachable is None:
+            self.unreachable = step
         self._mark(f"{label} END: {_describe(step)} ({step.duration:.2f}s)")
         return step
+
+    def _command(
+        self, job_step: JobStep, target: Path, env: dict[str, str]
+    ) -> tuple[Path, list[str], dict[str, str]]:
+        """What runs: an executable as is, a playbook through ``ansible-playbook``."""
+        if self.ansible is None or not is_playbook(job_step.path):
+            return target, [], env
+        executable, *args = self.ansible.command(target, env)
+        return Path(executable), args, self.ansible.environment(env)
 
     def _secrets_file(self, phase: Phase, index: int, job_step: JobStep) -> Path | None:
         """The step's ``SLUICE_SECRETS_FILE`` if a secret is bound to it."""

@@ -81,10 +81,12 @@ from workers.claims import Delivery, briefly_suspended
 from workers.executor import speculation
 from workers.executor.control import BaseControl, StartedInfo
 from workers.executor.errors import BuildSpecError, WorkspaceError
+from workers.executor.playbooks import is_playbook
 from workers.executor.runner import RunnerOptions, run_build
 from workers.executor.secrets import SecretError, decrypt_secrets
 from workers.executor.workspace import BuildLayout, remove_workspace
 from workers.merger.cache import RepoCache
+from workers.nodekey import NodeKeyError, ensure_node_key, node_key_path
 from workers.notify import (
     STARTED_NUDGE_DELAY,
     Notify,
@@ -145,6 +147,7 @@ def runner_options(settings: Settings) -> RunnerOptions:
         keystore_password=settings.keystore.password,
         connections=settings.connections,
         merge_here=executor.merge_here,
+        node_key=node_key_path(settings),
     )
 
 
@@ -159,6 +162,7 @@ def secret_files(settings: Settings) -> tuple[Path, ...]:
         found.append(str(path) if path is not None else None)
     keystore = settings.keystore.password_file
     found.append(str(keystore) if keystore is not None else None)
+    found.append(str(node_key_path(settings)))  # playbooks get an agent, never the key
     for connection in settings.connections.values():
         found.append(str(connection.options.get("app_key") or "") or None)
     return tuple(Path(p) for p in found if p)
@@ -383,9 +387,33 @@ def _run_claimed(
             claimed.uuid, Result.NODE_FAILURE, f"NODE_FAILURE: {exc}", started_at=now, ended_at=now
         )
     try:
+        spec = _with_providers(spec, nodes)
+        if options.node_key is not None and _needs_node_key(spec):
+            ensure_node_key(options.node_key)
         return _run_on_nodes(queue, claimed, options, hooks, spec=spec, plain=plain)
+    except NodeKeyError as exc:
+        log.error("build request %s: %s", claimed.uuid, exc)
+        return _retry_result(claimed.uuid, str(exc))
     finally:
         _return_nodes(queue.client, nodes, claimed.uuid)
+
+
+def _needs_node_key(spec: BuildSpec) -> bool:
+    """A build with nodes or a playbook logs in with the node key (made on first use)."""
+    steps = (s for phase in Phase for s in spec.steps(phase.value))
+    return bool(spec.nodes) or any(is_playbook(s.path) for s in steps)
+
+
+def _with_providers(spec: BuildSpec, held: list[HeldNode]) -> BuildSpec:
+    """The spec's nodes with their provider (``nodepool.provider`` of a playbook's hosts)."""
+    providers = {h.node.id: h.node.provider for h in held}
+    if not providers:
+        return spec
+    nodes = tuple(
+        {"provider": providers.get(str(n["id"]), ""), **n} if "provider" not in n else n
+        for n in spec.nodes
+    )
+    return replace(spec, nodes=nodes)
 
 
 def _accept_nodes(client: ZooKeeperClient, spec: BuildSpec, build: str) -> list[HeldNode]:

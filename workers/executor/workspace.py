@@ -301,15 +301,11 @@ def _git(args: Sequence[str], cwd: Path | None = None, stdin: str | None = None)
 def resolve_executable(project_dir: Path, path: str) -> Path:
     """The real path of a phase's executable inside the project checkout.
 
-    Refused (:class:`RefusedError`): playbooks, absolute paths, ``..``,
-    anything under ``.git``, symlinks that lead out of the checkout, and
-    files that do not exist, are not regular files or are not executable.
+    Refused (:class:`RefusedError`): absolute paths, ``..``, anything under
+    ``.git``, symlinks that lead out of the checkout, and files that do not
+    exist, are not regular files or (except playbooks: ``.yaml``/``.yml``,
+    run by ``ansible-playbook``) are not executable.
     """
-    if path.endswith(PLAYBOOK_SUFFIXES):
-        raise RefusedError(
-            f"{path}: Ansible playbooks are not supported yet; "
-            "a phase must name an executable file in the repository"
-        )
     parts = PurePosixPath(path).parts
     if not path or PurePosixPath(path).is_absolute() or ".." in parts:
         raise RefusedError(f"{path}: must be a relative path inside the repository")
@@ -321,6 +317,6 @@ def resolve_executable(project_dir: Path, path: str) -> Path:
         raise RefusedError(f"{path}: leads out of the repository (through a symlink)")
     if not target.is_file():
         raise RefusedError(f"{path}: no such file in the repository")
-    if not os.access(target, os.X_OK):
+    if not path.endswith(PLAYBOOK_SUFFIXES) and not os.access(target, os.X_OK):
         raise RefusedError(f"{path}: is not executable (commit it with mode 755)")
     return target

@@ -1,0 +1,1 @@
+"""Callback plugins: :mod:`.sluice_log` writes a playbook's run into the job log."""

@@ -16,7 +16,8 @@ import pytest
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.fake_github import TOKEN, FakeGitHub, Pull
 from tests.fixtures.waiting import wait_until
-from tests.web.server import WebServer, start_web
+from tests.web.forges import forge_web
+from tests.web.server import WebServer
 
 SECRET = "github-webhook-secret"
 TENANT = """
@@ -98,24 +99,20 @@ def forge_system(
     system: SluiceSystem, config: dict[str, str], options: str = ""
 ) -> Iterator[tuple[FakeGitHub, WebServer]]:
     forge = FakeGitHub(system.repos, "", SECRET)
-    with forge:
-        connection = (
-            "  github:\n    driver: github\n    baseurl: repos\n"
-            f"    api_url: {forge.url}\n    api_token: {TOKEN}\n    webhook_token: {SECRET}\n"
-            + options
-        )
-        text = system.config.read_text()
-        system.config.write_text(text.replace("connections:\n", "connections:\n" + connection))
-        system.tenant(TENANT)
-        system.repos.commit("config", "main", config)
-        base = system.repos.commit("org/app", "main", APP)
-        system.repos.commit("org/app", "fix", {"src/fix.py": "fixed = True\n"}, base=base)
-        system.repos.git("org/app", "checkout", "-q", "--detach")
-        system.start_workers()
-        system.sluice("reconfigure")
-        with start_web(system, "") as web:
-            forge.webhook_url = f"{web.url}/api/connection/github/payload"
-            yield forge, web
+    branch = ("fix", {"src/fix.py": "fixed = True\n"})
+    with forge_web(
+        system,
+        forge,
+        driver="github",
+        api_token=TOKEN,
+        tenant=TENANT,
+        config=config,
+        project="org/app",
+        files=APP,
+        branch=branch,
+        options=options,
+    ) as web:
+        yield forge, web
 
 
 def final(forge: FakeGitHub, pull: Pull) -> list[str]:

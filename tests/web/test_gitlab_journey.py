@@ -13,7 +13,8 @@ import pytest
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.fake_gitlab import TOKEN, FakeGitLab
 from tests.fixtures.waiting import wait_until
-from tests.web.server import WebServer, start_web
+from tests.web.forges import forge_web
+from tests.web.server import WebServer
 
 SECRET = "gitlab-webhook-secret"
 TENANT = """
@@ -78,23 +79,19 @@ LIB = {
 @pytest.fixture
 def gitlab(system: SluiceSystem) -> Iterator[tuple[FakeGitLab, WebServer]]:
     forge = FakeGitLab(system.repos, "", SECRET)
-    with forge:
-        connection = (
-            "  gitlab:\n    driver: gitlab\n    baseurl: repos\n"
-            f"    api_url: {forge.url}\n    api_token: {TOKEN}\n    webhook_token: {SECRET}\n"
-        )
-        text = system.config.read_text()
-        system.config.write_text(text.replace("connections:\n", "connections:\n" + connection))
-        system.tenant(TENANT)
-        system.repos.commit("config", "main", CONFIG)
-        base = system.repos.commit("group/lib", "main", LIB)
-        system.repos.commit("group/lib", "feature", {"feature.py": "x = 1\n"}, base=base)
-        system.repos.git("group/lib", "checkout", "-q", "--detach")
-        system.start_workers()
-        system.sluice("reconfigure")
-        with start_web(system, "") as web:
-            forge.webhook_url = f"{web.url}/api/connection/gitlab/payload"
-            yield forge, web
+    branch = ("feature", {"feature.py": "x = 1\n"})
+    with forge_web(
+        system,
+        forge,
+        driver="gitlab",
+        api_token=TOKEN,
+        tenant=TENANT,
+        config=CONFIG,
+        project="group/lib",
+        files=LIB,
+        branch=branch,
+    ) as web:
+        yield forge, web
 
 
 def test_a_merge_request_is_checked_then_gated_and_merged(

@@ -150,6 +150,14 @@ def shutdown_node(folder: Path, pool: AddressPool) -> None:
     (folder / PID_FILE).unlink(missing_ok=True)
 
 
+def shutdown_all(node_dir: Path, pool: AddressPool) -> list[Path]:
+    """Shut down every booted node whose folder is in ``node_dir``; their folders."""
+    folders = sorted({lease.folder for lease in pool.leases() if lease.folder.parent == node_dir})
+    for folder in folders:
+        shutdown_node(folder, pool)
+    return folders
+
+
 def node_pid(folder: Path) -> int | None:
     """The pid of the node's daemon while it runs (None: not booted, or gone)."""
     try:

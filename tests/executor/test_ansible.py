@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -18,10 +19,18 @@ import pytest
 from cli.stack.process import free_port
 from scheduler.config.model import ENCRYPTED
 from scheduler.wire.build_spec import JobStep
-from tests.executor.helpers import BuildThread, Repo, make_spec
+from tests.executor.helpers import BuildThread, Repo, make_spec, processes_of_build
 from tests.fixtures.sshd import SshHost
 from tests.fixtures.waiting import wait_until
-from workers.executor import BaseControl, Phase, Result, RunnerOptions, run_build
+from workers.executor import (
+    BaseControl,
+    LocalControl,
+    Phase,
+    Result,
+    RunnerOptions,
+    StepOutcome,
+    run_build,
+)
 from workers.executor.secrets import MASK
 
 SECRET_KEY = "org/project@main:creds"
@@ -85,6 +94,19 @@ def test_a_failing_run_playbook_is_failure(repo: Repo, sandboxed: RunnerOptions)
     assert "localhost | about to fail" in text
     assert "localhost | FAILED (rc=3): non-zero return code" in text
     assert "TASK [never reached]" not in text
+
+
+def test_a_playbook_that_does_not_parse_is_failure_not_retry(
+    repo: Repo, options: RunnerOptions
+) -> None:
+    """ansible-playbook exits 4 for a parse error too: only an unreachable host retries."""
+    repo.write("playbooks/run.yaml", "- hosts: localhost\n  tasks:\n    - no_such_module: x\n")
+    spec = make_spec(repo, repo.commit(), run=("playbooks/run.yaml",))
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is Result.FAILURE
+    assert result.message == "run playbooks/run.yaml failed with exit code 4"
 
 
 def test_a_failing_pre_run_playbook_is_retry(repo: Repo, options: RunnerOptions) -> None:
@@ -291,6 +313,54 @@ def test_an_unreachable_node_is_retry(
     )
     assert (Path(result.log_path).parent / "post").read_text() == "post ran\n"
     assert "node1 | UNREACHABLE" in log_of(result.log_path)
+
+
+SLEEPING = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: sleep a long time
+      command: sleep 60
+"""
+
+
+def test_a_playbook_that_times_out_is_timed_out_and_leaves_nothing(
+    repo: Repo, sandboxed: RunnerOptions
+) -> None:
+    repo.write("playbooks/run.yaml", SLEEPING)
+    spec = make_spec(repo, repo.commit(), run=("playbooks/run.yaml",), timeout=4.0)
+
+    result = run_build(spec, BaseControl(), sandboxed)
+
+    assert result.result is Result.TIMED_OUT, result.message
+    assert [s.outcome for s in result.steps] == [StepOutcome.TIMED_OUT]
+    assert "TASK [sleep a long time]" in log_of(result.log_path)
+    assert processes_of_build(spec.build_uuid) == []
+
+
+def test_a_cancelled_playbook_stops_within_two_seconds(repo: Repo, options: RunnerOptions) -> None:
+    repo.write("playbooks/run.yaml", SLEEPING)
+    spec = make_spec(repo, repo.commit(), run=("playbooks/run.yaml",))
+    control = LocalControl()
+    build = BuildThread(spec, control, options)
+    log_file = options.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+    wait_until(
+        lambda: log_file.exists() and "TASK [sleep a long time]" in log_file.read_text(),
+        timeout=60,
+    )
+    wait_until(lambda: _sleeping(spec.build_uuid), timeout=30, what="the task's sleep")
+
+    cancelled_at = time.monotonic()
+    control.cancel()
+    result = build.join()
+
+    assert time.monotonic() - cancelled_at < 2.0
+    assert result.result is Result.ABORTED
+    assert processes_of_build(spec.build_uuid) == []
+
+
+def _sleeping(build_uuid: str) -> bool:
+    return any(_cmdline(pid).startswith(b"sleep\0") for pid in processes_of_build(build_uuid))
 
 
 def _pids() -> list[int]:

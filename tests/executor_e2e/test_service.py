@@ -42,6 +42,7 @@ from workers.executor.service import (
     execute_request,
     runner_options,
 )
+from workers.nodekey import node_key_path
 
 T = TypeVar("T")
 
@@ -176,8 +177,13 @@ def test_runner_options_from_settings_default_to_the_runners(builds: Builds) -> 
     options = runner_options(builds.settings)
     # a deployed executor sandboxes jobs by default; the runner as a library does not
     writable = builds.settings.executor.sandbox_writable
+    key = node_key_path(builds.settings)  # playbooks' agent holds it; jobs never read it
     expected = RunnerOptions(
-        state_dir=builds.settings.state_dir, sandbox="bwrap", sandbox_writable=writable
+        state_dir=builds.settings.state_dir,
+        sandbox="bwrap",
+        sandbox_writable=writable,
+        hidden=(key,),
+        node_key=key,
     )
     assert options == expected
 

@@ -22,8 +22,10 @@ the workspace's ``ansible/`` folder by :meth:`AnsibleSetup.prepare`:
 With a node key, an ``ssh-agent`` holding it serves the build
 (:mod:`workers.executor.sshagent`); :meth:`AnsibleSetup.close` stops it,
 whatever happened. ``ansible-playbook`` exits 4 when a host was
-unreachable: the runner makes that a ``RETRY`` (Zuul retries unreachable
-nodes); any other non-zero exit is a failed step.
+unreachable (and when a playbook does not parse: our callback records the
+unreachable hosts to tell them apart, :meth:`AnsibleSetup.host_unreachable`):
+the runner makes that a ``RETRY`` (Zuul retries unreachable nodes); any
+other non-zero exit is a failed step.
 """
 
 from __future__ import annotations
@@ -218,6 +220,24 @@ class AnsibleSetup:
         (self.folder / "zuul.json").write_text(json.dumps(variables, indent=2, sort_keys=True))
         (self.folder / "ansible.cfg").write_text(_config(self.folder, self.sockets))
 
+    @property
+    def unreachable_file(self) -> Path:
+        return self.folder / "unreachable"
+
+    def step(self, playbook: Path, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of one playbook step (``env``: the job's for the step)."""
+        self.unreachable_file.unlink(missing_ok=True)
+        return self.command(playbook, env), self.environment(env)
+
+    def host_unreachable(self, exit_code: int | None) -> bool:
+        """Whether the step that just ended found a host unreachable (not a parse error)."""
+        if exit_code != UNREACHABLE_EXIT:
+            return False
+        try:
+            return bool(self.unreachable_file.read_text().strip())
+        except OSError:
+            return False
+
     def command(self, playbook: Path, env: Mapping[str, str]) -> list[str]:
         """The argv of one playbook step (``env`` is the step's job environment)."""
         argv = [str(ansible_playbook()), "-i", str(self.folder / "inventory" / "hosts.yaml")]
@@ -235,6 +255,7 @@ class AnsibleSetup:
             ANSIBLE_CONFIG=str(self.folder / "ansible.cfg"),
             ANSIBLE_HOME=str(self.folder / "home"),
             PYTHONUNBUFFERED="1",
+            SLUICE_UNREACHABLE_FILE=str(self.unreachable_file),
         )
         locale = found.get("LC_ALL") or found.get("LANG") or ""
         if "UTF8" not in locale.upper().replace("-", ""):

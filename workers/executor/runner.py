@@ -54,7 +54,7 @@ from workers.executor.errors import (
     WorkspaceError,
 )
 from workers.executor.joblog import JobLog, LineSplitter
-from workers.executor.playbooks import UNREACHABLE_EXIT, AnsibleSetup, is_playbook
+from workers.executor.playbooks import AnsibleSetup, is_playbook
 from workers.executor.process import StepLimits, cancel_requested, run_step
 from workers.executor.sandbox import bwrap_prefix
 from workers.executor.secrets import (
@@ -315,8 +315,8 @@ class BuildRun:
         duration = time.monotonic() - began
         step = StepRun(phase, path, outcome, exit_, started, duration, project=project)
         self.steps.append(step)
-        if exit_ == UNREACHABLE_EXIT and is_playbook(path) and self.unreachable is None:
-            self.unreachable = step
+        if self.ansible is not None and is_playbook(path) and self.ansible.host_unreachable(exit_):
+            self.unreachable = self.unreachable or step
         self._mark(f"{label} END: {_describe(step)} ({step.duration:.2f}s)")
         return step
 
@@ -326,8 +326,8 @@ class BuildRun:
         """What runs: an executable as is, a playbook through ``ansible-playbook``."""
         if self.ansible is None or not is_playbook(job_step.path):
             return target, [], env
-        executable, *args = self.ansible.command(target, env)
-        return Path(executable), args, self.ansible.environment(env)
+        (executable, *args), env = self.ansible.step(target, env)
+        return Path(executable), args, env
 
     def _secrets_file(self, phase: Phase, index: int, job_step: JobStep) -> Path | None:
         """The step's ``SLUICE_SECRETS_FILE`` if a secret is bound to it."""

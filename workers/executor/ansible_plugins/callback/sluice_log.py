@@ -17,11 +17,17 @@ ends (the runner stamps each line and labels it with the phase)::
 
 Failures say ``FAILED``, unreachable hosts ``UNREACHABLE``, with Ansible's
 message; a ``debug`` task's message or variable is shown on its result line.
+
+An unreachable host's name is also appended to the file named by
+``SLUICE_UNREACHABLE_FILE``: ansible-playbook exits 4 both for an
+unreachable host and for a playbook that does not parse, and only the
+first makes the runner retry the build.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -87,6 +93,10 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
 
     def v2_runner_on_unreachable(self, result: Any) -> None:
         self._result(result, "UNREACHABLE")
+        record = os.environ.get("SLUICE_UNREACHABLE_FILE")
+        if record:
+            with open(record, "a", encoding="utf-8") as handle:
+                handle.write(f"{_host(result)}\n")
 
     def v2_runner_on_skipped(self, result: Any) -> None:
         self._emit(f"{_host(result)} | skipped")

@@ -10,6 +10,7 @@ from celery.signals import worker_process_shutdown
 from scheduler import processlocal
 from tasks import consumer
 from workers import bootsteps
+from workers.gatherers import GatherersStep
 from workers.images.loop import ImageBuilderStep
 from workers.launcher.loop import LauncherStep
 
@@ -22,7 +23,7 @@ app.config_from_object("celeryconfig")
 # The worker registers in ZooKeeper's component registry and closes its
 # per-process resources when it stops (workers/bootsteps.py).
 app.steps["worker"].add(bootsteps.Registration)
-app.steps["worker"].add(bootsteps.GatherersStep)
+app.steps["worker"].add(GatherersStep)
 app.steps["worker"].add(bootsteps.Resources)
 # A worker that consumes ``builder`` checks its images on a thread (seed 004).
 app.steps["worker"].add(ImageBuilderStep)

@@ -148,58 +148,6 @@ class Registration(bootsteps.StartStopStep):
                 log.debug("closing the registration client", exc_info=True)
 
 
-class GatherersStep(bootsteps.StartStopStep):
-    """Git pollers and the timer generator, in workers that consume ``maintenance``.
-
-    Runs :class:`workers.gatherers.Gatherers` on its own thread with its own
-    ZooKeeper client (its session holds the member node and the locks).
-    """
-
-    requires = ("celery.worker.components:Pool",)
-    label = "Sluice gatherers"
-
-    def __init__(self, worker: Any, **kwargs: Any) -> None:
-        super().__init__(worker, **kwargs)
-        self.running: Any = None
-        self.client: zk_client.ZooKeeperClient | None = None
-
-    def start(self, worker: Any) -> None:
-        if "maintenance" not in _queues(worker):
-            return
-        threading.Thread(target=self._start, name="sluice-gatherers-start", daemon=True).start()
-
-    def _start(self) -> None:
-        from workers.gatherers import Gatherers as Loop
-
-        settings = load_settings()
-        for delay in (1, 2, 5, 10, 30):
-            try:
-                self.client = zk_client.connect(settings.zookeeper)
-                break
-            except (ZooKeeperError, OSError) as exc:
-                log.warning("gatherers: no ZooKeeper yet (%s); again in %ds", exc, delay)
-                time.sleep(delay)
-        else:
-            log.error("gatherers: not started: ZooKeeper unreachable")
-            return
-        self.running = Loop(settings, self.client)
-        self.running.start()
-
-    def stop(self, worker: Any) -> None:
-        if self.running is not None:
-            self.running.stop()
-            self.running = None
-        if self.client is not None:
-            try:
-                self.client.stop()
-                self.client.close()
-            except Exception:
-                log.debug("closing the gatherers' client", exc_info=True)
-            self.client = None
-
-    shutdown = stop
-
-
 class Resources(bootsteps.StartStopStep):
     """Closes the worker process's own resources when it stops.
 

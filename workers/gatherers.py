@@ -3,8 +3,8 @@
 Polling needs what a Celery task cannot keep: a session that lives as long
 as the worker, an ephemeral membership node and partition locks held
 between polls. So every worker that consumes the ``maintenance`` queue
-runs one :class:`Gatherers` thread (the ``Gatherers`` bootstep in
-``workers/bootsteps.py``), beside its Celery consumer:
+runs one :class:`Gatherers` on a ticker thread (:class:`GatherersStep`, a
+:class:`~workers.ticker.TickerStep`), beside its Celery consumer:
 
 * **pollers** (seed 002, qdo): for every git connection with a
   ``poll_delay``, the worker is a member under
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from scheduler.zk import locks, members, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import ZooKeeperError
 from scheduler.zk.locks import HeldLock
+from workers.ticker import Ticker, TickerStep
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class ConnectionPoller:
 
 
 class Gatherers:
-    """The thread that runs this worker's pollers and its part in the timer election."""
+    """This worker's pollers and its part in the timer election, ticked every second."""
 
     def __init__(self, settings: Settings, client: ZooKeeperClient) -> None:
         self.settings = settings
@@ -145,27 +145,10 @@ class Gatherers:
         self.timer_lock: HeldLock | None = None
         # the layout states the timer last looked at, and their layouts
         self._seen_layouts: tuple[tuple[tuple[str, str, int], ...], list[TenantLayout]] = ((), [])
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, name="sluice-gatherers", daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=10)
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            started = time.monotonic()
-            try:
-                self.tick(time.time())
-            except (ZooKeeperError, OSError) as exc:
-                log.warning("gatherers: %s (trying again)", exc)
-            except Exception:
-                log.exception("gatherers: unexpected error (trying again)")
-            self.stopping.wait(max(0.05, TICK - (time.monotonic() - started)))
-        self.close()
+    def ticker(self) -> Ticker:
+        """The thread that ticks it every :data:`TICK` seconds and closes it at the end."""
+        return Ticker("gatherers", lambda: self.tick(time.time()), TICK, closing=self.close)
 
     def tick(self, now: float) -> None:
         if not self.pollers:
@@ -216,3 +199,17 @@ class Gatherers:
         if self.timer_lock is not None:
             with contextlib.suppress(ZooKeeperError, OSError):
                 self.timer_lock.release()
+
+
+class GatherersStep(TickerStep):
+    """Git pollers and the timer generator, in workers that consume ``maintenance``.
+
+    Its own ZooKeeper client's session holds the member nodes and the locks.
+    """
+
+    label = "Sluice gatherers"
+    queue = "maintenance"
+    name = "gatherers"
+
+    def make_ticker(self, settings: Settings, client: ZooKeeperClient) -> Ticker:
+        return Gatherers(settings, client).ticker()

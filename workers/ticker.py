@@ -1,4 +1,6 @@
-"""A periodic check in its own thread, started by a worker bootstep (builder, launcher).
+"""A periodic check in its own thread, started by a worker bootstep.
+
+The image builder, the launcher and the gatherers (pollers and timer) run so.
 
 A worker that consumes a given queue starts, once its pool has forked, a
 thread with its own ZooKeeper client (retried while ZooKeeper is not there
@@ -32,10 +34,18 @@ Check = Callable[[], object]
 class Ticker:
     """Runs ``check`` every ``interval`` seconds in a daemon thread until stopped."""
 
-    def __init__(self, name: str, check: Check, interval: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        check: Check,
+        interval: float,
+        closing: Callable[[], None] | None = None,
+    ) -> None:
         self.name = name
         self.check = check
         self.interval = interval
+        # run on the thread once it stops ticking (give up locks, leave memberships)
+        self.closing = closing
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name=f"sluice-{name}", daemon=True)
 
@@ -58,6 +68,11 @@ class Ticker:
             except Exception:  # a process boundary: log and keep ticking
                 log.exception("%s: unexpected error (trying again)", self.name)
             self.stopping.wait(max(0.05, self.interval - (time.monotonic() - started)))
+        if self.closing is not None:
+            try:
+                self.closing()
+            except Exception:  # stopping anyway: the session's end frees what is left
+                log.exception("%s: closing failed", self.name)
 
 
 class TickerStep(bootsteps.StartStopStep):

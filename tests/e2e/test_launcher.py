@@ -19,12 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.node_settings import NodeSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
 from scheduler.zk.nodes import NodeRequest, NodeRequestState, NodeState, NodeStore
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import WorkerProcess
+from workers.launcher.addresses import AddressPool
+from workers.launcher.boot import shutdown_all
 
 NODES = """
 nodes:
@@ -54,6 +57,8 @@ def client(system: SluiceSystem) -> Iterator[ZooKeeperClient]:
     yield made
     made.stop()
     made.close()
+    # local nodes a failed test left booted (namespace, sshd)
+    shutdown_all(system.root / "nodes", AddressPool(NodeSettings().local_network))
 
 
 def _configure(system: SluiceSystem) -> None:
@@ -126,11 +131,13 @@ def test_static_and_local_nodes_quotas_and_a_label_nobody_serves(
     assert second.state == NodeRequestState.FULFILLED
     wait_until(lambda: store.nodes(first.nodes) == [], 30, "used nodes deleted")
 
-    # local: a fresh root copied from the image's newest ready upload
+    # local: a fresh root copied from the image's newest ready upload, booted
     local = _served(store, store.submit(["sandbox"], "t/check/c"))
     assert local.state == NodeRequestState.FULFILLED, local.reason
     (node,) = store.nodes(local.nodes)
     assert node.image_upload == upload and node.provider == "sandbox"
+    assert node.connection["port"] == 22 and node.connection["username"] == "root"
+    assert node.connection["host"] != node.host, "its own address; the launcher's host"
     root = Path(node.connection["root"])
     assert root.is_relative_to(system.root / "nodes")
     assert (root / "etc" / "motd").read_text() == "the base image\n"

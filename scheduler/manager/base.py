@@ -444,7 +444,12 @@ class PipelineManager:
         job = item.buildset.jobs.get(event.job)
         build = job.current if job is not None else None
         if job is None or build is None or build.node_request != event.request:
-            return  # stale: the build was cancelled or reset
+            # stale: the build was cancelled or reset. The pass that did so
+            # deletes its request after committing; if that pass's worker died
+            # in between, this answer is the last word on the request: delete it
+            # (else its nodes stay allocated to nobody, counted against quotas).
+            self.intents.node_deletes.append(event.request)
+            return
         if not build.waiting_for_nodes:
             return  # duplicate
         if not event.fulfilled:

@@ -137,12 +137,16 @@ def test_fulfilled_nodes_start_the_build_with_them() -> None:
     )
     answered = ev.NodesAnswered("200-0000000001", item.uuid, item.buildset.uuid, "on-nodes", True)
     stale = ev.NodesAnswered("200-0000000009", item.uuid, item.buildset.uuid, "on-nodes", True)
-    assert h.run(stale).builds == [], "another request's answer is stale"
+    stale_intents = h.run(stale)
+    assert stale_intents.builds == [], "another request's answer is stale"
+    # ... and deleted: a pass that cancelled its build may have died before deleting it
+    assert stale_intents.node_deletes == ["200-0000000009"]
     (started,) = h.run(ev.NodesAnswered(**{**answered.__dict__, "nodes": nodes})).builds
     assert started.build is build and started.job.name == "on-nodes"
     assert [n["name"] for n in build.nodes] == ["n1", "n2"]
     assert build.nodes[0]["host"] == "h1" and not build.waiting_for_nodes
-    assert h.run(ev.NodesAnswered(**{**answered.__dict__, "nodes": nodes})).builds == []
+    duplicate = h.run(ev.NodesAnswered(**{**answered.__dict__, "nodes": nodes}))
+    assert duplicate.builds == [] and duplicate.node_deletes == [], "the build's own request"
     # the build record keeps them (the pipeline state document)
     again = Build.from_dict(build.to_dict())
     assert again.node_request == "200-0000000001" and again.nodes == build.nodes

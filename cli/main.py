@@ -69,6 +69,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "metrics",
         "Serve Prometheus metrics read from ZooKeeper and SQL at /metrics.",
     ),
+    "nodes": (
+        "cli.commands.nodes",
+        "nodes",
+        "The node key for static hosts; node requests and nodes.",
+    ),
     "promote": (
         "cli.commands.manage",
         "promote",

@@ -17,6 +17,7 @@ Every node a test booted is shut down at the end, even when it fails.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import time
@@ -35,7 +36,7 @@ from tests.fixtures.sshd import SshHost, ssh_options
 from tests.fixtures.waiting import wait_until
 from workers.launcher.addresses import NETNS_DIR, AddressPool
 from workers.launcher.boot import node_pid, shutdown_all
-from workers.nodekey import ensure_node_key
+from workers.nodekey import ensure_node_key, public_key
 
 LOCAL = """
 nodes:
@@ -206,6 +207,8 @@ def test_two_jobs_use_a_static_host_one_after_the_other(
     nodes = STATIC.format(key=ssh_host.key, port=ssh_host.port)
     script = _login_script(job_key, STATIC_BODY.format(log=log))
     _start(system, nodes, _app("static", script), refs=2)
+    # what the operator installed on the host is what `sluice nodes pubkey` prints
+    assert system.sluice("nodes", "pubkey").strip() == public_key(ssh_host.key)
     system.enqueue("feature0")
     system.enqueue("feature1")
     system.sluice("wait", "--idle", "--timeout", "120")
@@ -246,6 +249,10 @@ def test_a_killed_launcher_leaves_its_node_running_and_another_removes_it(
     )
     login = host.ssh("cat /etc/image-release")
     assert login.stdout == "sluice test image 3\n", login.stderr
+    listed = json.loads(system.sluice("nodes", "list", "--json"))
+    (shown,) = listed["nodes"]
+    assert (shown["id"], shown["state"]) == (node.id, "ready")
+    assert shown["connection"]["host"] == node.connection["host"]
     store.return_nodes(store.accept(served.id, "executor-1"))
     system.start_worker(("launcher",), concurrency=1)
     _no_node_left(client, local_nodes)

@@ -52,7 +52,7 @@ from scheduler.manager.retiring import NoLayout, RetiringManager
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.item import QueueItem
-from scheduler.model.nodeset import NodeNames, nodeset_nodes
+from scheduler.model.nodeset import NodeNames, nodeset_groups, nodeset_nodes
 from scheduler.wire.merger import split_config_files_key
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
@@ -202,6 +202,9 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
     def nodes_for(job: JobInfo) -> NodeNames:
         return nodeset_nodes(job.spec.get("nodeset"), named) if nodes else ()
 
+    def groups_for(job: JobInfo) -> dict[str, tuple[str, ...]]:
+        return nodeset_groups(job.spec.get("nodeset"), named) if nodes else {}
+
     def queue_for(project: str, branch: str) -> tuple[str, bool] | None:
         return layout.queue_for(project, branch, config.name)
 
@@ -219,6 +222,7 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
         merge_on_success=merges_on_success(config),
         allows_cycles=allows_cycles,
         nodes_for=nodes_for,
+        groups_for=groups_for,
         node_priority=NODE_PRIORITIES.get(config.precedence, 200),
     )
 

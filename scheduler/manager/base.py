@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,6 +95,8 @@ class PipelineSettings:
     # the (name, label) nodes a job's nodeset asks of a launcher; empty: the
     # build request is submitted at once (always so without node providers)
     nodes_for: Callable[[JobInfo], NodeNames] = lambda job: ()
+    # node name -> the nodeset groups it is in (the inventory's groups)
+    groups_for: Callable[[JobInfo], Mapping[str, tuple[str, ...]]] = lambda job: {}
     # the priority of its node requests (Zuul's precedence: high 100, normal 200, low 300)
     node_priority: int = 200
 
@@ -460,10 +462,14 @@ class PipelineManager:
             self._release_semaphores(item, job)
             return
         names = [name for name, _ in self.settings.nodes_for(job.info)]
-        build.nodes = [
-            {**dict(node), "name": names[n] if n < len(names) else str(node.get("label", ""))}
-            for n, node in enumerate(event.nodes)
-        ]
+        groups = self.settings.groups_for(job.info)
+        build.nodes = []
+        for n, node in enumerate(event.nodes):
+            name = names[n] if n < len(names) else str(node.get("label", ""))
+            named = {**dict(node), "name": name}
+            if groups.get(name):
+                named["groups"] = list(groups[name])
+            build.nodes.append(named)
         parent_data = item.buildset.graph.parent_data(job)
         self.intents.builds.append(
             BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data)

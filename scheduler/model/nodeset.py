@@ -5,7 +5,8 @@ defined in the layout, or an inline mapping ``{nodes: [{name, label}]}``
 (Zuul's forms; ``nodes`` may also be a single mapping, and a node's
 ``name`` a list, of which the first is used). :func:`nodeset_nodes` turns
 either into ``(name, label)`` pairs, in order; a node without a label asks
-for nothing.
+for nothing. :func:`nodeset_groups` gives the groups each node is in
+(``groups: [{name, nodes: [...]}]``), which Ansible's inventory shows.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from typing import Any
 NodeNames = tuple[tuple[str, str], ...]
 
 
+def _spec(nodeset: Any, named: Mapping[str, Mapping[str, Any]] | None) -> Mapping[str, Any]:
+    if isinstance(nodeset, str):
+        nodeset = (named or {}).get(nodeset)
+    return nodeset if isinstance(nodeset, Mapping) else {}
+
+
 def nodeset_nodes(nodeset: Any, named: Mapping[str, Mapping[str, Any]] | None = None) -> NodeNames:
     """``(name, label)`` of every labelled node of ``nodeset`` (a name or a mapping)."""
-    if isinstance(nodeset, str):
-        spec: Any = (named or {}).get(nodeset) or {}
-    else:
-        spec = nodeset
-    if not isinstance(spec, Mapping):
-        return ()
+    spec = _spec(nodeset, named)
     nodes = spec.get("nodes") or ()
     if isinstance(nodes, Mapping):
         nodes = [nodes]
@@ -41,3 +43,19 @@ def nodeset_nodes(nodeset: Any, named: Mapping[str, Mapping[str, Any]] | None = 
             name = name[0] if name else None
         found.append((name if isinstance(name, str) and name else label, label))
     return tuple(found)
+
+
+def nodeset_groups(
+    nodeset: Any, named: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Node name -> the names of the groups it is in, in the order the groups are written."""
+    groups = _spec(nodeset, named).get("groups") or ()
+    found: dict[str, list[str]] = {}
+    for group in groups if isinstance(groups, list | tuple) else ():
+        if not isinstance(group, Mapping) or not isinstance(group.get("name"), str):
+            continue
+        members = group.get("nodes") or ()
+        for node in [members] if isinstance(members, str) else members:
+            if isinstance(node, str) and group["name"] not in found.setdefault(node, []):
+                found[node].append(group["name"])
+    return {node: tuple(names) for node, names in found.items()}

@@ -21,7 +21,7 @@ from scheduler.manager.independent import IndependentManager
 from scheduler.model.build import Build, BuildState, JobInfo, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
-from scheduler.model.nodeset import NodeNames, nodeset_nodes
+from scheduler.model.nodeset import NodeNames, nodeset_groups, nodeset_nodes
 from scheduler.model.results import Result
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
@@ -31,7 +31,10 @@ from scheduler.zk.ledger import TxnLedger
 from scheduler.zk.nodes import Node, NodeRequestState, NodeStore
 from tests.scheduler.world import World
 
-UBUNTU = {"nodes": [{"name": "n1", "label": "ubuntu"}, {"name": "n2", "label": "debian"}]}
+UBUNTU = {
+    "nodes": [{"name": "n1", "label": "ubuntu"}, {"name": "n2", "label": "debian"}],
+    "groups": [{"name": "web", "nodes": ["n1", "n2"]}, {"name": "db", "nodes": "n2"}],
+}
 JOBS = (JobInfo("on-nodes", spec={"nodeset": UBUNTU}), JobInfo("plain"))
 
 
@@ -56,7 +59,13 @@ class NoSemaphores:
 
 
 def _settings(nodes: bool = True) -> PipelineSettings:
-    return PipelineSettings("check", nodes_for=_nodes_for if nodes else lambda job: ())
+    if not nodes:
+        return PipelineSettings("check")
+    return PipelineSettings(
+        "check",
+        nodes_for=_nodes_for,
+        groups_for=lambda job: nodeset_groups(job.spec.get("nodeset")),
+    )
 
 
 class Harness:
@@ -111,6 +120,8 @@ def test_nodeset_forms() -> None:
     assert nodeset_nodes({"nodes": {"name": ["a", "b"], "label": "x"}}) == (("a", "x"),)
     assert nodeset_nodes({"nodes": [{"name": "c"}, {"label": "y"}]}) == (("y", "y"),)
     assert nodeset_nodes("unknown", named) == () == nodeset_nodes(None)
+    assert nodeset_groups("pair", named) == {"n1": ("web",), "n2": ("web", "db")}
+    assert nodeset_groups({"nodes": [], "groups": [{"nodes": ["x"]}, "bad"]}) == {}
 
 
 def test_without_node_providers_a_nodeset_changes_nothing() -> None:
@@ -145,6 +156,7 @@ def test_fulfilled_nodes_start_the_build_with_them() -> None:
     assert started.build is build and started.job.name == "on-nodes"
     assert [n["name"] for n in build.nodes] == ["n1", "n2"]
     assert build.nodes[0]["host"] == "h1" and not build.waiting_for_nodes
+    assert [n["groups"] for n in build.nodes] == [["web"], ["web", "db"]]
     duplicate = h.run(ev.NodesAnswered(**{**answered.__dict__, "nodes": nodes}))
     assert duplicate.builds == [] and duplicate.node_deletes == [], "the build's own request"
     # the build record keeps them (the pipeline state document)

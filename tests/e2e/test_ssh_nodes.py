@@ -255,6 +255,8 @@ def test_a_killed_launcher_leaves_its_node_running_and_another_removes_it(
     assert shown["connection"]["host"] == node.connection["host"]
     store.return_nodes(store.accept(served.id, "executor-1"))
     system.start_worker(("launcher",), concurrency=1)
+    started = time.monotonic()
     _no_node_left(client, local_nodes)
+    print(f"node removed {time.monotonic() - started:.1f} s after the new launcher was up")
     assert not (NETNS_DIR / str(node.connection["netns"])).exists()
     assert host.ssh("true", timeout=10).returncode == 255, "nothing answers any more"

@@ -232,7 +232,8 @@ class Node:
     state_time: float = 0.0
     # the host the node is on (static: the host; local: the launcher's host)
     host: str = ""
-    # how to reach it: static {"host", "port", "username"}, local {"root"}
+    # how to reach it: {"host", "port", "username"} (SSH); local nodes add
+    # "root", "source", "netns" (workers/launcher/boot.py)
     connection: Mapping[str, Any] = field(default_factory=dict)
     # the image upload a local node was made from ("<image>/<build>/<upload>")
     image_upload: str = ""

@@ -5,6 +5,9 @@ A worker that consumes the ``launcher`` queue is a launcher. Its tick
 bootstep) repairs what dead launchers and users left, deletes used nodes
 of its providers and nudges waiting requests; a request is served by the
 ``sluice.launcher.serve`` task (:mod:`workers.launcher.launcher`). The
-providers are :mod:`workers.launcher.providers`; the state is in ZooKeeper
-(:mod:`scheduler.zk.nodes`); docs/nodes.md explains the whole.
+providers are :mod:`workers.launcher.providers`; a local node boots through
+:mod:`workers.launcher.boot` (its address from
+:mod:`workers.launcher.addresses`, its sshd from :mod:`workers.launcher.sshd`);
+the state is in ZooKeeper (:mod:`scheduler.zk.nodes`); docs/nodes.md
+explains the whole.
 """

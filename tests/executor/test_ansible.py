@@ -31,7 +31,9 @@ from workers.executor import (
     StepOutcome,
     run_build,
 )
+from workers.executor.playbooks import inventory, zuul_vars
 from workers.executor.secrets import MASK
+from workers.executor.workspace import BuildLayout
 
 SECRET_KEY = "org/project@main:creds"
 PASSWORD = "correct horse battery staple"
@@ -266,6 +268,7 @@ def test_a_playbook_runs_on_a_node_over_ssh(
     spec = make_spec(
         repo,
         repo.commit(),
+        pre_run=("playbooks/run.yaml",),  # a second playbook reuses the SSH set-up
         run=("playbooks/run.yaml",),
         vars={"mark": str(mark), "node_key": str(ssh_host.key)},
         nodes=(node(ssh_host.host, ssh_host.port),),
@@ -372,3 +375,63 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_the_inventory_names_nodes_as_the_nodeset_with_groups_and_job_vars() -> None:
+    nodes = (
+        {**node("10.0.0.1", 22), "provider": "static", "groups": ["ctl"]},
+        {"name": "node2", "id": "43", "label": "arm", "connection": {"host": "10.0.0.2"}},
+    )
+
+    found = inventory(nodes, {"colour": "blue"})
+
+    assert found == {
+        "all": {
+            "hosts": {
+                "node1": {
+                    "ansible_host": "10.0.0.1",
+                    "ansible_port": 22,
+                    "ansible_user": "root",
+                    "nodepool": {
+                        "label": "debian",
+                        "provider": "static",
+                        "host_id": "0000000042",
+                        "interface_ip": "10.0.0.1",
+                    },
+                },
+                "node2": {
+                    "ansible_host": "10.0.0.2",
+                    "nodepool": {
+                        "label": "arm",
+                        "provider": "",
+                        "host_id": "43",
+                        "interface_ip": "10.0.0.2",
+                    },
+                },
+            },
+            "vars": {"colour": "blue"},
+            "children": {"ctl": {"hosts": {"node1": None}}},
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("ref", "change"),
+    [
+        ("refs/changes/34/1234/5", {"change": "1234", "patchset": "5"}),
+        ("refs/pull/17/head", {"change": "17"}),
+        ("refs/merge-requests/8/head", {"change": "8"}),
+        ("refs/heads/main", {}),
+    ],
+)
+def test_zuul_change_and_patchset_come_from_the_ref(
+    repo: Repo, tmp_path: Path, ref: str, change: dict[str, str]
+) -> None:
+    spec = make_spec(repo, repo.commit(), ref=ref)
+    layout = BuildLayout.for_build(tmp_path, spec.build_uuid)
+
+    found = zuul_vars(spec, layout, {"org/project": "main"})
+
+    assert {k: found[k] for k in ("change", "patchset") if k in found} == change
+    assert found["projects"]["org/project"]["checkout"] == "main"
+    assert found["executor"]["src_root"] == str(layout.src_dir)

@@ -183,6 +183,8 @@ class AnsibleSetup:
 
     folder: Path
     sockets: Path
+    # ansible-playbook (checked before the first step: a missing one is RETRY)
+    program: Path
     agent: SshAgent | None = None
 
     @classmethod
@@ -194,10 +196,11 @@ class AnsibleSetup:
         node_key: Path | None,
     ) -> AnsibleSetup:
         """Write the inventory, vars and config; start the agent when there is a key."""
+        program = ansible_playbook()
         folder = layout.root / "ansible"
         for sub in ("inventory/host_vars", "home", "tmp"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
-        setup = cls(folder, make_socket_folder())
+        setup = cls(folder, make_socket_folder(), program)
         try:
             setup._write(spec, layout, chosen)
             if node_key is not None and node_key.is_file():
@@ -240,7 +243,7 @@ class AnsibleSetup:
 
     def command(self, playbook: Path, env: Mapping[str, str]) -> list[str]:
         """The argv of one playbook step (``env`` is the step's job environment)."""
-        argv = [str(ansible_playbook()), "-i", str(self.folder / "inventory" / "hosts.yaml")]
+        argv = [str(self.program), "-i", str(self.folder / "inventory" / "hosts.yaml")]
         if "SLUICE_SECRETS_FILE" in env:
             argv += ["-e", f"@{env['SLUICE_SECRETS_FILE']}"]
         argv += ["-e", f"@{self.folder / 'zuul.json'}"]

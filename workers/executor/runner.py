@@ -296,8 +296,10 @@ class BuildRun:
             secrets_file = self._secrets_file(phase, index, job_step)
             if secrets_file is not None:
                 env = {**env, "SLUICE_SECRETS_FILE": str(secrets_file)}
-            executable, args, env = self._command(job_step, self.executables[(phase, index)], env)
             try:
+                executable, args, env = self._command(
+                    job_step, self.executables[(phase, index)], env
+                )
                 ended = run_step(
                     executable,
                     cwd=self.project_dir,

@@ -122,17 +122,20 @@ def boot_node(
         pid = _spawn_daemon(argv, folder / LOG_FILE)
         (folder / PID_FILE).write_text(f"{pid}\n")
         _wait_listening(lease.node_address, pid, folder / LOG_FILE, timeout)
-    except BaseException as exc:
-        try:
-            shutdown_node(folder, pool)
-        except SluiceError as also:
-            exc.add_note(f"and its cleanup failed: {also}")
-        if isinstance(exc, SluiceError):
-            raise LaunchError(f"booting {hostname}: {exc}") from exc
-        if isinstance(exc, OSError):
-            raise LaunchError(f"booting {hostname}: {exc}") from exc
+    except (SluiceError, OSError, subprocess.SubprocessError) as exc:
+        _undo(folder, pool, exc)
+        raise LaunchError(f"booting {hostname}: {exc}") from exc
+    except BaseException as exc:  # interrupted: still leave nothing behind
+        _undo(folder, pool, exc)
         raise
     return BootedNode(lease, pid)
+
+
+def _undo(folder: Path, pool: AddressPool, exc: BaseException) -> None:
+    try:
+        shutdown_node(folder, pool)
+    except SluiceError as also:
+        exc.add_note(f"and its cleanup failed: {also}")
 
 
 def shutdown_node(folder: Path, pool: AddressPool) -> None:
@@ -197,33 +200,28 @@ def _furnish(root: Path) -> None:
     for name in ("passwd", "group"):
         if not os.path.lexists(etc / name):
             shutil.copyfile(Path("/etc") / name, etc / name)
-    sshd_user = _host_entry(Path("/etc/passwd"), "sshd")
+    sshd_user = _entry(Path("/etc/passwd"), 0, "sshd")
     if sshd_user is None:
         return
-    _add_entry(etc / "passwd", "sshd", sshd_user)
+    _ensure_entry(etc / "passwd", 0, "sshd", sshd_user)
     gid = sshd_user.split(":")[3]
-    group = next(
-        (g for g in Path("/etc/group").read_text().splitlines() if g.split(":")[2:3] == [gid]),
-        None,
-    )
-    if group is not None:
-        _add_entry(etc / "group", group.split(":")[0], group, key=2, value=gid)
+    sshd_group = _entry(Path("/etc/group"), 2, gid)
+    if sshd_group is not None:
+        _ensure_entry(etc / "group", 2, gid, sshd_group)
 
 
-def _host_entry(path: Path, name: str) -> str | None:
-    return next((x for x in path.read_text().splitlines() if x.split(":")[0] == name), None)
-
-
-def _add_entry(path: Path, name: str, line: str, *, key: int = 0, value: str = "") -> None:
-    """Append ``line`` to the image's ``path`` unless it has the entry (never through a link)."""
-    if path.is_symlink() or not path.is_file():
-        return
-    wanted = value or name
+def _entry(path: Path, column: int, value: str) -> str | None:
+    """The line of a colon-separated file (passwd, group) whose ``column`` is ``value``."""
     lines = path.read_text().splitlines()
-    if any(entry.split(":")[key : key + 1] == [wanted] for entry in lines):
+    return next((x for x in lines if x.split(":")[column : column + 1] == [value]), None)
+
+
+def _ensure_entry(path: Path, column: int, value: str, line: str) -> None:
+    """Append ``line`` to the image's ``path`` unless it has the entry (never through a link)."""
+    if path.is_symlink() or not path.is_file() or _entry(path, column, value) is not None:
         return
-    with path.open("a") as out:
-        out.write(("\n" if lines and not path.read_text().endswith("\n") else "") + line + "\n")
+    text = path.read_text()
+    path.write_text(text + ("\n" if text and not text.endswith("\n") else "") + line + "\n")
 
 
 def _sandbox_argv(

@@ -108,7 +108,8 @@ class SshAgent:
 
 def make_socket_folder() -> Path:
     """A private folder with a short path for the build's sockets (agent, SSH masters)."""
-    return Path(tempfile.mkdtemp(prefix="sluice-ssh-"))
+    # /tmp, not $TMPDIR: short whatever the environment, and never under the state dir
+    return Path(tempfile.mkdtemp(prefix="sluice-ssh-", dir="/tmp"))
 
 
 def remove_socket_folder(folder: Path) -> None:

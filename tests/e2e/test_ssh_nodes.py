@@ -123,10 +123,16 @@ def _login_script(job_key: Path, body: str) -> str:
     return LOGIN.format(options=" ".join(ssh_options(job_key)), body=body)
 
 
-def _publish_image(client: ZooKeeperClient, root: Path) -> None:
-    """A ready upload of image ``base`` to ``local``: what an image script would make."""
+def _publish_image(client: ZooKeeperClient, root: Path, *, broken: bool = False) -> None:
+    """A ready upload of image ``base`` to ``local``: what an image script would make.
+
+    ``broken``: its ``/etc/passwd`` is a dangling link, so the node's sshd
+    finds no user to run as and exits.
+    """
     (root / "etc").mkdir(parents=True)
     (root / "etc" / "image-release").write_text("sluice test image 3\n")
+    if broken:
+        (root / "etc" / "passwd").symlink_to("nowhere")
     images = ImageStore(client)
     held = images.lock_builds("base", "test")
     assert held is not None
@@ -216,6 +222,21 @@ def test_two_jobs_use_a_static_host_one_after_the_other(
     assert [b["result"] for b in builds] == ["SUCCESS", "SUCCESS"]
     assert log.read_text().split() == ["start", "end", "start", "end"], "one job at a time"
     _no_node_left(client)
+
+
+def test_a_node_that_cannot_boot_fails_its_request_and_leaves_nothing(
+    system: SluiceSystem, client: ZooKeeperClient, local_nodes: Path
+) -> None:
+    _publish_image(client, system.root / "image", broken=True)
+    system.config.write_text(system.config.read_text() + LOCAL.format(root=system.root))
+    system.start_worker(("launcher",), concurrency=1)
+    store = NodeStore(client)
+    failed = _served(store, store.submit(["sandbox"], "t/check/a"))
+    assert failed.state == NodeRequestState.FAILED
+    assert failed.reason.startswith("NODE_FAILURE: booting node-"), failed.reason
+    assert "the node's sshd exited" in failed.reason
+    store.delete_request(failed.id)
+    _no_node_left(client, local_nodes)
 
 
 def _served(store: NodeStore, request_id: str) -> NodeRequest:

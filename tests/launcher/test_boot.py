@@ -217,6 +217,37 @@ def test_an_sshd_that_exits_fails_the_boot_and_leaves_nothing(nodes: Booter) -> 
     assert not any(nodes.provider.node_dir.glob("*")), "no folder left"
 
 
+NOT_ROOT = """
+import sys
+from pathlib import Path
+from scheduler.node_settings import NodeSettings
+from workers.launcher.addresses import AddressPool
+from workers.launcher.boot import boot_node
+from workers.launcher.errors import LaunchError
+folder = Path(sys.argv[1])
+try:
+    boot_node(folder, folder / "root", [], AddressPool(NodeSettings().local_network),
+              hostname="node-x")
+except LaunchError as exc:
+    print(exc)
+"""
+
+
+def test_a_boot_without_root_says_so(nodes: Booter, tmp_path: Path) -> None:
+    folder = tmp_path / "unprivileged"
+    (folder / "root").mkdir(parents=True)
+    folder.chmod(0o777)
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         sys.executable, "-c", NOT_ROOT, str(folder)],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.stdout.strip() == (
+        "booting a local node needs root (network namespaces, bubblewrap)"
+    ), done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["root"], "nothing made"
+
+
 BOOT_AND_WAIT = """
 import socket, sys, time
 from pathlib import Path

@@ -5,11 +5,16 @@ local node from its upload; the executor runs the job's playbook on that
 node over SSH with the deployment's node key (in an agent: the job never
 sees the key); the playbook reads what the image script wrote and the
 variables Zuul's jobs know. Then the node is returned and deleted.
+
+And the executor killed (SIGKILL) while its playbook runs on the only node
+its label's quota allows: the dead executor's node is recovered and
+deleted, so the retried build gets a fresh one and succeeds.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +24,7 @@ import pytest
 from scheduler.node_settings import NodeSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore
-from scheduler.zk.nodes import NodeStore
+from scheduler.zk.nodes import NodeState, NodeStore
 from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 from tests.fixtures.services import missing_service
 from tests.fixtures.waiting import wait_until
@@ -157,6 +162,66 @@ def test_a_playbook_runs_on_a_node_booted_from_a_built_image(
     assert key.strip() and key.strip() not in log
     wait_until(lambda: not NodeStore(client).nodes(), 60, "the used node deleted")
     assert not any(node_dir.glob("*")), "the node's folder removed"
+
+
+# Runs on the node, then waits on the executor for the test's go (the first attempt dies here).
+WAITING_PLAYBOOK = """\
+- hosts: all
+  tasks:
+    - command: cat /etc/image-release
+- hosts: localhost
+  tasks:
+    - name: wait for the test
+      shell: "echo {{{{ zuul.build }}}} >> {markers}; while [ ! -e {go} ]; do sleep 0.1; done"
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_executor_s_node_is_recovered_and_the_build_retried(
+    system: SluiceSystem, client: ZooKeeperClient, node_dir: Path
+) -> None:
+    system.environment.session_timeout = 4.0
+    markers, go = system.root / "markers", system.root / "go"
+    script = system.root / "build-image.sh"
+    script.write_text(IMAGE_SCRIPT)
+    script.chmod(0o755)
+    system.config.write_text(
+        system.config.read_text() + textwrap.dedent(SETTINGS).format(root=system.root)
+    )
+    system.tenant(TENANT_YAML)
+    playbook = WAITING_PLAYBOOK.format(markers=markers, go=go)
+    base = system.repos.commit("app", "main", {**APP, "playbooks/run.yaml": playbook})
+    system.repos.commit("config", "main", CHECK_CONFIG)
+    system.repos.commit("app", "feature0", {"README": "0\n"}, base=base)
+    system.start_worker(
+        ("scheduler", "merger", "maintenance"), env={"SLUICE_SWEEP_INTERVAL": "1"}, beat=True
+    )
+    system.start_worker(("builder",), concurrency=1)
+    system.start_worker(("launcher",), concurrency=1)
+    doomed = system.start_worker(("executor",), concurrency=1)
+    system.sluice("reconfigure")
+    images = ImageStore(client)
+    wait_until(
+        lambda: any(b.state == ImageBuildState.READY for b in images.builds("base")),
+        90,
+        "image base built",
+    )
+    system.enqueue("feature0")
+    wait_until(markers.exists, 90, "the first attempt's playbook on its node")
+    store = NodeStore(client)
+    (first,) = [n.id for n in store.nodes() if n.state == NodeState.IN_USE]
+
+    doomed.kill(signal.SIGKILL)
+    go.touch()
+    system.start_worker(("executor",), concurrency=1)
+    system.sluice("wait", "--idle", "--timeout", "180")
+
+    attempts = sorted(system.builds(), key=lambda b: b["attempt"])
+    assert [b["result"] for b in attempts] == ["RETRY", "SUCCESS"], attempts
+    assert markers.read_text().split() == [b["uuid"] for b in attempts]
+    wait_until(lambda: not store.nodes(), 60, "every node deleted")
+    assert store.node(first) is None
+    assert not any(node_dir.glob("*")), "the nodes' folders removed"
 
 
 def _job_log(system: SluiceSystem, build: str) -> str:

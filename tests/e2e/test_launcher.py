@@ -178,12 +178,13 @@ def test_a_killed_launcher_holding_a_request_is_replaced_after_its_session(
     request_id = store.submit(["ubuntu"], "t/gate/a")
     holders = wait_until(lambda: store.request_lock_holders(request_id), 30, "a launcher holds it")
     doomed.kill(signal.SIGKILL)
-    _launcher(system)
-    blocker.release()
-    time.sleep(1)
+    # checked at once: the dead session holds the lock only until it expires
+    # (4 s), and starting a worker on a loaded machine can take longer than that
     held = store.request(request_id)
     assert held is not None and held.state == NodeRequestState.REQUESTED
     assert store.request_lock_holders(request_id) == holders, "the dead session still holds it"
+    _launcher(system)
+    blocker.release()
     served = _served(store, request_id, timeout=60)
     assert served.state == NodeRequestState.FULFILLED, served.reason
     assert served.launcher not in holders, "served by the other launcher"

@@ -48,8 +48,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,28 +57,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _system import Phase, Services, cpu_seconds, epoch, worker_pids
+from gate_depth import TENANT, gate_depth, print_rows
 
 from scheduler import dispatch, tasknames
-from scheduler.manager.base import PipelineSettings
-from scheduler.manager.dependent import DependentManager
-from scheduler.manager.window import WindowSettings
-from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
-from scheduler.model.item import QueueItem
-from scheduler.processing import pipeline as processing
-from scheduler.processing.environment import Environment, NewRequest
 from scheduler.settings import load_settings
-from scheduler.state.store import PipelineStore
-from scheduler.zk import context as zk_context
 from scheduler.zk import paths, trace
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue, JobResult
-from scheduler.zk.ledger import TxnLedger
+from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from scheduler.zk.management import wait_for_result
 from scheduler.zk.trace import TRACE_ENV
 from tests.fixtures.waiting import wait_until
-from tests.scheduler.world import Formats
 
 # mntr counters: bytes and packets the server received (four-letter words
 # included: one packet of 4 bytes per ``mntr``), write requests it applied
@@ -92,7 +81,6 @@ FSYNCS = "zk_cnt_fsynctime"
 # Celery's own trivial task (returns its argument): a no-op round trip.
 NOOP_TASK = "celery.accumulate"
 RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
-TENANT = "bench"
 
 MAIN_YAML = """
 - tenant:
@@ -401,146 +389,6 @@ def rate(op: Callable[[], None], seconds: float) -> float:
     return count / (time.perf_counter() - started)
 
 
-# ------------------------------------------------------------------- 3. gate depth
-
-
-class OneJob:
-    def freeze(self, item: Any, outcome: Any) -> Any:
-        from scheduler.manager.base import FreezeResult
-
-        return FreezeResult((JobInfo("unit"),))
-
-
-class GateFormats(Formats):
-    """The tests' request formats; a gate without ``merge: true`` never pushes."""
-
-    def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
-        raise NotImplementedError("the benchmark's gate does not push")
-
-    def push_outcome(self, result: JobResult) -> tuple[bool, str]:
-        raise NotImplementedError("the benchmark's gate does not push")
-
-
-class GateManagers:
-    def open(self, client: ZooKeeperClient, tenant: str, pipeline: str) -> Any:
-        ledger = TxnLedger(client, tenant)
-        settings = PipelineSettings(pipeline, manager="dependent", window=WindowSettings(window=0))
-        return DependentManager(settings, OneJob(), ledger), ledger
-
-
-@dataclass
-class PassRecord:
-    seconds: float
-    worked: bool
-    txn_bytes: int
-    txns: int
-
-
-@contextmanager
-def recording() -> Iterator[list[PassRecord]]:
-    """Record every PipelinePass.run: its time and the bytes its transactions commit."""
-    records: list[PassRecord] = []
-    committed: list[int] = []
-    original_run = processing.PipelinePass.run
-    original_commit = zk_context.Transaction.commit
-
-    def commit(self: zk_context.Transaction) -> list[Any]:
-        committed.append(self.size if len(self) else 0)
-        return original_commit(self)
-
-    def run(self: processing.PipelinePass) -> bool:
-        committed.clear()
-        started = time.perf_counter()
-        worked = original_run(self)
-        elapsed = time.perf_counter() - started
-        # A pass that found work commits a non-empty transaction; its return
-        # value only says whether another pass is needed.
-        did = any(size > 0 for size in committed)
-        records.append(PassRecord(elapsed, did, sum(committed), len(committed)))
-        return worked
-
-    processing.PipelinePass.run = run  # type: ignore[method-assign]
-    zk_context.Transaction.commit = commit  # type: ignore[method-assign]
-    try:
-        yield records
-    finally:
-        processing.PipelinePass.run = original_run  # type: ignore[method-assign]
-        zk_context.Transaction.commit = original_commit  # type: ignore[method-assign]
-
-
-def gate_depth(services: Services, depth: int, samples: int) -> dict[str, Any]:
-    phase = services.system(f"depth-{depth}")
-    client = connect(phase.system.environment.zookeeper.settings())
-    pipeline = "gate"
-    try:
-        env = Environment(
-            client, GateManagers(), GateFormats(), lambda task, args, queue, label="": None, []
-        )
-        events = EventQueue(client, paths.pipeline_management_queue(TENANT, pipeline))
-        for n in range(depth):
-            change = {
-                "connection": "local",
-                "project": "app",
-                "branch": "main",
-                "ref": f"refs/changes/{n}",
-                "commit": f"{n:040x}",
-            }
-            events.put({"type": "enqueue", "change": change})
-        processing.process_pipeline(env, TENANT, pipeline)
-        merger = JobRequestQueue(client, paths.merger_queue())
-        for request in merger.pending():
-            claimed = merger.claim(request.uuid, "bench")
-            assert claimed is not None
-            merger.complete(claimed, {"ok": True})
-        processing.process_pipeline(env, TENANT, pipeline)
-        executor = JobRequestQueue(client, paths.executor_queue())
-        pending = executor.pending()
-        assert len(pending) == depth, (len(pending), depth)
-        store = PipelineStore(client)
-        state = store.state(TENANT, pipeline, store.read(TENANT, pipeline))
-        assert len(state.items) == depth
-        # Results for items from the back of the queue: they wait for the
-        # items ahead, so the depth stays as it is.
-        head_buildsets = {i.buildset.uuid for i in list(state.items.values())[:1]}
-        backlog = [r for r in reversed(pending) if r.buildset_uuid not in head_buildsets]
-        passes: list[PassRecord] = []
-        runs: list[float] = []
-        received: list[float] = []
-        writes: list[float] = []
-        written: list[float] = []
-        for request in backlog[:samples]:
-            claimed = executor.claim(request.uuid, "bench")
-            assert claimed is not None
-            executor.complete(claimed, {"result": "SUCCESS", "data": {}})
-            before = services.mntr()
-            with recording() as records:
-                started = time.perf_counter()
-                processing.process_pipeline(env, TENANT, pipeline)
-                runs.append(time.perf_counter() - started)
-            after = services.mntr()
-            # minus the 4 bytes of the ``mntr`` word itself
-            received.append(after[BYTES_IN] - before[BYTES_IN] - 4)
-            written.append(services.written(after) - services.written(before))
-            writes.append(after[WRITES] - before[WRITES])
-            worked = [r for r in records if r.worked]
-            assert len(worked) == 1, records
-            passes += worked
-    finally:
-        client.stop()
-        client.close()
-    return {
-        "depth": depth,
-        "samples": len(passes),
-        "pass_ms": 1000 * statistics.median(p.seconds for p in passes),
-        "run_ms": 1000 * statistics.median(runs),
-        "txn_bytes_per_pass": statistics.median(p.txn_bytes for p in passes),
-        "txns_per_pass": statistics.median(p.txns for p in passes),
-        "server_bytes_received_per_run": statistics.median(received),
-        "server_writes_per_run": statistics.median(writes),
-        "server_bytes_written_per_run": statistics.median(written),
-    }
-
-
 # ------------------------------------------------------------------- 4. recovery
 
 SLOW = """
@@ -662,18 +510,7 @@ def print_table(report: dict[str, Any]) -> None:
         for label, field, higher, fmt in rows:
             best, median = best_and_median(runs, field, higher)
             print(f"  {label:42} {fmt.format(best):>9} {fmt.format(median):>9}")
-    print("\ngate depth: one build result applied per run (median of samples)")
-    print(
-        f"  {'items':>6} {'pass ms':>8} {'run ms':>8} {'txn bytes':>10} "
-        f"{'txns':>5} {'ZK bytes written':>16} {'bytes in':>9} {'writes':>7}"
-    )
-    for row in report["gate_depth"]:
-        print(
-            f"  {row['depth']:>6} {row['pass_ms']:8.1f} {row['run_ms']:8.1f} "
-            f"{row['txn_bytes_per_pass']:10.0f} {row['txns_per_pass']:5.0f} "
-            f"{row['server_bytes_written_per_run']:16.0f} "
-            f"{row['server_bytes_received_per_run']:9.0f} {row['server_writes_per_run']:7.0f}"
-        )
+    print_rows(report["gate_depth"])
     rec = report["recovery"]
     if rec:
         starts = [r["kill_to_retry_start_s"] for r in rec]

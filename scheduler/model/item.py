@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.model.build import BuildsetJobs, JobState
+from scheduler.model.build import BuildsetJobs, JobState, copy_json
 from scheduler.model.change import Change
 from scheduler.model.results import Result
 
@@ -53,6 +53,19 @@ class BuildSet:
     # projects the merge must report besides the changes' (the jobs' required
     # projects and the projects holding their steps, found after freezing)
     required: list[str] = field(default_factory=list)
+
+    def clone(self) -> BuildSet:
+        """An equal buildset sharing nothing mutable with this one."""
+        new = object.__new__(BuildSet)
+        new.__dict__.update(self.__dict__)
+        new.repo_state = copy_json(self.repo_state)
+        new.files = list(self.files)
+        new.config_errors = list(self.config_errors)
+        if self.jobs is not None:
+            new.jobs = {name: job.clone() for name, job in self.jobs.items()}
+        new.base_state = copy_json(self.base_state)
+        new.required = list(self.required)
+        return new
 
     @property
     def graph(self) -> BuildsetJobs:
@@ -127,6 +140,18 @@ class QueueItem:
     report_failures: int = 0
     report_error: str = ""
     report_retry_at: float | None = None
+
+    def clone(self) -> QueueItem:
+        """An equal item sharing nothing mutable with this one (its change is frozen).
+
+        The pipeline state cache (:mod:`scheduler.state.items`) keeps a pristine
+        item per document version and hands each pass a clone to mutate; an
+        item equal (``==``) to its pristine after the pass was not touched.
+        """
+        new = object.__new__(QueueItem)
+        new.__dict__.update(self.__dict__)
+        new.buildset = self.buildset.clone()
+        return new
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -12,6 +12,11 @@ Every committed pass bumps the root node's version. A process keeps the
 documents of its last read or write per pipeline and reuses them while the
 root's version is unchanged, one get instead of a full read: the cache is
 validated against ZooKeeper before it is used (invariant 1).
+
+Decoded items are kept too (:mod:`scheduler.state.items`), valid while
+their documents are the very objects of the tree in hand: decoding costs
+only the items whose documents changed, and a write encodes only the items
+a pass touched (an item equal to its pristine copy keeps its documents).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import threading
 
 from scheduler.model.item import PipelineState
-from scheduler.state import codec
+from scheduler.state import codec, items
 from scheduler.zk import doctree, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, Transaction
@@ -39,6 +44,10 @@ class PipelineStore:
     def read(self, tenant: str, pipeline: str, *, locked: bool = False) -> doctree.DocTree:
         """The pipeline's documents, from the cache when ZooKeeper says it is current.
 
+        With a cached tree, the root's version is asked first (a stat, no
+        data): an unchanged pipeline costs one small round trip, however
+        many items it holds. Otherwise the tree is read level by level.
+
         A reader without the pipeline lock (``sluice status``) may race a
         pass: a level read after a commit does not match the levels read
         before it. Every commit sets the root, so the read checks the root's
@@ -47,14 +56,18 @@ class PipelineStore:
         """
         tree = doctree.DocTree(codec.root_path(tenant, pipeline))
         for _ in SETTLE.tries():  # a retry lets the writer's pass finish
+            with _cache_lock:
+                cached = _cache.get(self._key(tenant, pipeline))
+            if cached is not None:
+                stat = self.client.exists(cached.root)
+                if stat is None:
+                    return doctree.DocTree(cached.root)  # the pipeline's state is gone
+                if (stat.version, stat.mzxid) == (cached.root_version, cached.root_zxid):
+                    return cached.copy()
             tree = doctree.DocTree(codec.root_path(tenant, pipeline))
             root = doctree.get_many(self.client, tree, [tree.root])
             if not root:
                 return tree
-            with _cache_lock:
-                cached = _cache.get(self._key(tenant, pipeline))
-            if cached is not None and cached.root_version == tree.root_version:
-                return cached.copy()
             self._read_levels(tenant, pipeline, tree)
             if locked or self._root_version(tree) == tree.root_version:
                 self._remember(tenant, pipeline, tree)
@@ -90,7 +103,11 @@ class PipelineStore:
 
     @staticmethod
     def state(tenant: str, pipeline: str, tree: doctree.DocTree) -> PipelineState:
-        return codec.Reader(tenant, pipeline, tree.docs).state()
+        """The state of ``tree``: items whose documents are unchanged come from the cache."""
+        reader = codec.Reader(tenant, pipeline, tree.docs, items.entries(tenant, pipeline))
+        state = reader.state()
+        items.add(tenant, pipeline, reader.decoded)
+        return state
 
     def write(
         self,
@@ -99,9 +116,25 @@ class PipelineStore:
         state: PipelineState,
         extra: Transaction | None = None,
     ) -> doctree.DocTree:
-        """Commit what changed since ``before`` (and ``extra``) in one fenced transaction."""
-        after = doctree.write_diff(context, before, codec.encode(state), extra=extra)
-        self._remember(state.tenant, state.pipeline, after)
+        """Commit what changed since ``before`` (and ``extra``) in one fenced transaction.
+
+        Only the items that differ from their pristine copies are encoded; the
+        cache of items is replaced once the commit succeeded.
+        """
+        tenant, pipeline = state.tenant, state.pipeline
+        known = items.entries(tenant, pipeline)
+        wanted: codec.Documents = {codec.root_path(tenant, pipeline): state.summary()}
+        committed: dict[str, items.CachedItem] = {}
+        for item in state.items.values():
+            entry = known.get(item.uuid)
+            if entry is None or not entry.current_in(before.docs) or item != entry.item:
+                pristine = item.clone()  # the pass's item stays the pass's to mutate
+                entry = items.CachedItem(pristine, codec.encode_item(tenant, pipeline, pristine))
+            wanted.update(entry.docs)
+            committed[item.uuid] = entry
+        after = doctree.write_diff(context, before, wanted, extra=extra)
+        items.replace(tenant, pipeline, committed)
+        self._remember(tenant, pipeline, after)
         return after
 
     def _remember(self, tenant: str, pipeline: str, tree: doctree.DocTree) -> None:
@@ -111,3 +144,4 @@ class PipelineStore:
     def forget(self, tenant: str, pipeline: str) -> None:
         with _cache_lock:
             _cache.pop(self._key(tenant, pipeline), None)
+        items.forget(tenant, pipeline)

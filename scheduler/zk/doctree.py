@@ -46,6 +46,11 @@ class DocTree:
     docs: dict[str, Document] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     sharded: set[str] = field(default_factory=set)
+    # the nodes between the root and the documents (computed once per tree)
+    containers: frozenset[str] | None = None
+    # the zxid of the root's last write (-1: unknown): with its version, what a
+    # cache of the tree is validated by (a recreated root restarts its version)
+    root_zxid: int = -1
 
     @property
     def root_version(self) -> int:
@@ -55,7 +60,19 @@ class DocTree:
         """A tree sharing the documents: they are never mutated once read or written
         (decoders copy what they keep, writers encode fresh ones), so a per-process
         cache can hand them out without a deep copy."""
-        return DocTree(self.root, dict(self.docs), dict(self.versions), set(self.sharded))
+        return DocTree(
+            self.root,
+            dict(self.docs),
+            dict(self.versions),
+            set(self.sharded),
+            self.containers,
+            self.root_zxid,
+        )
+
+    def container_nodes(self) -> frozenset[str]:
+        if self.containers is None:
+            self.containers = frozenset(_containers(self.docs, self.root))
+        return self.containers
 
 
 def get_many(client: ZooKeeperClient, tree: DocTree, wanted: Iterable[str]) -> dict[str, Document]:
@@ -67,7 +84,7 @@ def get_many(client: ZooKeeperClient, tree: DocTree, wanted: Iterable[str]) -> d
             raw, stat = client.wait(result)
         except NoNodeError:
             continue
-        version = stat.version
+        version, zxid = stat.version, stat.mzxid
         if not raw:
             # A node without a document: a container created on the way to a
             # child (e.g. by a flag's makepath) or a placeholder being
@@ -79,13 +96,17 @@ def get_many(client: ZooKeeperClient, tree: DocTree, wanted: Iterable[str]) -> d
                 blob = sharding.read(client, path)
             except NoDataError:
                 continue  # a placeholder being written
-            raw, version = blob.data, blob.version
+            raw, version, zxid = blob.data, blob.version, blob.mzxid
             tree.sharded.add(path)
         doc = stored.decode(raw, path)
         doc.pop(stored.SCHEMA_FIELD, None)
         found[path] = doc
         tree.versions[path] = version
+        if path == tree.root:
+            tree.root_zxid = zxid
     tree.docs.update(found)
+    if found:
+        tree.containers = None
     return found
 
 
@@ -121,10 +142,15 @@ def write_diff(
     txn = context.transaction()  # refuses first if the lock is lost (before any write)
     if before.root not in before.versions:
         client.ensure_path(paths.parent(before.root))
+    # Documents are never mutated once read or written, so an unchanged one is
+    # usually the very object read: an identity test first, equality only if not.
+    changed = [
+        path
+        for path, doc in after.items()
+        if path == before.root or ((old := before.docs.get(path)) is not doc and old != doc)
+    ]
     prepared: dict[str, sharding.PreparedBlob] = {}
-    for path in sorted(after, key=_depth):
-        if path != before.root and before.docs.get(path) == after[path]:
-            continue
+    for path in sorted(changed, key=_depth):
         prepared[path] = sharding.prepare(
             client,
             path,
@@ -133,8 +159,9 @@ def write_diff(
             version=before.versions.get(path, -1),
             inline_limit=inline_limit,
         )
-    containers_before = _containers(before.docs, before.root)
-    containers_after = _containers(after, before.root)
+    gone = [path for path in before.docs if path not in after]
+    containers_before = before.container_nodes()
+    containers_after = _containers_after(before, after, changed, gone)
     new_containers = containers_after - containers_before
     creates = sorted([*new_containers, *prepared], key=_depth)
     for path in creates:
@@ -142,7 +169,7 @@ def write_diff(
             prepared[path].add_to(txn)
         else:
             txn.create(path)
-    _add_deletes(client, txn, before, after, containers_before - containers_after)
+    _add_deletes(client, txn, before, gone, containers_before - containers_after)
     if extra is not None:
         txn.extend(extra)
     results = txn.commit()
@@ -151,18 +178,40 @@ def write_diff(
         # an inline one's children are documents (the root's items): no listing.
         if path in before.sharded or blob.generation is not None:
             blob.cleanup(client, results)
-    return _stored_tree(before, after, prepared)
+    return _stored_tree(
+        before, after, prepared, gone=gone, containers=containers_after, results=results
+    )
+
+
+def _containers_after(
+    before: DocTree, after: Mapping[str, Document], changed: list[str], gone: list[str]
+) -> frozenset[str]:
+    """The container nodes of ``after``: from ``before``'s and the new documents'
+    when nothing is deleted (a pass that only updates costs nothing per document),
+    recomputed when a deletion may leave a container empty."""
+    containers = before.container_nodes()
+    new_docs = [path for path in changed if path not in before.docs]
+    if gone or any(path in containers for path in new_docs):
+        return frozenset(_containers(after, before.root))
+    added: set[str] = set()
+    for path in new_docs:
+        node = paths.parent(path)
+        while node.startswith(before.root + "/") and node not in after:
+            if node in containers or node in added:
+                break  # its ancestors are known already
+            added.add(node)
+            node = paths.parent(node)
+    return containers | added if added else containers
 
 
 def _add_deletes(
     client: ZooKeeperClient,
     txn: Transaction,
     before: DocTree,
-    after: Mapping[str, Document],
-    empty_containers: set[str],
+    gone_docs: list[str],
+    empty_containers: frozenset[str],
 ) -> None:
-    gone = [path for path in before.docs if path not in after]
-    gone += empty_containers
+    gone = [*gone_docs, *empty_containers]
     for path in sorted(gone, key=_depth, reverse=True):
         if path in before.sharded:
             sharding.delete_ops(client, path, txn, before.versions.get(path, -1))
@@ -171,17 +220,27 @@ def _add_deletes(
 
 
 def _stored_tree(
-    before: DocTree, after: Mapping[str, Document], prepared: Mapping[str, sharding.PreparedBlob]
+    before: DocTree,
+    after: Mapping[str, Document],
+    prepared: Mapping[str, sharding.PreparedBlob],
+    *,
+    gone: list[str],
+    containers: frozenset[str],
+    results: list[Any],
 ) -> DocTree:
-    tree = DocTree(before.root, docs={k: dict(v) for k, v in after.items()})
-    for path in after:
-        blob = prepared.get(path)
-        if blob is None:
-            tree.versions[path] = before.versions[path]
-            if path in before.sharded:
-                tree.sharded.add(path)
-            continue
+    """The tree as committed; its documents are ``after``'s (never mutated once written)."""
+    tree = DocTree(before.root, dict(after), dict(before.versions), set(before.sharded))
+    tree.containers = containers
+    root_blob = prepared[before.root]
+    if not root_blob.create and root_blob.index >= 0:
+        tree.root_zxid = getattr(results[root_blob.index], "mzxid", -1)
+    for path in before.versions.keys() - after.keys():
+        del tree.versions[path]  # deleted documents and empty nodes read on the way
+    tree.sharded.difference_update(gone)
+    for path, blob in prepared.items():
         tree.versions[path] = 0 if blob.create else before.versions.get(path, 0) + 1
         if blob.generation is not None:
             tree.sharded.add(path)
+        else:
+            tree.sharded.discard(path)
     return tree

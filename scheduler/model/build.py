@@ -12,12 +12,24 @@ from scheduler.model.results import RETRYABLE, Result
 
 
 def copy_json(value: Any) -> Any:
-    """A copy of JSON data sharing nothing mutable with ``value`` (faster than deepcopy)."""
+    """A copy of JSON data sharing nothing mutable with ``value`` (faster than deepcopy).
+
+    Scalars are shared (immutable); only dicts and lists are copied, and a
+    call is spent only on those (a pass clones every item's repo state).
+    """
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _SCALARS else copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _SCALARS else copy_json(v) for v in value]
     if isinstance(value, dict):
         return {k: copy_json(v) for k, v in value.items()}
     if isinstance(value, list):
         return [copy_json(v) for v in value]
     return value
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 class BuildState(enum.StrEnum):

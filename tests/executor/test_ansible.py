@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import replace
@@ -34,6 +37,9 @@ from workers.executor import (
 from workers.executor.playbooks import inventory, zuul_vars
 from workers.executor.secrets import MASK
 from workers.executor.workspace import BuildLayout
+from workers.nodekey import ensure_node_key
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SECRET_KEY = "org/project@main:creds"
 PASSWORD = "correct horse battery staple"
@@ -360,6 +366,54 @@ def test_a_cancelled_playbook_stops_within_two_seconds(repo: Repo, options: Runn
     assert time.monotonic() - cancelled_at < 2.0
     assert result.result is Result.ABORTED
     assert processes_of_build(spec.build_uuid) == []
+
+
+# A worker in miniature: it starts a build's agent the way the runner does,
+# says where it is, and waits to be killed.
+START_AN_AGENT = """
+import sys, time
+from pathlib import Path
+from workers.executor.sshagent import SshAgent, make_socket_folder
+agent = SshAgent.start(make_socket_folder(), Path(sys.argv[1]))
+print(agent.socket, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_worker_killed_with_sigkill_leaves_no_agent(tmp_path: Path) -> None:
+    key = ensure_node_key(tmp_path / "ssh" / "nodes_ed25519")
+    worker = subprocess.Popen(
+        [sys.executable, "-c", START_AN_AGENT, str(key)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        socket = Path(worker.stdout.readline().strip())
+        assert socket.is_socket()
+        agent = [pid for pid in _pids() if _cmdline(pid).split(b"\0")[0].endswith(b"ssh-agent")]
+        assert [pid for pid in agent if str(socket).encode() in _cmdline(pid)]
+        listed = subprocess.run(
+            ["ssh-add", "-l"], env={**os.environ, "SSH_AUTH_SOCK": str(socket)}, check=False
+        )
+        assert listed.returncode == 0  # the agent holds the key
+
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(5)
+
+        wait_until(
+            lambda: not [pid for pid in _pids() if str(socket).encode() in _cmdline(pid)],
+            timeout=5,
+            what="the agent and its reaper to end",
+        )
+        assert not socket.exists()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
 
 
 def _sleeping(build_uuid: str) -> bool:

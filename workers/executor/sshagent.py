@@ -2,10 +2,19 @@
 
 The agent holds the deployment's node key (``nodes.ssh_key``,
 :mod:`workers.nodekey`); the job gets only ``SSH_AUTH_SOCK``. The agent
-runs in the foreground (``-D``) as a child of the worker, so stopping it is
-a signal to a process we hold, and :meth:`SshAgent.stop` is safe to call
-whatever state the agent is in. A worker killed with SIGKILL leaves its
-agents behind (they hold nothing but a key the host already has).
+runs in the foreground (``-D``) under the step reaper (``reaper.py``), in a
+session of its own, so:
+
+* :meth:`SshAgent.stop` is a SIGTERM to a process we hold (the reaper ends
+  the agent, then itself; SIGKILL to the group if it does not), safe to
+  call whatever state the agent is in;
+* the agent dies with the thread that started it, even when the worker is
+  killed with SIGKILL: the reaper gets SIGTERM from the kernel
+  (``PR_SET_PDEATHSIG``) and ends the agent. The agent itself cannot carry
+  that signal: ``ssh-agent`` is set-group-id on Debian, and the kernel
+  clears a parent-death signal when such a program is executed. What a
+  killed worker leaves is the empty sockets folder (the agent removes its
+  socket as it exits).
 
 The socket lives in a short folder of its own under the system's temporary
 folder, not in the workspace: a Unix socket's path must stay below 108
@@ -19,15 +28,20 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from workers.executor.errors import WorkspaceError
+from workers.executor.process import REAPER
 
 # How long the agent may take to create its socket.
 START_TIMEOUT = 10.0
+# Seconds the reaper gives the agent between SIGTERM and SIGKILL.
+STOP_GRACE = 1.0
 
 
 class SshAgent:
@@ -36,6 +50,7 @@ class SshAgent:
     def __init__(self, folder: Path, process: subprocess.Popen[bytes]) -> None:
         self.folder = folder
         self.socket = folder / "agent.sock"
+        # the reaper that runs the agent
         self.process = process
 
     @classmethod
@@ -45,15 +60,11 @@ class SshAgent:
         Raises :class:`WorkspaceError` (the build is retried) when the agent
         cannot start or refuses the key; the agent is stopped then.
         """
-        argv = ["ssh-agent", "-D", "-a", str(folder / "agent.sock")]
+        program = shutil.which("ssh-agent")
+        if program is None:
+            raise WorkspaceError("ssh-agent is not installed (Debian: openssh-client)")
         try:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+            process = _under_reaper([program, "-D", "-a", str(folder / "agent.sock")])
         except OSError as exc:
             raise WorkspaceError(f"cannot start ssh-agent: {exc}") from None
         agent = cls(folder, process)
@@ -94,16 +105,39 @@ class SshAgent:
             raise WorkspaceError(f"ssh-add {key} failed: {detail}")
 
     def stop(self) -> None:
-        """End the agent (SIGTERM, then SIGKILL) and reap it."""
+        """End the agent and its reaper (SIGTERM, then SIGKILL to the group) and reap them."""
         with contextlib.suppress(ProcessLookupError):
             self.process.terminate()
         try:
-            self.process.wait(timeout=2)
+            self.process.wait(timeout=STOP_GRACE + 2)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         if self.process.stderr is not None:
             self.process.stderr.close()
+
+
+def _under_reaper(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` under the step reaper, which ends it when this thread dies.
+
+    The reaper's status line (how the agent ended) goes to ``/dev/null``:
+    nothing waits for it, :meth:`SshAgent.stop` only needs the reaper gone.
+    """
+    status = os.open(os.devnull, os.O_WRONLY)
+    try:
+        reaper = [sys.executable, "-I", "-S", str(REAPER), str(STOP_GRACE), str(os.getpid())]
+        return subprocess.Popen(
+            [*reaper, str(status), "--", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=(status,),
+        )
+    finally:
+        os.close(status)
 
 
 def make_socket_folder() -> Path:

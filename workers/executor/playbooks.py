@@ -14,18 +14,21 @@ the workspace's ``ansible/`` folder by :meth:`AnsibleSetup.prepare`:
 * extra vars (above everything else), in this order (the last wins): the
   step's secrets (its ``SLUICE_SECRETS_FILE``, by the names the job binds
   them to) and ``zuul.json`` (``zuul``, :func:`zuul_vars`).
-* ``ansible.cfg``: our stdout callback (``ansible_plugins/callback``), no
-  retry files, no cows, no colours, ``ANSIBLE_HOME`` and the local tmp in
-  the workspace, host key checking off (nodes are fresh), SSH pipelining
-  and ControlMaster.
+* ``ansible.cfg``: our stdout callback (``ansible_plugins/callback``) and
+  ``zuul_return`` (``ansible_plugins/action``, which merges a task's data
+  into the result file; ``SLUICE_RESULT_DATA_LIMIT`` tells it the limit),
+  no retry files, no cows, no colours, ``ANSIBLE_HOME`` and the local tmp
+  in the workspace, host key checking off (nodes are fresh), SSH
+  pipelining and ControlMaster.
 
 With a node key, an ``ssh-agent`` holding it serves the build
 (:mod:`workers.executor.sshagent`); :meth:`AnsibleSetup.close` stops it,
-whatever happened. ``ansible-playbook`` exits 4 when a host was
-unreachable (and when a playbook does not parse: our callback records the
-unreachable hosts to tell them apart, :meth:`AnsibleSetup.host_unreachable`):
-the runner makes that a ``RETRY`` (Zuul retries unreachable nodes); any
-other non-zero exit is a failed step.
+whatever happened (a worker killed with SIGKILL takes it along).
+``ansible-playbook`` exits 4 when a host was unreachable (and when a
+playbook does not parse: our callback records the unreachable hosts to
+tell them apart, :meth:`AnsibleSetup.host_unreachable`): the runner makes
+that a ``RETRY`` (Zuul retries unreachable nodes); any other non-zero exit
+is a failed step.
 """
 
 from __future__ import annotations
@@ -42,12 +45,13 @@ from typing import Any
 import yaml
 
 from scheduler.wire.build_spec import BuildSpec
-from workers.executor.environment import job_vars
+from workers.executor.environment import DEFAULT_RESULT_DATA_LIMIT, job_vars
 from workers.executor.errors import WorkspaceError
 from workers.executor.sshagent import SshAgent, make_socket_folder, remove_socket_folder
 from workers.executor.workspace import PLAYBOOK_SUFFIXES, BuildLayout
 
-CALLBACK_DIR = Path(__file__).with_name("ansible_plugins") / "callback"
+PLUGINS_DIR = Path(__file__).with_name("ansible_plugins")
+CALLBACK_DIR = PLUGINS_DIR / "callback"
 CALLBACK_NAME = "sluice_log"
 # ansible-playbook's exit code when a host could not be reached
 UNREACHABLE_EXIT = 4
@@ -164,6 +168,8 @@ def _config(folder: Path, sockets: Path) -> str:
         f"local_tmp = {folder / 'tmp'}\n"
         f"stdout_callback = {CALLBACK_NAME}\n"
         f"callback_plugins = {CALLBACK_DIR}\n"
+        f"action_plugins = {PLUGINS_DIR / 'action'}\n"
+        f"library = {PLUGINS_DIR / 'library'}\n"
         "retry_files_enabled = False\n"
         "nocows = True\n"
         "nocolor = True\n"
@@ -186,6 +192,8 @@ class AnsibleSetup:
     # ansible-playbook (checked before the first step: a missing one is RETRY)
     program: Path
     agent: SshAgent | None = None
+    # the runner's limit on result data, enforced by zuul_return as it writes
+    result_data_limit: int = DEFAULT_RESULT_DATA_LIMIT
 
     @classmethod
     def prepare(
@@ -194,13 +202,14 @@ class AnsibleSetup:
         layout: BuildLayout,
         chosen: Mapping[str, str],
         node_key: Path | None,
+        result_data_limit: int = DEFAULT_RESULT_DATA_LIMIT,
     ) -> AnsibleSetup:
         """Write the inventory, vars and config; start the agent when there is a key."""
         program = ansible_playbook()
         folder = layout.root / "ansible"
         for sub in ("inventory/host_vars", "home", "tmp"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
-        setup = cls(folder, make_socket_folder(), program)
+        setup = cls(folder, make_socket_folder(), program, result_data_limit=result_data_limit)
         try:
             setup._write(spec, layout, chosen)
             if node_key is not None and node_key.is_file():
@@ -259,6 +268,7 @@ class AnsibleSetup:
             ANSIBLE_HOME=str(self.folder / "home"),
             PYTHONUNBUFFERED="1",
             SLUICE_UNREACHABLE_FILE=str(self.unreachable_file),
+            SLUICE_RESULT_DATA_LIMIT=str(self.result_data_limit),
         )
         locale = found.get("LC_ALL") or found.get("LANG") or ""
         if "UTF8" not in locale.upper().replace("-", ""):

@@ -241,11 +241,27 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def group_exists(pgid: int) -> bool:
+    """Whether any process, a zombie included, is in group ``pgid`` (one system call)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a member we may not signal still is one
+    return True
+
+
 def wait_group_empty(pgid: int, timeout: float) -> list[int]:
-    """Poll until group ``pgid`` has no live member; what is left at ``timeout``."""
+    """Poll until group ``pgid`` has no live member; what is left at ``timeout``.
+
+    The usual case, a group already gone, costs one ``killpg(pgid, 0)``;
+    only a group that still has members is read from ``/proc`` (to tell
+    the live ones from zombies).
+    """
     deadline = time.monotonic() + timeout
     while True:
-        members = group_members(pgid)
+        members = group_members(pgid) if group_exists(pgid) else []
         if not members or time.monotonic() >= deadline:
             return members
         time.sleep(0.02)

@@ -30,16 +30,27 @@ Limits: a process that forks faster than it can be killed could outlast a
 few rounds (the reaper gives up after 10 s and says so on stderr); a
 process that changes user or enters another PID namespace is out of reach
 (there is no sandbox yet).
+
+Cost: it runs once per step, so it is kept to what a bare interpreter
+loads. The tree is walked from the reaper down through
+``/proc/<pid>/task/<tid>/children`` (a few reads; the whole of ``/proc``
+is read only on a kernel without that file). ``_signal`` and ``_ctypes``
+are the C halves of ``signal`` and ``ctypes``: their Python halves
+(``enum``, ``struct``, ...) would double the start-up (~5 ms of CPU).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
+import _ctypes
 import os
-import signal
 import sys
 import time
+
+TYPE_CHECKING = False  # mypy takes it as true; ``typing`` is a costly import
+if TYPE_CHECKING:
+    import signal
+else:  # the same functions and numbers, without the enums of ``signal``
+    import _signal as signal
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -51,25 +62,67 @@ USAGE = "GRACE PARENT_PID STATUS_FD -- EXECUTABLE [ARG...]"
 
 
 def _prctl(option: int, value: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"prctl({option}) failed: {os.strerror(errno)}")
+    # prctl(2) through the C half of ctypes (the CDLL wrapper costs ~1.5 ms to import)
+    program = _ctypes.dlopen(None)  # type: ignore[arg-type]  # dlopen(NULL): libc is in it
+    prctl = _ctypes.dlsym(program, "prctl")
+    if _ctypes.call_function(prctl, (option, value, 0, 0, 0)) != 0:
+        raise OSError(f"prctl({option}, {value}) failed")
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (None: gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid``; [] when it is gone."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
+                found += [int(child) for child in handle.read().split()]
+        except OSError:
+            continue
+    return found
 
 
 def descendants(root: int) -> set[int]:
-    """Live (non-zombie) descendants of ``root`` and members of its process group."""
+    """Live (non-zombie) descendants of ``root`` and members of its process group.
+
+    While ``root`` (the reaper: a session leader and child subreaper) lives,
+    every member of its group is one of its descendants, so walking down
+    from it finds them all; the whole of ``/proc`` is read only where the
+    kernel has no ``children`` files (``CONFIG_PROC_CHILDREN``).
+    """
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return _scanned_descendants(root)
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in _children(todo.pop()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return {pid for pid in found if (_stat(pid) or [b"X"])[0] not in (b"Z", b"X")}
+
+
+def _scanned_descendants(root: int) -> set[int]:
+    """:func:`descendants` from every process's ``/proc/<pid>/stat``."""
     children: dict[int, list[int]] = {}
     group: set[int] = set()
     alive: set[int] = set()
     pgid = os.getpgid(root)
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except OSError:
+        fields = _stat(int(entry)) if entry.isdigit() else None
+        if fields is None:
             continue
         pid, state, ppid, pgrp = int(entry), fields[0], int(fields[1]), int(fields[2])
         children.setdefault(ppid, []).append(pid)
@@ -119,8 +172,10 @@ def kill_tree(grace: float) -> None:
             print(f"sluice reaper: processes survive SIGKILL: {sorted(pids)}", file=sys.stderr)
             return
         for pid in pids if sig == signal.SIGKILL else pids - signalled:
-            with contextlib.suppress(ProcessLookupError):
+            try:  # noqa: SIM105 (contextlib would be one more import per step)
                 os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
             signalled.add(pid)
         time.sleep(0.02)
 
@@ -141,26 +196,30 @@ def default_signals() -> None:
     and whatever its worker process chose to ignore.
     """
     for sig in signal.valid_signals():
-        with contextlib.suppress(OSError, ValueError):
+        try:  # noqa: SIM105 (contextlib would be one more import per step)
             signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
 
 
-def start(argv: list[str]) -> int:
-    """Fork and exec ``argv`` with default signal handling; its pid."""
-    pid = os.fork()
-    if pid == 0:  # the child: undo what the reaper set up, then exec
-        try:
-            default_signals()
-            signal.pthread_sigmask(signal.SIG_SETMASK, set())
-            os.execv(argv[0], argv)
-        except OSError as exc:
-            os.write(2, f"sluice: cannot execute {argv[0]}: {exc.strerror}\n".encode())
-        os._exit(127)
-    return pid
+def start(argv: list[str]) -> int | None:
+    """Start ``argv`` with no signal blocked; its pid, None when it cannot be executed.
+
+    ``posix_spawn`` (a vfork, not a copy of this process) is enough: every
+    handler is already back to its default (:func:`default_signals`), so
+    only the blocked signals need undoing in the child.
+    """
+    try:
+        return os.posix_spawn(argv[0], argv, os.environ, setsigmask=())
+    except OSError as exc:
+        os.write(2, f"sluice: cannot execute {argv[0]}: {exc.strerror}\n".encode())
+        return None
 
 
-def supervise(main_pid: int, grace: float) -> tuple[int, str]:
+def supervise(main_pid: int | None, grace: float) -> tuple[int, str]:
     """Wait for the executable or a stop signal; clean up the tree; how it ended."""
+    if main_pid is None:
+        return 127, "exit 127"  # as a shell says a command cannot be run
     while True:
         info = signal.sigtimedwait(WAKE_SIGNALS, 1.0)
         if info is not None and info.si_signo in STOP_SIGNALS:
@@ -185,8 +244,10 @@ def main(args: list[str]) -> int:
     if os.getppid() != parent:  # the runner died before PDEATHSIG was set
         return 128 + signal.SIGTERM
     code, status = supervise(start(args[4:]), grace)
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105 (contextlib would be one more import per step)
         os.write(status_fd, f"{status}\n".encode())
+    except OSError:
+        pass
     return code
 
 

@@ -9,6 +9,7 @@ import pytest
 from scheduler.wire.build_spec import JobStep
 from tests.executor.helpers import Repo, git, make_spec
 from workers.executor import BaseControl, LocalControl, Result, RunnerOptions, run_build
+from workers.executor.workspace import loose_commits
 
 SHOW_CHECKOUTS = """
 for p in org/project org/lib; do
@@ -260,3 +261,59 @@ def test_local_source_shared_or_fetched(repo: Repo, options: RunnerOptions, shar
     assert result.result is Result.SUCCESS, result.message
     listing = (Path(result.log_path).parent / "info").read_text().split()
     assert ("alternates" in listing) is share
+
+
+CHECKOUT_STATE = """
+dir="$SLUICE_PROJECT_DIR"
+{
+  git -C "$dir" rev-parse HEAD
+  git -C "$dir" branch --show-current
+  git -C "$dir" branch --format='%(refname:short) %(objectname)'
+  git -C "$dir" status --porcelain
+  git -C "$dir" fsck --no-dangling 2>&1 && echo fsck ok
+} > "$SLUICE_LOG_DIR/state"
+"""
+
+
+@pytest.mark.parametrize(
+    "branch, packed",
+    [("main", False), ("main", True), ("release@1", False), ("stable/2.x", True)],
+    ids=["plain-loose", "plain-packed", "branch-for-git", "nested-packed"],
+)
+def test_checkout_is_a_sound_repository(
+    tmp_path: Path, options: RunnerOptions, branch: str, packed: bool
+) -> None:
+    """Written by hand (plain names, loose commits) or by git: the same repository."""
+    repo = Repo.create(tmp_path / "repos" / "app", branch=branch)
+    repo.script("run.sh", CHECKOUT_STATE)
+    base = repo.commit()
+    speculative = repo.dangling_commit()
+    if packed:  # the commits live in a pack: looked up by git, not as loose objects
+        git(repo.path, "update-ref", "refs/keep/speculative", speculative)
+        git(repo.path, "gc", "-q", "--prune=now")
+        assert not list((repo.path / ".git" / "objects").glob("??/*"))
+    state = {branch: speculative, "other": base}
+
+    spec = make_spec(repo, speculative, repo_state={"org/project": state})
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is Result.SUCCESS, result.message
+    lines = (Path(result.log_path).parent / "state").read_text().splitlines()
+    assert lines[:2] == [speculative, branch]
+    assert sorted(lines[2:4]) == sorted([f"{branch} {speculative}", f"other {base}"])
+    assert lines[4:] == ["fsck ok"]  # a clean worktree, every object reachable
+
+
+def test_loose_commits(repo: Repo) -> None:
+    repo.write("README", "text\n")
+    commit = repo.commit()
+    objects = repo.path / ".git" / "objects"
+    tree = git(repo.path, "rev-parse", "HEAD^{tree}")
+
+    assert loose_commits(objects, [commit])
+    assert not loose_commits(objects, [commit, tree])  # a tree is no commit
+    assert not loose_commits(objects, ["0" * 40])
+    assert not loose_commits(objects, ["../../etc/passwd"])
+    git(repo.path, "gc", "-q", "--prune=now")
+    assert not loose_commits(objects, [commit])  # packed: the caller asks git

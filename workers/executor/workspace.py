@@ -14,12 +14,19 @@ Layout (``<state_dir>`` from the settings)::
 
 Checkouts are made fast. From a local path (the merger's repo cache)
 nothing is copied: the new repository borrows the cache's objects through
-``objects/info/alternates`` (what ``git clone --shared`` does), so a
-checkout costs ``git init``, one ``git update-ref --stdin`` and one
-``git checkout``. The cache must therefore not prune objects a running
-build uses (``git gc`` keeps anything referenced or younger than two
-weeks). From a URL (``file://`` too), exactly the commits of the repo state are fetched (or,
-where the server refuses a fetch by commit id, its branches).
+``objects/info/alternates`` (what ``git clone --shared`` does). The
+repository itself (``HEAD``, ``config``, the branches' refs) is written
+directly as the files ``git init`` and ``git update-ref`` would write, and
+the commits are looked up as loose objects of the source (the merger's
+fresh merges are), so a checkout runs one git process, ``git checkout``,
+where it ran four (each a few ms of CPU per build). A commit that is not
+a loose object (packed) is looked up with ``git cat-file``; a branch name
+outside the plain ones (:data:`PLAIN_BRANCH`) is left to ``git init`` and
+``git update-ref``, which validate it. The cache must not prune objects a
+running build uses (``git gc`` keeps anything referenced or younger than
+two weeks). From a URL (``file://`` too), exactly the commits of the repo
+state are fetched (or, where the server refuses a fetch by commit id, its
+branches).
 
 Every branch of the repo state becomes a local branch at its commit; the
 change's branch (or the project's ``checkouts`` override, or its only
@@ -32,8 +39,10 @@ Sluice tested, not whatever the remote has now.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import zlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -43,6 +52,22 @@ from workers.executor.errors import BuildCancelledError, RefusedError, Workspace
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 GIT_TIMEOUT = 300.0
+# Branch names whose ref file is written directly: ``/``-separated
+# components of letters, digits, ``_``, ``-`` and ``.``, none starting with
+# ``.`` or ``-`` or ending in ``.`` or ``.lock``, no ``..``, not ``HEAD``.
+# Anything else goes through git, which validates it.
+PLAIN_BRANCH = re.compile(
+    r"(?!HEAD$)(?!.*\.\.)(?!.*\.(lock)?(/|$))"
+    r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*"
+)
+# What ``git init`` writes to a new repository's config (no templates: a
+# workspace needs no sample hooks).
+REPOSITORY_CONFIG = """[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = false
+\tlogallrefupdates = true
+"""
 
 
 @dataclass(frozen=True)
@@ -231,17 +256,70 @@ def checkout(
     if not branches:
         raise WorkspaceError(f"{dest.name}: repo state lists no branch")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _git(["init", "-q", f"--initial-branch={branch}", str(dest)])
     local = local_git_dir(source) if share else None
+    plain = all(PLAIN_BRANCH.fullmatch(name) for name in (branch, *branches))
+    if plain:
+        _init_repository(dest / ".git", branch)
+    else:
+        _git(["init", "-q", f"--initial-branch={branch}", str(dest)])
     if local is not None:
-        alternates = dest / ".git" / "objects" / "info" / "alternates"
-        alternates.write_text(f"{(local / 'objects').resolve()}\n")
+        objects = (local / "objects").resolve()
+        (dest / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+        if not loose_commits(objects, branches.values()):
+            _check_commits(source, dest, branches)
     else:
         _fetch(source, dest, sorted(set(branches.values())))
-    _check_commits(source, dest, branches)
-    updates = "".join(f"update refs/heads/{name} {commit}\n" for name, commit in branches.items())
-    _git(["update-ref", "--stdin"], cwd=dest, stdin=updates)
+        _check_commits(source, dest, branches)
+    if plain:
+        _write_refs(dest / ".git", branches)
+    else:
+        updates = "".join(
+            f"update refs/heads/{name} {commit}\n" for name, commit in branches.items()
+        )
+        _git(["update-ref", "--stdin"], cwd=dest, stdin=updates)
     _git(["checkout", "-q", "-f", branch], cwd=dest)
+
+
+def _init_repository(git_dir: Path, branch: str) -> None:
+    """What ``git init --initial-branch=BRANCH`` makes, without its templates."""
+    try:
+        for folder in ("objects/info", "objects/pack", "refs/heads", "refs/tags"):
+            (git_dir / folder).mkdir(parents=True, exist_ok=True)
+        (git_dir / "config").write_text(REPOSITORY_CONFIG)
+        (git_dir / "HEAD").write_text(f"ref: refs/heads/{branch}\n")
+    except OSError as exc:
+        raise WorkspaceError(f"cannot create {git_dir}: {exc}") from None
+
+
+def _write_refs(git_dir: Path, branches: Mapping[str, str]) -> None:
+    """Each branch's ref file, as ``git update-ref`` writes it in a new repository."""
+    for name, commit in branches.items():
+        ref = git_dir / "refs" / "heads" / name
+        try:
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            ref.write_text(f"{commit}\n")
+        except OSError as exc:  # a branch that is another's folder (a and a/b)
+            raise WorkspaceError(f"cannot write the ref of branch {name}: {exc}") from None
+
+
+def loose_commits(objects: Path, commits: Collection[str]) -> bool:
+    """Whether every one of ``commits`` is a loose commit object under ``objects``.
+
+    Read in-process (the header of a zlib-compressed loose object says its
+    type): False as soon as one is not loose, so the caller asks git (which
+    also reads packs and alternates).
+    """
+    for commit in commits:
+        if len(commit) != 40 or not all(c in "0123456789abcdef" for c in commit):
+            return False
+        try:
+            with open(objects / commit[:2] / commit[2:], "rb") as handle:
+                head = zlib.decompressobj().decompress(handle.read(64), 16)
+        except (OSError, zlib.error):
+            return False
+        if not head.startswith(b"commit "):
+            return False
+    return True
 
 
 def local_git_dir(source: str) -> Path | None:

@@ -14,6 +14,7 @@ claim is re-sent by the sweep from ``pending()``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,13 +22,22 @@ from celery import Task
 
 from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
-from scheduler.settings import Settings, load_settings
+from scheduler.processlocal import ProcessLocal
+from scheduler.settings import Settings
 from scheduler.zk.client import process_client
 from tasks import retrying
 from tasks.app import app
+from tasks.runtime import runtime_settings
 from workers.executor.service import execute, worker_name
 
 log = logging.getLogger(__name__)
+
+# How long a job's duration estimate is reused before SQL is asked again.
+ESTIMATE_SECONDS = 60.0
+# (database, tenant, job, project) -> (estimate, until when on time.monotonic())
+_estimates: ProcessLocal[tuple[str, str, str, str], tuple[float | None, float]] = ProcessLocal(
+    "estimates"
+)
 
 
 class BuildRequestError(SluiceError):
@@ -54,7 +64,7 @@ def _zone(value: object) -> str | None:
 def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> dict[str, Any]:
     """Claim the build request ``request_uuid`` of ``zone``, run it and store its result."""
     uuid, zone_name = _request_uuid(request_uuid), _zone(zone)
-    settings = load_settings()
+    settings = runtime_settings()
     client = process_client(settings.zookeeper)
     report = execute(
         settings,
@@ -93,6 +103,27 @@ def _progress(task: Task[Any, Any], settings: Settings) -> Callable[[Mapping[str
 
 
 def _estimate(settings: Settings, meta: Mapping[str, Any]) -> float | None:
+    """The job's estimate, asked of SQL at most once a minute per job and process.
+
+    Only an estimate is kept: a job without history is asked again on its
+    next build (its first success gives it one).
+    """
+    key = (
+        settings.database_url,
+        str(meta.get("tenant", "")),
+        str(meta.get("job", "")),
+        str(meta.get("project") or ""),
+    )
+    now = time.monotonic()
+    known = _estimates.get(key, lambda: (None, 0.0))
+    if known[0] is not None and now < known[1]:
+        return known[0]
+    seconds = _query_estimate(settings, meta)
+    _estimates.put(key, (seconds, now + ESTIMATE_SECONDS))
+    return seconds
+
+
+def _query_estimate(settings: Settings, meta: Mapping[str, Any]) -> float | None:
     from scheduler.reporting import get_engine
     from scheduler.reporting.queries import estimate_duration
 

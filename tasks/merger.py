@@ -18,10 +18,10 @@ from celery import Task
 
 from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
-from scheduler.settings import load_settings
 from scheduler.zk.client import process_client
 from tasks import retrying
 from tasks.app import app
+from tasks.runtime import runtime_settings
 from workers.merger.reconfigure import reconfigure_tenant_here
 from workers.merger.service import execute, process_cache, worker_name
 
@@ -35,7 +35,7 @@ def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
     """Claim the merge request ``request_uuid``, run its job and store its result."""
     if not isinstance(request_uuid, str) or not request_uuid:
         raise MergeRequestError(f"{tasknames.MERGE}: request_uuid must be a non-empty string")
-    settings = load_settings()
+    settings = runtime_settings()
     client = process_client(settings.zookeeper)
     report = execute(
         settings,
@@ -52,6 +52,6 @@ def reconfigure(self: Task[Any, Any], tenant: str) -> bool:
     """Apply ``tenant``'s reconfiguration requests (a nudge: they are in ZooKeeper)."""
     if not isinstance(tenant, str) or not tenant:
         raise MergeRequestError(f"{tasknames.RECONFIGURE}: tenant must be a non-empty name")
-    settings = load_settings()
+    settings = runtime_settings()
     client = process_client(settings.zookeeper)
     return reconfigure_tenant_here(client, settings, process_cache(settings), tenant)

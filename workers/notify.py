@@ -6,17 +6,20 @@ event to the pipeline's result queue in ZooKeeper; the ``notify`` callback
 A failing nudge is logged and never fails the work: the sweep finds the
 queued event and sends the nudge again.
 
-A build's start is nudged with a delay (:data:`STARTED_NUDGE_DELAY`): a
-build that ends sooner has its ``request-started`` event applied by the
-pass that applies its completion, and the delayed nudge finds the result
-queue empty and returns after one look (one pass per build fewer; the
-start time travels in the event, so the history is exact). A longer build
-shows as running that much later.
+A build's start is nudged only if the build still runs
+:data:`STARTED_NUDGE_DELAY` seconds after its claim (:class:`LaterNudge`, a
+timer in the executor, cancelled when the build ends): a build that ends
+sooner has its ``request-started`` event applied by the pass that applies
+its completion, with no nudge, no task and no pass of its own (the start
+time travels in the event, so the history is exact). A longer build shows
+as running that much later. If the executor dies before the timer fires,
+the event waits in ZooKeeper for the sweep's nudge, as any lost nudge does.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -51,6 +54,24 @@ def notify_safely(notify: Notify, request: JobRequest, what: str, delay: float =
         notify(request, delay=delay)
     except Exception:  # a hook boundary: the sweep re-sends a lost nudge
         log.exception("%s request %s: nudging its pipeline failed", what, request.uuid)
+
+
+class LaterNudge:
+    """Nudge the pipeline of ``request`` in ``delay`` seconds unless cancelled first.
+
+    The nudge is sent from a timer thread (Celery's producer pool is
+    thread-safe); one sent while the caller sends its own is harmless:
+    nudges coalesce.
+    """
+
+    def __init__(self, notify: Notify, request: JobRequest, what: str, delay: float) -> None:
+        self._timer = threading.Timer(delay, notify_safely, (notify, request, what))
+        self._timer.daemon = True
+        self._timer.name = f"nudge-{request.uuid[:8]}"
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def progress_safely(progress: Progress, meta: Mapping[str, Any]) -> None:

@@ -257,3 +257,31 @@ def test_the_beat_schedule_runs_the_sweep_every_interval() -> None:
     entry = celeryconfig.beat_schedule["sluice-sweep"]
     assert entry["task"] == "sluice.maintenance.sweep"
     assert entry["schedule"] == celeryconfig._settings.sweep_interval
+
+
+@pytest.mark.parametrize("sleep", [0.0, 1.0], ids=["short-build", "long-build"])
+def test_the_start_is_nudged_only_for_a_build_that_outlasts_the_delay(
+    builds: Builds, repo: Repo, options: RunnerOptions, sleep: float
+) -> None:
+    """A short build's start rides with its completion: one nudge; a long one gets two."""
+    repo.script("run.sh", f"sleep {sleep}")
+    request = builds.submit(make_spec(repo, repo.commit()))
+    nudges: list[tuple[str, float]] = []
+    began = time.monotonic()
+
+    def notify(nudged: JobRequest, /, delay: float = 0.0) -> None:
+        assert delay == 0.0  # a nudge is sent when it is due, never deferred
+        nudges.append((nudged.uuid, time.monotonic() - began))
+
+    report = execute_request(
+        builds.queue(), request.uuid, "worker-1", options, notify, started_delay=0.5
+    )
+
+    assert report.outcome is Delivery.COMPLETED and report.result is Result.SUCCESS
+    assert {uuid for uuid, _ in nudges} == {request.uuid}
+    if sleep:
+        assert len(nudges) == 2 and 0.5 <= nudges[0][1] < nudges[1][1]
+    else:
+        assert len(nudges) == 1  # the completion's
+    time.sleep(0.7)  # the cancelled timer stays silent
+    assert len(nudges) == (2 if sleep else 1)

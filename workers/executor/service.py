@@ -89,6 +89,7 @@ from workers.merger.cache import RepoCache
 from workers.nodekey import NodeKeyError, ensure_node_key, node_key_path
 from workers.notify import (
     STARTED_NUDGE_DELAY,
+    LaterNudge,
     Notify,
     Progress,
     no_notify,
@@ -285,18 +286,27 @@ def execute_request(
     notify: Notify = no_notify,
     *,
     progress: Progress = no_progress,
+    started_delay: float = STARTED_NUDGE_DELAY,
 ) -> ExecutionReport:
     """Claim, run and complete one build request; see the module docstring.
 
-    ``notify`` is called after each event the request emits (started,
-    completed), so the pipeline that gets them is nudged.
+    ``notify`` is called after each event the request emits, so the
+    pipeline that gets them is nudged: for the start only if the build
+    still runs ``started_delay`` seconds after the claim (a shorter build's
+    start is applied with its completion, :mod:`workers.notify`).
     """
     claimed = queue.claim(request_uuid, worker)
     if claimed is None:
         log.info("build request %s: nothing to claim (duplicate delivery or done)", request_uuid)
         return ExecutionReport(request_uuid, Delivery.DUPLICATE, worker=worker)
     with _bound(claimed):
-        return _execute_claimed(queue, claimed, worker, options, (notify, progress))
+        started = LaterNudge(notify, claimed.request, "build", started_delay)
+        try:
+            return _execute_claimed(
+                queue, claimed, worker, options, (notify, progress), started=started
+            )
+        finally:
+            started.cancel()
 
 
 def _bound(claimed: ClaimedRequest) -> AbstractContextManager[None]:
@@ -336,18 +346,20 @@ def _execute_claimed(
     worker: str,
     options: RunnerOptions,
     hooks: tuple[Notify, Progress],
+    *,
+    started: LaterNudge,
 ) -> ExecutionReport:
     request_uuid = claimed.uuid
     notify = hooks[0]
     about = request_label(claimed.request)
     log.info("build request %s: claimed by %s (%s)", request_uuid, worker, about)
-    notify_safely(notify, claimed.request, "build", delay=STARTED_NUDGE_DELAY)
     try:
         result = _run_claimed(queue, claimed, options, hooks)
         held = result.held_workspace
         if held and not _record_hold(queue, claimed.request, held):
             remove_workspace(BuildLayout.for_build(options.state_dir, claimed.uuid))
             result = replace(result, held_workspace=None)
+        started.cancel()  # the completion's nudge brings the start with it
         outcome = _complete(queue, claimed, result)
         if outcome is Delivery.COMPLETED:
             notify_safely(notify, claimed.request, "build")

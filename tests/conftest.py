@@ -1,6 +1,9 @@
 """Fixtures for every test level; each lives in a small module of tests/fixtures."""
 
+import os
+
 from cli.stack import process
+from scheduler.processing.quiet import VERIFY_QUIET
 from tests.fixtures.services import (  # noqa: F401
     redis_server,
     redis_url,
@@ -14,3 +17,8 @@ from tests.fixtures.workers import celery_workers, test_environment  # noqa: F40
 
 # A test run killed from outside must leave no server or worker running.
 process.children_die_with_parent()
+
+# A pass that a quiet mark would skip runs in full and must decide nothing
+# (scheduler.processing.quiet): every test, and every worker it starts, checks
+# the skip instead of trusting it. tests/scheduler/test_quiet_pass.py unsets it.
+os.environ.setdefault(VERIFY_QUIET, "1")

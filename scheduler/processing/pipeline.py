@@ -37,7 +37,7 @@ from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
-from scheduler.processing import testhooks
+from scheduler.processing import quiet, testhooks
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state.store import PipelineStore
@@ -101,6 +101,8 @@ class PipelinePass:
     node_requests: list[str] = field(default_factory=list)
     # node requests to delete after the commit (cancelled builds, stale answers)
     node_deletes: list[str] = field(default_factory=list)
+    # the state was at rest (scheduler.processing.quiet): the pass runs only to verify
+    skippable: bool = False
 
     def run(self) -> bool:
         """One pass in named steps; True if another pass may find something.
@@ -113,12 +115,20 @@ class PipelinePass:
 
     def _run(self) -> bool:
         store = PipelineStore(self.env.client)
-        tree, state = self.read(store)
+        events = self.read_events()
         manager, ledger = self.env.managers.open(self.env.client, self.tenant, self.pipeline)
-        self.apply(manager, state)
+        if self.quiet(events, ledger):
+            return False  # no event, and the state is as this process left it at rest
+        quiet.forget(self.env.client, self.tenant, self.pipeline)  # until this pass ends
+        tree, state = self.read(store)
+        self.apply(manager, state, events)
         txn = self.decide(manager, state, ledger)
+        if self.skippable and txn is not None:
+            raise AssertionError(f"{self.tenant}/{self.pipeline}: a pass at rest decided")
         if txn is None:
-            return False  # nothing new (a push may be pending: its result will wake us)
+            # nothing new (a push may be pending: its result will wake us)
+            self.rest(tree.root, tree.root_version, tree.root_zxid, ledger, state)
+            return False
         try:
             tree = self.commit(store, tree, state, txn)
         except OpFailedError as exc:
@@ -142,18 +152,51 @@ class PipelinePass:
         # Another pass only if it can find something: items left the queue
         # (those behind may move up), or a queue had more events than one
         # pass takes. New events raise the dirty flag, which the loop checks.
-        return bool(landed) or self.more_events
+        more = bool(landed) or self.more_events
+        if not more and not manager.intents.reports:  # (a report writes the state again)
+            self.rest(tree.root, tree.root_version, tree.root_zxid, ledger, state)
+        return more
 
     # -- the steps ---------------------------------------------------------------
+
+    def read_events(self) -> list[tuple[EventQueue, list[Event]]]:
+        """The queued events, management first (at most ``EVENTS_PER_PASS`` a queue)."""
+        found = []
+        for queue in event_queues(self.env, self.tenant, self.pipeline):
+            events = queue.read(limit=EVENTS_PER_PASS)
+            self.more_events |= len(events) >= EVENTS_PER_PASS
+            found.append((queue, events))
+        return found
+
+    def quiet(self, events: list[tuple[EventQueue, list[Event]]], ledger: TxnLedger) -> bool:
+        """No event, and the state is as a pass of this process left it at rest."""
+        if any(batch for _, batch in events):
+            return False
+        if not quiet.holds(self.env.client, self.tenant, self.pipeline, ledger.layout_fence):
+            return False
+        self.skippable = True
+        return not quiet.verifying()  # tests run it in full: it must decide nothing
+
+    def rest(
+        self, root: str, version: int, zxid: int, ledger: TxnLedger, state: PipelineState
+    ) -> None:
+        """The pass ended with nothing more to do: mark the state at rest (if it is)."""
+        mark = quiet.QuietMark(root, version, zxid, ledger.layout_fence)
+        quiet.remember(self.env.client, self.tenant, self.pipeline, mark, state)
 
     def read(self, store: PipelineStore) -> tuple[DocTree, PipelineState]:
         """The pipeline's state (the validated cache or ZooKeeper)."""
         tree = store.read(self.tenant, self.pipeline, locked=True)
         return tree, store.state(self.tenant, self.pipeline, tree)
 
-    def apply(self, manager: PipelineManager, state: PipelineState) -> None:
+    def apply(
+        self,
+        manager: PipelineManager,
+        state: PipelineState,
+        events: list[tuple[EventQueue, list[Event]]],
+    ) -> None:
         """Apply the queued events, then advance every item (the manager decides)."""
-        self._apply_events(manager, state)
+        self._apply_events(manager, state, events)
         manager.advance(state)
 
     def decide(
@@ -225,11 +268,14 @@ class PipelinePass:
 
     # -- events ---------------------------------------------------------------
 
-    def _apply_events(self, manager: PipelineManager, state: PipelineState) -> None:
-        for queue in event_queues(self.env, self.tenant, self.pipeline):
-            events = queue.read(limit=EVENTS_PER_PASS)
-            self.more_events |= len(events) >= EVENTS_PER_PASS
-            for event in events:
+    def _apply_events(
+        self,
+        manager: PipelineManager,
+        state: PipelineState,
+        events: list[tuple[EventQueue, list[Event]]],
+    ) -> None:
+        for queue, batch in events:
+            for event in batch:
                 self.consumed.append((queue, event))
                 decoded = self._decode(state, event)
                 if isinstance(decoded, PushOutcome):

@@ -7,8 +7,11 @@ request formats, the reporters) and commits in one transaction fenced by
 the layout state's version, which validates all those uses at once. So a
 pass runs inside :func:`validation_scope`, and :func:`once` answers the
 second and later asks of a key from the first. Outside a scope every ask
-computes (validates) anew. Scopes are per thread and context
-(``contextvars``), never shared between passes.
+computes (validates) anew. :func:`seed` answers a key in advance from a
+read the scope's owner made anyway (the pass reads the layout state's stat
+in the same request as its event queues, :mod:`scheduler.zk.multiread`).
+Scopes are per thread and context (``contextvars``), never shared between
+passes.
 """
 
 from __future__ import annotations
@@ -42,3 +45,15 @@ def once(key: Hashable, compute: Callable[[], T]) -> T:
         memo[key] = compute()
     value: T = memo[key]
     return value
+
+
+def seed(key: Hashable, value: object) -> None:
+    """Answer ``key`` with ``value`` for the rest of the current scope (none: ignored)."""
+    memo = _memo.get()
+    if memo is not None:
+        memo.setdefault(key, value)
+
+
+def layout_mzxid_key(tenant: str) -> tuple[str, str]:
+    """The key of a tenant's layout state mzxid (``TenantLayouts`` asks it once a scope)."""
+    return ("layout-state-mzxid", tenant)

@@ -104,8 +104,13 @@ class TenantLayouts:
         """
         return scope.once((id(self), tenant), lambda: self._validated(tenant))
 
+    def _mzxid(self, tenant: str) -> int | None:
+        """The layout state's mzxid: one ``exists``, or seeded by the pass that read it."""
+        key = scope.layout_mzxid_key(tenant)
+        return scope.once(key, lambda: cc.layout_state_mzxid(self.client, tenant))
+
     def _validated(self, tenant: str) -> TenantLayout:
-        mzxid = cc.layout_state_mzxid(self.client, tenant)
+        mzxid = self._mzxid(tenant)
         if mzxid is None:
             raise NoLayoutError(f"tenant {tenant!r} has no layout yet (not reconfigured)")
         with self._lock:
@@ -152,7 +157,7 @@ class TenantLayouts:
 
     def state(self, tenant: str) -> LayoutState | None:
         """The tenant's layout state (validated by mzxid), without building the layout."""
-        mzxid = cc.layout_state_mzxid(self.client, tenant)
+        mzxid = self._mzxid(tenant)
         if mzxid is None:
             return None
         with self._lock:

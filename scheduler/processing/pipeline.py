@@ -40,9 +40,10 @@ from scheduler.model.results import Result
 from scheduler.processing import quiet, testhooks
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.environment import Environment, NewRequest
+from scheduler.state import codec
 from scheduler.state.store import PipelineStore
 from scheduler.wire import events as wire_events
-from scheduler.zk import flags, locks, paths, stored, timings
+from scheduler.zk import flags, locks, multiread, paths, stored, timings
 from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.doctree import DocTree
 from scheduler.zk.event_queue import Event, EventQueue
@@ -84,6 +85,15 @@ def process_pipeline(env: Environment, tenant: str, pipeline: str) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class PassLook:
+    """What a pass sees first (one request): its queues' listings and its state's stat."""
+
+    queues: list[tuple[EventQueue, list[str]]]
+    # the pipeline document's stat under the lock (None: no state yet)
+    state_stat: multiread.Stat | None
+
+
 @dataclass
 class PipelinePass:
     env: Environment
@@ -115,12 +125,13 @@ class PipelinePass:
 
     def _run(self) -> bool:
         store = PipelineStore(self.env.client)
-        events = self.read_events()
+        look = self.look()
+        events = self.read_events(look)
         manager, ledger = self.env.managers.open(self.env.client, self.tenant, self.pipeline)
-        if self.quiet(events, ledger):
+        if self.quiet(events, ledger, look):
             return False  # no event, and the state is as this process left it at rest
         quiet.forget(self.env.client, self.tenant, self.pipeline)  # until this pass ends
-        tree, state = self.read(store)
+        tree, state = self.read(store, look)
         self.apply(manager, state, events)
         txn = self.decide(manager, state, ledger)
         if self.skippable and txn is not None:
@@ -159,20 +170,43 @@ class PipelinePass:
 
     # -- the steps ---------------------------------------------------------------
 
-    def read_events(self) -> list[tuple[EventQueue, list[Event]]]:
+    def look(self) -> PassLook:
+        """The queues' listings and the layout's and state's stats, in one request.
+
+        The layout state's mzxid is seeded into the pass's validation scope
+        (the manager's layout is validated with it, :mod:`scheduler.scope`).
+        """
+        queues = event_queues(self.env, self.tenant, self.pipeline)
+        layout_path = paths.layout_state(self.tenant)
+        root = codec.root_path(self.tenant, self.pipeline)
+        reads: list[multiread.Read] = [multiread.Children(q.queue_path) for q in queues]
+        reads += [multiread.Data(layout_path), multiread.Data(root)]
+        *listings, layout, state = multiread.read_many(self.env.client, reads)
+        layout_mzxid = None if layout is None else int(layout[1].mzxid)
+        scope.seed(scope.layout_mzxid_key(self.tenant), layout_mzxid)
+        return PassLook(
+            [(q, names or []) for q, names in zip(queues, listings, strict=True)],
+            None if state is None else state[1],
+        )
+
+    def read_events(self, look: PassLook) -> list[tuple[EventQueue, list[Event]]]:
         """The queued events, management first (at most ``EVENTS_PER_PASS`` a queue)."""
         found = []
-        for queue in event_queues(self.env, self.tenant, self.pipeline):
-            events = queue.read(limit=EVENTS_PER_PASS)
+        for queue, names in look.queues:
+            events = queue.read(limit=EVENTS_PER_PASS, names=names) if names else []
             self.more_events |= len(events) >= EVENTS_PER_PASS
             found.append((queue, events))
         return found
 
-    def quiet(self, events: list[tuple[EventQueue, list[Event]]], ledger: TxnLedger) -> bool:
+    def quiet(
+        self, events: list[tuple[EventQueue, list[Event]]], ledger: TxnLedger, look: PassLook
+    ) -> bool:
         """No event, and the state is as a pass of this process left it at rest."""
         if any(batch for _, batch in events):
             return False
-        if not quiet.holds(self.env.client, self.tenant, self.pipeline, ledger.layout_fence):
+        if not quiet.holds(
+            self.env.client, self.tenant, self.pipeline, ledger.layout_fence, look.state_stat
+        ):
             return False
         self.skippable = True
         return not quiet.verifying()  # tests run it in full: it must decide nothing
@@ -184,9 +218,9 @@ class PipelinePass:
         mark = quiet.QuietMark(root, version, zxid, ledger.layout_fence)
         quiet.remember(self.env.client, self.tenant, self.pipeline, mark, state)
 
-    def read(self, store: PipelineStore) -> tuple[DocTree, PipelineState]:
+    def read(self, store: PipelineStore, look: PassLook) -> tuple[DocTree, PipelineState]:
         """The pipeline's state (the validated cache or ZooKeeper)."""
-        tree = store.read(self.tenant, self.pipeline, locked=True)
+        tree = store.read(self.tenant, self.pipeline, locked=True, root_stat=look.state_stat)
         return tree, store.state(self.tenant, self.pipeline, tree)
 
     def apply(

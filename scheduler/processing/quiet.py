@@ -19,8 +19,9 @@ is empty, its manager comes from the same layout (the ledger's fence, the
 layout state's version), and the pipeline document's stat still shows the
 marked version and mzxid: any commit by any process bumps both (DESIGN.md
 invariant 1, the mark is validated against ZooKeeper before each use). It
-then costs the lock, the three queue listings, the layout's ``exists`` and
-one stat, whatever the depth.
+then costs the lock and one request (the three queue listings and the
+layout's and the document's stats, :mod:`scheduler.zk.multiread`),
+whatever the depth.
 
 Nothing is written, and the mark is process-local: a pass that raises, or
 does not end at rest, removes it first; another worker simply has none
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 from scheduler.model.item import PipelineState, PushState
 from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.multiread import Stat
 
 VERIFY_QUIET = "SLUICE_VERIFY_QUIET"
 
@@ -89,14 +91,21 @@ def forget(client: ZooKeeperClient, tenant: str, pipeline: str) -> None:
 
 
 def holds(
-    client: ZooKeeperClient, tenant: str, pipeline: str, layout_fence: tuple[str, int] | None
+    client: ZooKeeperClient,
+    tenant: str,
+    pipeline: str,
+    layout_fence: tuple[str, int] | None,
+    stat: Stat | None,
 ) -> bool:
-    """Whether the pipeline is as this process left it at rest (one stat, if marked)."""
+    """Whether the pipeline is as this process left it at rest.
+
+    ``stat`` is the pipeline document's stat as the pass read it under the
+    lock (with its queues, in one request), None if it does not exist.
+    """
     with _lock:
         mark = _marks.get((id(client), tenant, pipeline))
     if mark is None or mark.layout_fence != layout_fence:
         return False
-    stat = client.exists(mark.root)
     return stat is not None and (stat.version, stat.mzxid) == (mark.root_version, mark.root_zxid)
 
 

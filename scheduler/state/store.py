@@ -22,12 +22,14 @@ a pass touched (an item equal to its pristine copy keeps its documents).
 from __future__ import annotations
 
 import threading
+from types import EllipsisType
 
 from scheduler.model.item import PipelineState
 from scheduler.state import codec, items
 from scheduler.zk import doctree, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, Transaction
+from scheduler.zk.multiread import Stat
 from scheduler.zk.retry import SETTLE
 
 _cache_lock = threading.Lock()
@@ -41,7 +43,14 @@ class PipelineStore:
     def _key(self, tenant: str, pipeline: str) -> tuple[int, str, str]:
         return (id(self.client), tenant, pipeline)
 
-    def read(self, tenant: str, pipeline: str, *, locked: bool = False) -> doctree.DocTree:
+    def read(
+        self,
+        tenant: str,
+        pipeline: str,
+        *,
+        locked: bool = False,
+        root_stat: Stat | EllipsisType | None = ...,
+    ) -> doctree.DocTree:
         """The pipeline's documents, from the cache when ZooKeeper says it is current.
 
         With a cached tree, the root's version is asked first (a stat, no
@@ -53,13 +62,20 @@ class PipelineStore:
         before it. Every commit sets the root, so the read checks the root's
         version once more at the end and starts again if it moved. The lock
         holder (``locked``) has no concurrent writer and skips that check.
+
+        The lock holder may pass the root's stat it read under the lock
+        (``root_stat``, None if the root does not exist): the cache is then
+        validated without a request of its own.
         """
         tree = doctree.DocTree(codec.root_path(tenant, pipeline))
         for _ in SETTLE.tries():  # a retry lets the writer's pass finish
             with _cache_lock:
                 cached = _cache.get(self._key(tenant, pipeline))
             if cached is not None:
-                stat = self.client.exists(cached.root)
+                if root_stat is ... or not locked:
+                    stat = self.client.exists(cached.root)
+                else:
+                    stat, root_stat = root_stat, ...  # (a retry asks ZooKeeper)
                 if stat is None:
                     return doctree.DocTree(cached.root)  # the pipeline's state is gone
                 if (stat.version, stat.mzxid) == (cached.root_version, cached.root_zxid):

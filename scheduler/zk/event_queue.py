@@ -47,6 +47,7 @@ from scheduler.zk import paths, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import NO_NODE, LockContext, OpFailedError, Transaction
 from scheduler.zk.errors import DecodeError, NewerSchemaError, NoDataError
+from scheduler.zk.multiread import Data, read_many
 
 log = logging.getLogger(__name__)
 
@@ -123,27 +124,30 @@ class EventQueue:
         stat = self.client.exists(self.queue_path)
         return 0 if stat is None else int(stat.numChildren)
 
-    def read(self, limit: int | None = None) -> list[Event]:
-        """Events in put order (at most ``limit``); undecodable ones are acked and skipped."""
-        try:
-            names = self.client.get_children(self.queue_path)
-        except NoNodeError:
-            return []
+    def read(self, limit: int | None = None, *, names: list[str] | None = None) -> list[Event]:
+        """Events in put order (at most ``limit``); undecodable ones are acked and skipped.
+
+        ``names`` is the queue's listing when the caller has just read it
+        (a pipeline pass lists its queues in one request, :mod:`.multiread`);
+        ``None`` lists it here. The events are read 100 to a request.
+        """
+        if names is None:
+            try:
+                names = self.client.get_children(self.queue_path)
+            except NoNodeError:
+                return []
         names = sorted(n for n in names if n.startswith(EVENT_PREFIX))
         events: list[Event] = []
         blocked = False
         while names and not blocked and (limit is None or len(events) < limit):
             batch = names[: 100 if limit is None else min(100, limit - len(events))]
             names = names[len(batch) :]
-            pending = [
-                (p, self.client.kazoo.get_async(p))
-                for p in (paths.join(self.queue_path, n) for n in batch)
-            ]
-            for path, result in pending:
-                try:
-                    raw, stat = self.client.wait(result)
-                except NoNodeError:  # acked meanwhile
+            batch_paths = [paths.join(self.queue_path, n) for n in batch]
+            found = read_many(self.client, [Data(p) for p in batch_paths])
+            for path, answer in zip(batch_paths, found, strict=True):
+                if answer is None:  # acked meanwhile
                     continue
+                raw, stat = answer
                 try:
                     event = self._decode(path, raw, stat.version, stat.ctime / 1000.0)
                 except NewerSchemaError as exc:

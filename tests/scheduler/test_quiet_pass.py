@@ -55,13 +55,18 @@ def state_reads(world: World) -> list[tuple[str, str]]:
     return found
 
 
-def test_a_confirming_pass_reads_only_the_pipeline_stat(
+def test_a_confirming_pass_costs_the_lock_and_one_look(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(quiet.VERIFY_QUIET, raising=False)  # skipped, not verified
     running(world)
     world.process()  # the confirming pass after the working one: at rest
-    assert state_reads(world) == [("Exists", STATE)]
+    with world.client.counting_requests() as count:
+        world.process()
+    kinds = [kind for kind, _ in count.calls]
+    # the lock (create, list, delete), one look (queues, layout, state), the flag
+    assert sorted(kinds) == ["Create", "Delete", "Exists", "GetChildren", "MultiReadRequest"]
+    assert not any(STATE in path and "/dirty" not in path for _, path in count.calls)
     assert len(world.executor.pending()) == 1  # and nothing was decided twice
 
 
@@ -111,10 +116,11 @@ def test_a_new_layout_ends_the_rest(client: ZooKeeperClient) -> None:
     stat = client.exists(STATE)
     mark = quiet.QuietMark(STATE, stat.version, stat.mzxid, ("/layout/t", 3))
     quiet.remember(client, TENANT, PIPELINE, mark, PipelineState(TENANT, PIPELINE))
-    assert quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 3))
-    assert not quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 4))
+    assert quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 3), client.exists(STATE))
+    assert not quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 4), client.exists(STATE))
     client.set(STATE, b"")  # any write to the pipeline document
-    assert not quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 3))
+    assert not quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 3), client.exists(STATE))
+    assert not quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 3), None)
 
 
 def _state(**changes: Any) -> PipelineState:

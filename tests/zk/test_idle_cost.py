@@ -2,8 +2,9 @@
 
 :func:`~scheduler.views.idle.pending_work` used to read every request a
 queue kept (completed ones stay a day) and every pipeline's whole state: its
-cost grew with the history. Now a request queue is three stats
-(``active_count``) and a pipeline its queues' stats, two flags and its
+cost grew with the history, then with the tenants and pipelines. Now it is
+three ``multiRead`` requests whatever their number: a request queue is three
+stats in one of them, a pipeline its queues' stats, two flags and its
 document. Counted with the client's own request counter.
 """
 
@@ -56,7 +57,7 @@ def test_waiting_for_idle_costs_the_same_after_a_long_history(zk: ZooKeeperClien
     finished(executor, 40)
     with zk.counting_requests() as long:
         assert pending_work(zk) == []
-    assert long.total == short.total <= 25, long.by_type()  # 21: one tenant, one pipeline
+    assert long.total == short.total == 3, long.by_type()  # three multiRead requests
     pending = executor.submit(new_request(), {})
     assert pending_work(zk) == ["1 executor request(s) not completed"]
     executor.remove(pending.uuid)
@@ -85,3 +86,27 @@ def test_the_sweeps_and_metrics_read_only_requests_in_flight(zk: ZooKeeperClient
     assert len(completed) == 32
     assert sorted(queue.cleanup(max_age=0)) == sorted(completed)
     assert queue.state_counts() == {"REQUESTED": 1}
+
+
+def test_waiting_for_idle_costs_three_requests_for_many_tenants_and_pipelines(
+    zk: ZooKeeperClient,
+) -> None:
+    for tenant in ("t1", "t2", "t3"):
+        for pipeline in ("check", "gate"):
+            zk.ensure_path(paths.pipeline_result_queue(tenant, pipeline))
+    assert pending_work(zk) == []
+    EventQueue(zk, paths.pipeline_result_queue("t2", "gate")).put({"type": "x"})
+    zk.ensure_path(paths.pipeline_dirty("t3", "check"))
+    EventQueue(zk, paths.tenant_reconfigure_queue("t1")).put({"type": "x"})
+    EventQueue(zk, paths.tenant_trigger_queue("t3")).put({"type": "x"})
+    JobRequestQueue(zk, paths.executor_queue("east")).submit(new_request(), {})
+    with zk.counting_requests() as count:
+        found = pending_work(zk)
+    assert count.total == 3, count.by_type()
+    assert found == [
+        "events of tenant t3",
+        "reconfiguration of tenant t1",
+        "pipeline t2/gate to process",
+        "pipeline t3/check to process",
+        "1 executor zone east request(s) not completed",
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.settings import load_settings
+from workers.executor import sandbox
 from workers.executor.sandbox import bwrap_prefix
 from workers.executor.service import secret_files
 from workers.executor.workspace import BuildLayout, create_folders
@@ -75,3 +77,33 @@ def test_passwords_and_keys_the_settings_name_are_hidden_from_jobs(tmp_path: Pat
     wanted = {"sluice.yaml", "keystore.password", "ca.pem", "client.pem", "client.key"}
     wanted |= {"broker.password", "flower.users"}
     assert {tmp_path / name for name in wanted} <= hidden
+
+
+def test_an_installation_under_tmp_stays_readable_and_its_state_dir_hidden(
+    monkeypatch: pytest.MonkeyPatch, secret: Path
+) -> None:
+    """A CI checkout in /tmp: the job's own /tmp is empty, but ansible-playbook runs from it."""
+    checkout = Path(tempfile.mkdtemp(prefix="sluice-checkout-", dir="/tmp"))
+    try:
+        (checkout / "venv" / "bin").mkdir(parents=True)
+        tool = checkout / "venv" / "bin" / "tool"
+        tool.write_text("#!/bin/sh\necho tool ran\n")
+        tool.chmod(0o755)
+        state = checkout / ".state"
+        layout = BuildLayout.for_build(state, "b1")
+        create_folders(layout)
+        (state / "sluice.sqlite").write_text("history\n")
+        monkeypatch.setattr(sandbox, "installation", lambda: [checkout / "venv", checkout])
+        prefix = bwrap_prefix(layout, state, hidden=[secret])
+        assert run(prefix, str(tool)).stdout == "tool ran\n"
+        assert run(prefix, "/bin/cat", str(state / "sluice.sqlite")).returncode != 0
+        assert run(prefix, "/bin/sh", "-c", f"echo x > {checkout}/new").returncode != 0
+        assert run(prefix, "/bin/ls", "/tmp").stdout.split() == [checkout.name]
+    finally:
+        shutil.rmtree(checkout)
+
+
+def test_the_installation_is_the_running_virtualenv_and_source() -> None:
+    venv, source = sandbox.installation()
+    assert (venv / "bin" / "ansible-playbook").exists()
+    assert (source / "workers" / "executor" / "sandbox.py").exists()

@@ -10,6 +10,9 @@ checkouts borrow its objects. The worker's secrets are hidden too:
 TLS, JWT public keys) read as empty. The job gets its own PID, IPC and UTS
 namespaces and dies with the runner.
 
+The virtualenv and the source Sluice runs from stay readable even under
+``/tmp`` (:func:`installation`): playbook steps run ansible-playbook from them.
+
 The reaper (``reaper.py``) starts ``bwrap ... -- EXECUTABLE``, so timeouts,
 cancels and the clean-up of a step's tree work as without a sandbox.
 """
@@ -17,6 +20,7 @@ cancels and the clean-up of a step's tree work as without a sandbox.
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -33,6 +37,17 @@ def bwrap_path() -> str:
             "executor.sandbox is bwrap but bubblewrap is not installed (Debian: bubblewrap)"
         )
     return found
+
+
+def installation() -> list[Path]:
+    """Where Sluice runs from: its virtualenv and its source (an editable install).
+
+    A playbook step runs ``ansible-playbook`` from the virtualenv inside the
+    sandbox, with plugins that import Sluice; both stay readable even when
+    they live under ``/tmp`` (a CI checkout), which the job sees empty. A
+    state dir or secret inside them is still hidden (bound later).
+    """
+    return [Path(sys.prefix), Path(__file__).resolve().parents[2]]
 
 
 def bwrap_prefix(
@@ -60,6 +75,9 @@ def bwrap_prefix(
         "--proc", "/proc",
         "--tmpfs", "/tmp",
     ]  # fmt: skip
+    for path in installation():
+        if path.is_relative_to("/tmp"):  # hidden by the job's own /tmp: shown again
+            argv += ["--ro-bind", str(path), str(path)]
     for path in writable:
         if path.is_dir():
             argv += ["--bind", str(path), str(path)]

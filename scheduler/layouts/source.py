@@ -52,7 +52,12 @@ from scheduler.manager.retiring import NoLayout, RetiringManager
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.item import QueueItem
-from scheduler.model.nodeset import NodeNames, nodeset_groups, nodeset_nodes
+from scheduler.model.nodeset import (
+    NodeNames,
+    nodeset_alternatives,
+    nodeset_groups,
+    nodeset_nodes,
+)
 from scheduler.wire.merger import split_config_files_key
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
@@ -199,11 +204,14 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
     """
     named = {name: nodeset.spec for name, nodeset in layout.nodesets.items()}
 
-    def nodes_for(job: JobInfo) -> NodeNames:
-        return nodeset_nodes(job.spec.get("nodeset"), named) if nodes else ()
+    def nodes_for(job: JobInfo, choice: int) -> NodeNames:
+        return nodeset_nodes(job.spec.get("nodeset"), named, choice) if nodes else ()
 
-    def groups_for(job: JobInfo) -> dict[str, tuple[str, ...]]:
-        return nodeset_groups(job.spec.get("nodeset"), named) if nodes else {}
+    def node_choices(job: JobInfo) -> int:
+        return len(nodeset_alternatives(job.spec.get("nodeset"), named)) if nodes else 1
+
+    def groups_for(job: JobInfo, choice: int) -> dict[str, tuple[str, ...]]:
+        return nodeset_groups(job.spec.get("nodeset"), named, choice) if nodes else {}
 
     def queue_for(project: str, branch: str) -> tuple[str, bool] | None:
         return layout.queue_for(project, branch, config.name)
@@ -222,6 +230,7 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
         merge_on_success=merges_on_success(config),
         allows_cycles=allows_cycles,
         nodes_for=nodes_for,
+        node_choices=node_choices,
         groups_for=groups_for,
         node_priority=NODE_PRIORITIES.get(config.precedence, 200),
     )

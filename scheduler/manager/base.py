@@ -93,10 +93,13 @@ class PipelineSettings:
     # whether the queue of (project, branch) allows circular dependencies
     allows_cycles: Callable[[str, str], bool] = lambda project, branch: False
     # the (name, label) nodes a job's nodeset asks of a launcher; empty: the
-    # build request is submitted at once (always so without node providers)
-    nodes_for: Callable[[JobInfo], NodeNames] = lambda job: ()
+    # build request is submitted at once (always so without node providers);
+    # the int picks one of the nodeset's alternatives (scheduler.model.nodeset)
+    nodes_for: Callable[[JobInfo, int], NodeNames] = lambda job, choice: ()
+    # how many alternatives the job's nodeset has (1: none)
+    node_choices: Callable[[JobInfo], int] = lambda job: 1
     # node name -> the nodeset groups it is in (the inventory's groups)
-    groups_for: Callable[[JobInfo], Mapping[str, tuple[str, ...]]] = lambda job: {}
+    groups_for: Callable[[JobInfo, int], Mapping[str, tuple[str, ...]]] = lambda job, choice: {}
     # the priority of its node requests (Zuul's precedence: high 100, normal 200, low 300)
     node_priority: int = 200
 
@@ -455,14 +458,18 @@ class PipelineManager:
         if not build.waiting_for_nodes:
             return  # duplicate
         if not event.fulfilled:
+            if self._next_alternative(item, job, build, event.request):
+                return
             build.state = BuildState.COMPLETED
             build.result = Result.NODE_FAILURE
             build.message = event.reason or "NODE_FAILURE"
+            if build.node_choice:
+                build.message += f" (the last of {build.node_choice + 1} alternatives)"
             build.start_time = build.end_time = self.clock()
             self._release_semaphores(item, job)
             return
-        names = [name for name, _ in self.settings.nodes_for(job.info)]
-        groups = self.settings.groups_for(job.info)
+        names = [name for name, _ in self.settings.nodes_for(job.info, build.node_choice)]
+        groups = self.settings.groups_for(job.info, build.node_choice)
         build.nodes = []
         for n, node in enumerate(event.nodes):
             name = names[n] if n < len(names) else str(node.get("label", ""))
@@ -474,6 +481,21 @@ class PipelineManager:
         self.intents.builds.append(
             BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data)
         )
+
+    def _next_alternative(self, item: QueueItem, job: JobState, build: Build, failed: str) -> bool:
+        """Ask for the nodeset's next alternative after ``failed``; False if none is left."""
+        choice = build.node_choice + 1
+        while choice < self.settings.node_choices(job.info):
+            wanted = self.settings.nodes_for(job.info, choice)
+            if wanted:
+                build.node_choice = choice
+                self.intents.node_deletes.append(failed)
+                self.intents.node_requests.append(
+                    NodeIntent(item.uuid, item.buildset.uuid, build, job.name, wanted)
+                )
+                return True
+            choice += 1  # an alternative without labelled nodes asks for nothing
+        return False
 
     def _rerun_dependents(self, item: QueueItem, job: JobState) -> None:
         """A paused job is retried (its build was lost): so is every job that depends on it.
@@ -583,7 +605,7 @@ class PipelineManager:
             build.result = Result.SUCCESS
             build.start_time = build.end_time = self.clock()
             return
-        wanted = self.settings.nodes_for(job.info)
+        wanted = self.settings.nodes_for(job.info, 0)
         if wanted:
             # nodes first: the build request follows the node request's fulfilment
             self.intents.node_requests.append(

@@ -106,6 +106,8 @@ class Build:
     # the node request of a job with a nodeset ("" = none); while it is not
     # answered the build waits for nodes (REQUESTED, no executor request yet)
     node_request: str = ""
+    # which of the nodeset's alternatives that request asks for (0: the first)
+    node_choice: int = 0
     # its nodes once fulfilled: [{name, id, label, host, connection}]
     nodes: list[dict[str, Any]] = field(default_factory=list)
 
@@ -144,6 +146,7 @@ class Build:
             "worker": self.worker,
             "resume_requested": self.resume_requested,
             **({"node_request": self.node_request} if self.node_request else {}),
+            **({"node_choice": self.node_choice} if self.node_choice else {}),
             **({"nodes": self.nodes} if self.nodes else {}),
         }
 
@@ -164,6 +167,7 @@ class Build:
             worker=str(data.get("worker", "")),
             resume_requested=bool(data.get("resume_requested", False)),
             node_request=str(data.get("node_request", "")),
+            node_choice=int(data.get("node_choice", 0)),
             nodes=[dict(n) for n in data.get("nodes") or ()],
         )
 

@@ -4,7 +4,8 @@ With ``nodes:`` naming providers, a job whose nodeset names labelled nodes
 gets them from a node request before its build request: the scheduler,
 merger, executor and launcher are real ``celery worker`` processes. The
 job sees its nodes (``SLUICE_NODES``, ``nodes.json``); a label no provider
-serves ends the job ``NODE_FAILURE`` with the launcher's reason; two items
+serves ends the job ``NODE_FAILURE`` with the launcher's reason, unless the
+nodeset has ``alternatives`` (the next one is asked for); two items
 competing for one slot run one after the other; the nodes are returned
 ``used`` and deleted by the launcher.
 """
@@ -64,6 +65,20 @@ def _app(jobs: str) -> dict[str, str]:
             - job:
                 name: no-nodes
                 run: ci/plain.sh
+            - nodeset:
+                name: gpu-box
+                nodes:
+                  - name: n1
+                    label: gpu
+            - job:
+                name: gpu-or-ubuntu
+                run: ci/nodes.sh
+                nodeset:
+                  alternatives:
+                    - gpu-box
+                    - nodes:
+                        - name: n1
+                          label: ubuntu
             - project:
                 check:
                   jobs: {jobs}
@@ -131,3 +146,15 @@ def test_two_items_share_one_node_slot_one_after_the_other(
     assert builds[0]["end_time"] <= builds[1]["start_time"], "quota 1: never both at once"
     assert [b["result"] for b in system.buildsets()] == ["SUCCESS", "SUCCESS"]
     _nodes_returned(client)
+
+
+def test_a_nodeset_alternative_nobody_serves_gives_way_to_the_next(
+    system: SluiceSystem, client: ZooKeeperClient
+) -> None:
+    _start(system, "[gpu-or-ubuntu]", refs=1)
+    system.enqueue("feature0")
+    system.sluice("wait", "--idle", "--timeout", "120")
+    (build,) = system.builds()
+    assert build["result"] == "SUCCESS", build  # on h1 as n1 (ci/nodes.sh checks)
+    assert [b["result"] for b in system.buildsets()] == ["SUCCESS"]
+    _nodes_returned(client)  # the failed first request deleted too

@@ -21,7 +21,12 @@ from scheduler.manager.independent import IndependentManager
 from scheduler.model.build import Build, BuildState, JobInfo, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
-from scheduler.model.nodeset import NodeNames, nodeset_groups, nodeset_nodes
+from scheduler.model.nodeset import (
+    NodeNames,
+    nodeset_alternatives,
+    nodeset_groups,
+    nodeset_nodes,
+)
 from scheduler.model.results import Result
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
@@ -38,8 +43,8 @@ UBUNTU = {
 JOBS = (JobInfo("on-nodes", spec={"nodeset": UBUNTU}), JobInfo("plain"))
 
 
-def _nodes_for(job: JobInfo) -> NodeNames:
-    return nodeset_nodes(job.spec.get("nodeset"))
+def _nodes_for(job: JobInfo, choice: int) -> NodeNames:
+    return nodeset_nodes(job.spec.get("nodeset"), None, choice)
 
 
 class Jobs:
@@ -64,7 +69,8 @@ def _settings(nodes: bool = True) -> PipelineSettings:
     return PipelineSettings(
         "check",
         nodes_for=_nodes_for,
-        groups_for=lambda job: nodeset_groups(job.spec.get("nodeset")),
+        node_choices=lambda job: len(nodeset_alternatives(job.spec.get("nodeset"))),
+        groups_for=lambda job, choice: nodeset_groups(job.spec.get("nodeset"), None, choice),
     )
 
 
@@ -178,6 +184,70 @@ def test_a_failed_request_is_a_node_failure_of_the_job() -> None:
     )
     assert item.result is Result.FAILURE and item.message == "failed: on-nodes"
     assert intents.reports == [item.uuid]
+
+
+BIG = {"nodes": [{"name": "big", "label": "large"}]}
+SMALL = {"nodes": [{"name": "small", "label": "tiny"}], "groups": [{"name": "g", "nodes": "small"}]}
+CHOICES = {"alternatives": [BIG, {"nodes": []}, SMALL]}
+
+
+def test_alternatives_forms() -> None:
+    named = {"big": BIG, "either": {"alternatives": ["big", SMALL]}}
+    assert nodeset_alternatives("either", named) == [BIG, SMALL]
+    assert nodeset_alternatives({"alternatives": ["either", "big"]}, named) == [BIG, SMALL, BIG]
+    assert nodeset_alternatives(BIG) == [BIG] and nodeset_alternatives(None) == [{}]
+    assert nodeset_nodes("either", named, 1) == (("small", "tiny"),)
+    assert nodeset_groups("either", named, 1) == {"small": ("g",)}
+    assert nodeset_nodes("either", named, 5) == ()
+    looping = {"loop": {"alternatives": ["loop"]}}
+    assert nodeset_alternatives("loop", looping) == []  # a loop asks for nothing
+
+
+def _with_alternatives() -> tuple[Harness, QueueItem]:
+    h = Harness()
+    h.manager.layouts = Jobs([JobInfo("on-nodes", spec={"nodeset": CHOICES})])
+    h.run(ev.Enqueue(Change("local", "app", "main", "feature", "c1")))
+    item = next(iter(h.state.items.values()))
+    merged = ev.MergeOutcome(ok=True, repo_state={"app": {"main": "abc"}})
+    assert item.buildset.merge_request is not None
+    (wanted,) = h.run(
+        ev.MergeCompleted(item.uuid, item.buildset.uuid, item.buildset.merge_request, merged)
+    ).node_requests
+    assert wanted.nodes == (("big", "large"),)
+    wanted.build.node_request = "200-0000000001"
+    return h, item
+
+
+def test_a_failed_alternative_asks_for_the_next_one() -> None:
+    h, item = _with_alternatives()
+    failed = ev.NodesAnswered("200-0000000001", item.uuid, item.buildset.uuid, "on-nodes", False)
+    intents = h.run(failed)
+    (wanted,) = intents.node_requests  # the empty alternative is skipped
+    assert wanted.nodes == (("small", "tiny"),) and wanted.build is _build(item)
+    assert intents.node_deletes == ["200-0000000001"]
+    build = _build(item)
+    assert build.node_choice == 2 and build.result is None
+    assert Build.from_dict(build.to_dict()).node_choice == 2  # kept in the state
+    build.node_request = "200-0000000002"
+    node = {"id": "0000000007", "label": "tiny", "host": "h", "connection": {"host": "h"}}
+    answered = ev.NodesAnswered(
+        "200-0000000002", item.uuid, item.buildset.uuid, "on-nodes", True, nodes=(node,)
+    )
+    (started,) = h.run(answered).builds
+    assert [(n["name"], n["groups"]) for n in started.build.nodes] == [("small", ["g"])]
+
+
+def test_the_last_alternative_failing_is_a_node_failure() -> None:
+    h, item = _with_alternatives()
+    h.run(ev.NodesAnswered("200-0000000001", item.uuid, item.buildset.uuid, "on-nodes", False))
+    _build(item).node_request = "200-0000000002"
+    why = "NODE_FAILURE: no provider serves label(s) tiny"
+    last = ev.NodesAnswered("200-0000000002", item.uuid, item.buildset.uuid, "on-nodes", False, why)
+    intents = h.run(last)
+    assert intents.node_requests == []
+    build = _build(item)
+    assert build.result is Result.NODE_FAILURE
+    assert build.message == f"{why} (the last of 3 alternatives)"
 
 
 def test_a_dequeued_item_deletes_its_outstanding_node_request() -> None:

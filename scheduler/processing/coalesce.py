@@ -3,9 +3,10 @@
 Many nudges for one pipeline may arrive at once (every event sends one).
 :func:`run_exclusive` lets exactly one of them work:
 
-1. the nudge tries the lock without waiting; with it, it works at once
-   (the flag is not touched: the uncontended case costs the lock and one
-   look at the flag);
+1. the nudge tries the lock without waiting (:func:`~scheduler.zk.locks.try_exclusive`:
+   one create, no listing); with it, it works at once (the flag is not
+   touched: the uncontended case costs the lock's create and delete and
+   one look at the flag);
 2. without it, it raises the thing's *dirty* flag (an empty znode) and
    tries the lock once more (the holder may have released it meanwhile,
    looking at the flag before it was raised); if it is still held, it
@@ -50,11 +51,11 @@ def run_exclusive(
     max_passes: int = 100,
 ) -> bool:
     """Run ``work`` under ``lock_path`` until quiet; False if another worker had it."""
-    held = locks.acquire(client, lock_path, identifier=identifier, blocking=False)
+    held = locks.try_exclusive(client, lock_path, identifier)
     lower = False
     if held is None:
         raise_flag(client, flag)
-        held = locks.acquire(client, lock_path, identifier=identifier, blocking=False)
+        held = locks.try_exclusive(client, lock_path, identifier)
         if held is None:
             return False  # the holder sees the flag after its release
         lower = True
@@ -73,7 +74,7 @@ def run_exclusive(
         if not is_raised(client, flag):
             return True
         # A nudge came while we held the lock: its events may be unseen.
-        held = locks.acquire(client, lock_path, identifier=identifier, blocking=False)
+        held = locks.try_exclusive(client, lock_path, identifier)
         if held is None:
             log.debug("%s raised during release; the new holder sees it", flag)
             return True

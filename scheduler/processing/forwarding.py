@@ -74,7 +74,7 @@ def _drain(
     many tenants hold puts one copy into each tenant's queue).
     """
     touched: set[str] = set()
-    held = locks.acquire(client, lock_path, blocking=False)
+    held = locks.try_exclusive(client, lock_path)
     if held is None:
         return touched  # another worker drains it; it re-checks after releasing
     with held:

@@ -46,6 +46,7 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     AuthFailedError,
+    BadVersionError,
     ConnectionLoss,
     KazooException,
     NoAuthError,
@@ -161,6 +162,9 @@ class ZooKeeperClient:
         self._watchdog: threading.Thread | None = None
         # Ephemeral nodes a failed call may have left behind: (parent, name prefix).
         self._leftovers: set[tuple[str, str]] = set()
+        # ... and fixed-path nodes, deleted only while they hold our data: path -> data
+        self._owned_leftovers: dict[str, bytes] = {}
+        self._leftovers_lock = threading.Lock()
         self._counts: list[RequestCount] = []
         self._trace: RequestTrace | None = None
         kazoo.add_listener(self._on_state)
@@ -249,7 +253,35 @@ class ZooKeeperClient:
         """
         self._leftovers.add((parent, prefix))
 
+    def discard_later_if(self, path: str, data: bytes) -> None:
+        """Delete ``path`` once ZooKeeper answers again, if it still holds ``data``.
+
+        For a node at a fixed path (a try-lock's holder) whose create or
+        delete got no answer: another process may hold that path by then,
+        and its node holds other data.
+        """
+        with self._leftovers_lock:
+            self._owned_leftovers[path] = data
+
+    def _discard_owned(self) -> None:
+        with self._leftovers_lock:
+            pending = dict(self._owned_leftovers)
+        for path, data in pending.items():
+            try:
+                found, stat = self.get(path)
+                if found == data:
+                    self.delete(path, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                pass
+            except Exception as exc:  # still unreachable: try again next round
+                log.info("leftover %s not removed yet: %s", path, exc)
+                continue
+            with self._leftovers_lock:
+                if self._owned_leftovers.get(path) == data:
+                    del self._owned_leftovers[path]
+
     def _discard_leftovers(self) -> None:
+        self._discard_owned()
         for parent, prefix in list(self._leftovers):
             try:
                 names = self.get_children(parent)
@@ -269,7 +301,7 @@ class ZooKeeperClient:
         while not self._stopping.wait(interval):
             if self._ping_pending or self.state != ConnectionState.CONNECTED:
                 continue
-            if self._leftovers and self.responsive():
+            if (self._leftovers or self._owned_leftovers) and self.responsive():
                 self._discard_leftovers()
             self._ping_pending = True
             try:

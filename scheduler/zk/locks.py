@@ -17,6 +17,9 @@ Guarantees:
   everyone while our session lives; it is handed to the client's watchdog
   (:meth:`~scheduler.zk.client.ZooKeeperClient.discard_later`), which
   deletes it as soon as ZooKeeper answers again.
+* :func:`try_exclusive` is the lock of callers that never wait (a
+  pipeline's, a tenant's event hop): one ephemeral create of
+  ``<path>/holder``, no listing.
 * :func:`claim` is the cheap side-channel lock of the job request queues
   and the seed's ``locks/<uuid>``: one ephemeral create of a fixed path that
   fails if it exists. It costs one round trip and, living apart from the
@@ -34,6 +37,7 @@ is a harmless no-op.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import re
@@ -77,10 +81,15 @@ _BLOCKED_BY = {
 class HeldLock:
     """A lock this process holds; use :attr:`context` for every write it guards."""
 
-    def __init__(self, client: ZooKeeperClient, path: str, node: str) -> None:
+    def __init__(
+        self, client: ZooKeeperClient, path: str, node: str, token: bytes | None = None
+    ) -> None:
         self.client = client
         self.path = path
         self.node = node
+        # a try-lock's node is at a fixed path: its data (unique to the attempt)
+        # tells our node from a later holder's when a delete must be retried
+        self.token = token
         self.context = LockContext(client, node)
 
     @property
@@ -98,7 +107,10 @@ class HeldLock:
             pass
         except ZooKeeperError as exc:
             log.warning("releasing %s: %s; the watchdog will retry", self.node, exc)
-            self.client.discard_later(self.path, paths.basename(self.node))
+            if self.token is not None:
+                self.client.discard_later_if(self.node, self.token)
+            else:
+                self.client.discard_later(self.path, paths.basename(self.node))
 
     def __enter__(self) -> HeldLock:
         return self
@@ -209,11 +221,48 @@ def _wait_turn(
         gone.wait(min(left, max(0.2, client.session_timeout / 3)))
 
 
+# The node of a try-lock (:func:`try_exclusive`), at a fixed path under the lock's.
+HOLDER = "holder"
+
+
+def try_exclusive(client: ZooKeeperClient, path: str, identifier: str = "") -> HeldLock | None:
+    """Take the exclusive lock at ``path`` if nobody holds it, in one request; never waits.
+
+    For locks that callers only ever try (a pipeline's, a tenant's event
+    hop): one ephemeral node at the fixed path ``<path>/holder``, so taking
+    it needs no listing of contenders (kazoo's recipe needs one). Never mix
+    it with :func:`acquire` on the same path.
+
+    The node's data is a token unique to the attempt, followed by
+    ``identifier``: a create or delete whose answer was lost is undone by
+    the watchdog only while the node still holds that token, never a later
+    holder's. As with :func:`claim`, the fence (a ``check`` of the node)
+    proves that *a* holder exists, not that it is us: what it guards must
+    also be written compare-and-set (a pipeline's document at its version,
+    events deleted by a transaction that fails if another took them).
+    """
+    node = paths.join(path, HOLDER)
+    token = f"{uuid.uuid4().hex} {identifier}".encode()
+    try:
+        client.create(node, token, ephemeral=True, makepath=True)
+    except NodeExistsError:
+        return None
+    except ZooKeeperUnavailableError:
+        client.discard_later_if(node, token)  # it may exist: the answer was lost
+        raise
+    return HeldLock(client, path, node, token)
+
+
 def contenders(client: ZooKeeperClient, path: str) -> list[str]:
     """Identifiers of the processes holding or waiting for the lock at ``path``, in order."""
     try:
         children = client.get_children(path)
     except NoNodeError:
+        return []
+    if HOLDER in children:  # a try-lock: one holder, nobody waits
+        with contextlib.suppress(NoNodeError):
+            data = client.get(paths.join(path, HOLDER))[0]
+            return [data.decode(errors="replace").partition(" ")[2]]
         return []
     ordered = sorted(
         (int(m.group(2)), c) for c in children if (m := _SEQUENCE.search(c)) is not None

@@ -71,7 +71,7 @@ def sample_state() -> PipelineState:
 
 
 def lock(client: ZooKeeperClient, state: PipelineState) -> locks.HeldLock:
-    held = locks.acquire(client, paths.pipeline_lock(state.tenant, state.pipeline))
+    held = locks.try_exclusive(client, paths.pipeline_lock(state.tenant, state.pipeline))
     assert held is not None
     return held
 

@@ -19,7 +19,7 @@ def test_only_holders_without_a_buildset_are_released(zookeeper: ZooKeeperTarget
     try:
         state: PipelineState = sample_state()  # buildsets bs0 and bs1
         store = PipelineStore(client)
-        held = locks.acquire(client, paths.pipeline_lock(state.tenant, state.pipeline))
+        held = locks.try_exclusive(client, paths.pipeline_lock(state.tenant, state.pipeline))
         assert held is not None
         with held:
             store.write(held.context, store.read(state.tenant, state.pipeline), state)

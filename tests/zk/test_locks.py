@@ -168,3 +168,42 @@ def test_watchdog_removes_leftover_contenders(make_client: Callable[..., ZooKeep
     client.create("/locks/z/other__lock__0000000008", b"", ephemeral=True)
     client.discard_later("/locks/z", "abc")
     wait_until(lambda: client.get_children("/locks/z") == ["other__lock__0000000008"], timeout=5)
+
+
+def test_a_try_lock_is_one_create_and_excludes(make_client: Callable[..., ZooKeeperClient]) -> None:
+    zk, other = make_client(), make_client()
+    with zk.counting_requests() as count:
+        held = locks.try_exclusive(zk, "/locks/pipeline/t/q", "worker-1")
+    assert held is not None and count.total == 1, count.calls
+    assert locks.try_exclusive(other, "/locks/pipeline/t/q", "worker-2") is None
+    assert locks.contenders(other, "/locks/pipeline/t/q") == ["worker-1"]
+    txn = held.context.transaction()
+    txn.create("/fenced", b"")
+    txn.commit()  # the holder writes, fenced by its node
+    held.release()
+    again = locks.try_exclusive(other, "/locks/pipeline/t/q", "worker-2")
+    assert again is not None
+    late = held.context  # released: the old holder may not write
+    with pytest.raises(LockLostError):
+        late.transaction()
+    zk.stop()
+    zk.close()  # a holder's session ends: its node goes with it
+    assert locks.contenders(other, "/locks/pipeline/t/q") == ["worker-2"]
+    again.release()
+    assert locks.contenders(other, "/locks/pipeline/t/q") == []
+
+
+def test_a_lost_answer_is_undone_only_while_the_node_is_ours(
+    make_client: Callable[..., ZooKeeperClient],
+) -> None:
+    zk, other = make_client(), make_client()
+    node = "/locks/pipeline/t/r/holder"
+    zk.create(node, b"token-1 worker-1", ephemeral=True, makepath=True)
+    zk.discard_later_if(node, b"token-1 worker-1")  # as after a create without answer
+    wait_until(lambda: zk.exists(node) is None, timeout=10, what="our node undone")
+    held = locks.try_exclusive(other, "/locks/pipeline/t/r", "worker-2")
+    assert held is not None
+    zk.discard_later_if(node, b"token-1 worker-1")  # too late: another holds the path
+    zk._discard_leftovers()
+    assert locks.contenders(zk, "/locks/pipeline/t/r") == ["worker-2"]
+    held.release()

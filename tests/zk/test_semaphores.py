@@ -59,7 +59,7 @@ def test_cleanup_releases_leaked_holders(zk: ZooKeeperClient) -> None:
 
 
 def test_fenced_semaphore_update(zk: ZooKeeperClient) -> None:
-    held = locks.acquire(zk, paths.pipeline_lock("t", "gate"))
+    held = locks.try_exclusive(zk, paths.pipeline_lock("t", "gate"))
     assert held is not None
     sem = SemaphoreNode(zk, paths.semaphore("t", "s"))
     assert sem.acquire("bs1", max_holders=1, context=held.context)

@@ -151,7 +151,7 @@ def test_client_with_the_ca_and_a_certificate_reads_and_writes(
     queue = EventQueue(client, paths.pipeline_trigger_queue("t", "check"))
     queue.put({"type": "x"})
     assert [e.payload for e in queue.read()] == [{"type": "x"}]
-    held = locks.acquire(client, paths.pipeline_lock("t", "check"), timeout=CALL_TIMEOUT)
+    held = locks.try_exclusive(client, paths.pipeline_lock("t", "check"))
     assert held is not None
     held.release()
 
@@ -269,13 +269,22 @@ def protected(tls: Tls, clients: Callable[[ZooKeeperSettings], ZooKeeperClient])
     jobs.submit(JobRequest(uuid="r1"), {"secret": "params"}, wait=True)  # + ephemeral waiter
     jobs.submit(JobRequest(uuid="r2"), {"x": 1})
     assert jobs.claim("r2", "worker-1") is not None  # ephemeral lock made in a transaction
-    held = locks.acquire(owner, paths.pipeline_lock("t", "gate"), timeout=CALL_TIMEOUT)
+    held = locks.try_exclusive(owner, paths.pipeline_lock("t", "gate"))
     assert held is not None  # kept: an ephemeral lock node
+    waited = locks.acquire(owner, paths.tenant_lock("t"), timeout=CALL_TIMEOUT)
+    assert waited is not None  # kept: a sequence lock node
     SemaphoreNode(owner, paths.semaphore("t", "db")).acquire("buildset-1", 2)
     components.register(owner, "executor", version="test")
     nodes = _walk(owner)
     names = "\n".join(nodes)
-    for expected in ("/data/", "__lock__", "/waiters/r1", "/locks/r2", "/components/executor/"):
+    for expected in (
+        "/data/",
+        "__lock__",
+        "/holder",
+        "/waiters/r1",
+        "/locks/r2",
+        "/components/executor/",
+    ):
         assert expected in names, f"no {expected!r} node among:\n{names}"
     return Protected(owner, nodes)
 

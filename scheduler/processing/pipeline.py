@@ -171,22 +171,25 @@ class PipelinePass:
     # -- the steps ---------------------------------------------------------------
 
     def look(self) -> PassLook:
-        """The queues' listings and the layout's and state's stats, in one request.
+        """The queues' listings and the layout state's stat in one request, the state's stat.
 
+        The pipeline document's stat is asked with ``exists`` (sent first, so
+        both are in flight at once), not read in the ``multiRead``: reading
+        it would fetch the document, whose item list grows with the depth.
         The layout state's mzxid is seeded into the pass's validation scope
         (the manager's layout is validated with it, :mod:`scheduler.scope`).
         """
+        client = self.env.client
+        state = client.kazoo.exists_async(codec.root_path(self.tenant, self.pipeline))
         queues = event_queues(self.env, self.tenant, self.pipeline)
-        layout_path = paths.layout_state(self.tenant)
-        root = codec.root_path(self.tenant, self.pipeline)
         reads: list[multiread.Read] = [multiread.Children(q.queue_path) for q in queues]
-        reads += [multiread.Data(layout_path), multiread.Data(root)]
-        *listings, layout, state = multiread.read_many(self.env.client, reads)
+        reads.append(multiread.Data(paths.layout_state(self.tenant)))
+        *listings, layout = multiread.read_many(client, reads)
         layout_mzxid = None if layout is None else int(layout[1].mzxid)
         scope.seed(scope.layout_mzxid_key(self.tenant), layout_mzxid)
         return PassLook(
             [(q, names or []) for q, names in zip(queues, listings, strict=True)],
-            None if state is None else state[1],
+            client.wait(state),
         )
 
     def read_events(self, look: PassLook) -> list[tuple[EventQueue, list[Event]]]:

@@ -19,8 +19,8 @@ is empty, its manager comes from the same layout (the ledger's fence, the
 layout state's version), and the pipeline document's stat still shows the
 marked version and mzxid: any commit by any process bumps both (DESIGN.md
 invariant 1, the mark is validated against ZooKeeper before each use). It
-then costs the lock and one request (the three queue listings and the
-layout's and the document's stats, :mod:`scheduler.zk.multiread`),
+then costs the lock, one request for the three queue listings and the
+layout's stat (:mod:`scheduler.zk.multiread`) and the document's stat,
 whatever the depth.
 
 Nothing is written, and the mark is process-local: a pass that raises, or
@@ -100,7 +100,7 @@ def holds(
     """Whether the pipeline is as this process left it at rest.
 
     ``stat`` is the pipeline document's stat as the pass read it under the
-    lock (with its queues, in one request), None if it does not exist.
+    lock, None if it does not exist.
     """
     with _lock:
         mark = _marks.get((id(client), tenant, pipeline))

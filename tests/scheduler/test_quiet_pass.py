@@ -64,9 +64,9 @@ def test_a_confirming_pass_costs_the_lock_and_one_look(
     with world.client.counting_requests() as count:
         world.process()
     kinds = [kind for kind, _ in count.calls]
-    # the lock (create, delete), one look (queues, layout, state), the flag
-    assert sorted(kinds) == ["Create", "Delete", "Exists", "MultiReadRequest"]
-    assert not any(STATE in path and "/dirty" not in path for _, path in count.calls)
+    # the lock (create, delete), one look (queues, layout), the state's stat, the flag
+    assert sorted(kinds) == ["Create", "Delete", "Exists", "Exists", "MultiReadRequest"]
+    assert state_reads(world) == [("Exists", STATE)]  # a stat: no data, whatever the depth
     assert len(world.executor.pending()) == 1  # and nothing was decided twice
 
 

@@ -186,7 +186,7 @@ TOO_MUCH = """
     - name: too much
       zuul_return:
         data:
-          big: "{{ 'x' * 2000000 }}"
+          big: "{{ 'x' * 200000 }}"
 """
 
 
@@ -196,13 +196,13 @@ def test_a_refused_call_fails_the_task_and_keeps_the_data(
     repo.write("playbooks/run.yaml", TOO_MUCH)
     spec = make_spec(repo, repo.commit(), run=("playbooks/run.yaml",))
 
-    result = run_build(spec, BaseControl(), options)
+    result = run_build(spec, BaseControl(), replace(options, result_data_limit=100_000))
 
     assert result.result is Result.FAILURE
     assert result.result_data == {"kept": True}
-    assert (
+    assert (  # the executor's limit (result_data_limit), not the plugin's default
         "localhost | FAILED: zuul_return: result data would be larger than the limit "
-        "of 1048576 bytes" in log_of(result.log_path)
+        "of 100000 bytes" in log_of(result.log_path)
     )
 
 

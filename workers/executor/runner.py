@@ -198,7 +198,9 @@ class BuildRun:
         write_job_files(spec, self.layout)
         self._resolve_executables(StepLocator(spec, self.layout, chosen, share=share))
         if any(is_playbook(s.path) for phase in Phase for s in spec.steps(phase.value)):
-            self.ansible = AnsibleSetup.prepare(spec, self.layout, chosen, self.options.node_key)
+            self.ansible = AnsibleSetup.prepare(
+                spec, self.layout, chosen, self.options.node_key, self.options.result_data_limit
+            )
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
         info = StartedInfo(
             build_uuid=spec.build_uuid,

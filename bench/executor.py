@@ -12,9 +12,12 @@ alternating slices of the same run:
 * **request**: the ZooKeeper layer's own lifecycle, submit + claim + complete
   + get_result with no build at all.
 
-Prints both rates and their ratio: the cost of a build over its ZooKeeper
-bookkeeping. Not run in CI:
-``.venv/bin/python bench/executor.py [--seconds 5]``.
+Prints both rates and their ratio (the cost of a build over its ZooKeeper
+bookkeeping), and each side's CPU per lifecycle: this process's (the
+client, the runner) and its child processes' (git, the reaper, bubblewrap,
+the job). Jobs run in bubblewrap, the executor's default (``--sandbox
+none`` to compare). Not run in CI:
+``.venv/bin/python bench/executor.py [--seconds 5] [--sandbox none]``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -84,29 +88,52 @@ def small_repo(base: Path) -> tuple[Path, str]:
     return repo, git("rev-parse", "HEAD")
 
 
-def compare(
-    seconds: float, build: Callable[[], None], raw: Callable[[], None]
-) -> tuple[float, float]:
-    """Lifecycles/s of ``build`` and ``raw``, measured in alternating slices."""
+@dataclass
+class Side:
+    """One side's lifecycles, wall time and CPU (this process; its child processes)."""
+
+    count: int = 0
+    wall: float = 0.0
+    cpu_self: float = 0.0
+    cpu_children: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.wall
+
+    def ms(self, seconds: float) -> float:
+        return 1000 * seconds / self.count
+
+
+def compare(seconds: float, build: Callable[[], None], raw: Callable[[], None]) -> list[Side]:
+    """Lifecycles of ``build`` and ``raw``, measured in alternating slices."""
     for _ in range(5):  # warm up: queue directories, the server, page cache
         build()
         raw()
-    counts = [0, 0]
-    spent = [0.0, 0.0]
-    while sum(spent) < 2 * seconds:
-        for side, op in enumerate((build, raw)):
-            started = time.perf_counter()
+    sides = [Side(), Side()]
+    while sum(side.wall for side in sides) < 2 * seconds:
+        for side, op in zip(sides, (build, raw), strict=True):
+            before, started = os.times(), time.perf_counter()
             while time.perf_counter() - started < SLICE:
                 op()
-                counts[side] += 1
-            spent[side] += time.perf_counter() - started
-    return counts[0] / spent[0], counts[1] / spent[1]
+                side.count += 1
+            after = os.times()
+            side.wall += time.perf_counter() - started
+            side.cpu_self += after.user + after.system - before.user - before.system
+            side.cpu_children += (
+                after.children_user
+                + after.children_system
+                - before.children_user
+                - before.children_system
+            )
+    return sides
 
 
 def build_lifecycle(
-    client: ZooKeeperClient, repo: Path, commit: str, options: RunnerOptions
+    client: ZooKeeperClient, repo: Path, commit: str, options: RunnerOptions, sandbox: str
 ) -> Callable[[], None]:
     queue = JobRequestQueue(client, paths.executor_queue())
+    options = replace(options, sandbox=sandbox)
 
     def op() -> None:
         build_uuid = uuid.uuid4().hex
@@ -149,6 +176,7 @@ def request_lifecycle(client: ZooKeeperClient) -> Callable[[], None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per side")
+    parser.add_argument("--sandbox", choices=("none", "bwrap"), default="bwrap")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
         base = Path(tmp)
@@ -162,7 +190,7 @@ def main() -> None:
             try:
                 builds, raw = compare(
                     args.seconds,
-                    build_lifecycle(client, repo, commit, options),
+                    build_lifecycle(client, repo, commit, options, args.sandbox),
                     request_lifecycle(client),
                 )
             finally:
@@ -170,10 +198,20 @@ def main() -> None:
                 client.close()
         finally:
             server.stop()
-    print(f"{'lifecycle':44} {'per s':>7} {'ms each':>8}")
-    print(f"{'build (claim, workspace, run true, complete)':44} {builds:7.1f} {1000 / builds:8.1f}")
-    print(f"{'request (submit, claim, complete, result)':44} {raw:7.1f} {1000 / raw:8.1f}")
-    print(f"ratio build/request: {builds / raw:.3f} (a build costs {raw / builds:.1f} requests)")
+    print(f"sandbox: {args.sandbox}")
+    header = f"{'lifecycle':44} {'per s':>7} {'ms each':>8} {'CPU ms':>7} {'children':>8}"
+    print(header)
+    for name, side in (
+        ("build (claim, workspace, run true, complete)", builds),
+        ("request (submit, claim, complete, result)", raw),
+    ):
+        print(
+            f"{name:44} {side.rate:7.1f} {side.ms(side.wall):8.1f}"
+            f" {side.ms(side.cpu_self):7.1f} {side.ms(side.cpu_children):8.1f}"
+        )
+    ratio = builds.rate / raw.rate
+    print(f"ratio build/request: {ratio:.3f} (a build costs {1 / ratio:.1f} requests)")
+    print("CPU ms: this process (ZooKeeper client, runner); children: git, reaper, sandbox, job")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.node_settings import NodeSettings
+from scheduler.processing import testhooks
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
 from scheduler.zk.nodes import NodeRequest, NodeRequestState, NodeStore
@@ -281,3 +282,38 @@ def test_a_killed_launcher_leaves_its_node_running_and_another_removes_it(
     print(f"node removed {time.monotonic() - started:.1f} s after the new launcher was up")
     assert not (NETNS_DIR / str(node.connection["netns"])).exists()
     assert host.ssh("true", timeout=10).returncode == 255, "nothing answers any more"
+
+
+def test_a_launcher_killed_mid_boot_leaves_nothing_once_another_recovers(
+    system: SluiceSystem, client: ZooKeeperClient, local_nodes: Path
+) -> None:
+    """SIGKILL with the node's address leased and its network made, before its sshd."""
+    _publish_image(client, system.root / "image")
+    system.config.write_text(system.config.read_text() + LOCAL.format(root=system.root))
+    flag = system.root / "hold-boot"
+    flag.write_text("")
+    doomed = system.start_worker(("launcher",), concurrency=1, env={testhooks.HOLD_BOOT: str(flag)})
+    store = NodeStore(client)
+    request_id = store.submit(["sandbox"], "t/check/a")
+    wait_until(lambda: list(system.root.glob("hold-boot.held-*")), 60, "a boot held")
+    (half,) = store.nodes()
+    assert half.state == "building"
+    pool = AddressPool(NodeSettings().local_network)
+    (lease,) = [x for x in pool.leases() if x.folder == local_nodes / half.id]
+    assert (NETNS_DIR / lease.netns).exists(), "the node's namespace was made"
+    doomed.kill(signal.SIGKILL)
+    flag.unlink()
+    system.start_worker(("launcher",), concurrency=1)  # after the dead one's session
+    served = _served(store, request_id)
+    assert served.state == NodeRequestState.FULFILLED, served.reason
+    assert half.id not in served.nodes, "a fresh node, not the half-booted one"
+    wait_until(  # the half-booted node: found abandoned, deleted by a check
+        lambda: half.id not in [node.id for node in store.nodes()], 30, "the half node deleted"
+    )
+    assert not (local_nodes / half.id).exists(), "its folder is gone"
+    assert lease not in pool.leases(), "its address is free"
+    (fresh,) = store.nodes(served.nodes)
+    if (NETNS_DIR / lease.netns).exists():  # the address went to the fresh node
+        assert fresh.connection["netns"] == lease.netns
+    store.return_nodes(store.accept(served.id, "executor-1"))
+    _no_node_left(client, local_nodes)

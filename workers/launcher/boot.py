@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.errors import SluiceError
+from scheduler.processing import testhooks
 from workers.launcher.addresses import AddressPool, Lease, ip, read_lease, remove_netns
 from workers.launcher.errors import LaunchError
 from workers.launcher.sshd import sshd_argv, write_sshd_folder
@@ -114,6 +115,7 @@ def boot_node(
         lease = pool.lease(folder)
         (folder / BOOT_FILE).write_text(json.dumps(lease.to_dict()) + "\n")
         _make_network(lease)
+        testhooks.hold_boot()  # tests: a launcher killed with a half-booted node
         config = write_sshd_folder(
             folder / SSHD_FOLDER, authorized_keys, port=SSH_PORT, seen_as=SSHD_INSIDE
         )

@@ -90,12 +90,17 @@ def run_step(
     return StepExit(StepOutcome.OK if code == 0 else StepOutcome.FAILED, code)
 
 
+def reaper_argv(command: Sequence[str], grace: float, status_fd: int) -> list[str]:
+    """The argv that runs ``command`` under the reaper (``reaper.py``'s usage)."""
+    argv = [sys.executable, "-I", "-S", str(REAPER), str(grace), str(os.getpid())]
+    return [*argv, str(status_fd), "--", *command]
+
+
 def _start_reaper(
     command: Sequence[str], cwd: Path, env: Mapping[str, str], grace: float, status_fd: int
 ) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-I", "-S", str(REAPER), str(grace), str(os.getpid())]
     return subprocess.Popen(
-        [*argv, str(status_fd), "--", *command],
+        reaper_argv(command, grace, status_fd),
         cwd=cwd,
         env=dict(env),
         stdin=subprocess.DEVNULL,

@@ -30,13 +30,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from workers.executor.errors import WorkspaceError
-from workers.executor.process import REAPER
+from workers.executor.process import reaper_argv
 
 # How long the agent may take to create its socket.
 START_TIMEOUT = 10.0
@@ -126,9 +125,8 @@ def _under_reaper(argv: list[str]) -> subprocess.Popen[bytes]:
     """
     status = os.open(os.devnull, os.O_WRONLY)
     try:
-        reaper = [sys.executable, "-I", "-S", str(REAPER), str(STOP_GRACE), str(os.getpid())]
         return subprocess.Popen(
-            [*reaper, str(status), "--", *argv],
+            reaper_argv(argv, STOP_GRACE, status),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -10,9 +10,8 @@ import pytest
 from scheduler import tasknames
 from scheduler.processing import forwarding
 from scheduler.zk import locks, paths
-from scheduler.zk.client import ZooKeeperClient, connect
+from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
-from tests.fixtures.services import ZooKeeperTarget
 
 
 class Routing:
@@ -27,14 +26,6 @@ class Routing:
 
     def pipelines(self, tenant: str) -> list[str]:
         return ["check", "post"]
-
-
-@pytest.fixture
-def client(zookeeper: ZooKeeperTarget) -> Iterator[ZooKeeperClient]:
-    zk = connect(zookeeper.settings())
-    yield zk
-    zk.stop()
-    zk.close()
 
 
 Nudges = list[tuple[str, Sequence[Any], str | None]]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,14 +23,6 @@ from tests.scheduler.test_processing import SemaphoreLayout
 from tests.scheduler.world import PIPELINE, TENANT, World
 
 STATE = paths.pipeline_state(TENANT, PIPELINE)
-
-
-@pytest.fixture
-def client(zookeeper: ZooKeeperTarget) -> Iterator[ZooKeeperClient]:
-    zk = connect(zookeeper.settings())
-    yield zk
-    zk.stop()
-    zk.close()
 
 
 def running(world: World) -> None:

@@ -9,7 +9,6 @@ never reaches the cached copies.
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,14 +26,6 @@ from scheduler.zk.errors import LockLostError
 from tests.fixtures.services import ZooKeeperTarget
 from tests.scheduler.test_state_store import lock, sample_state
 from tests.scheduler.world import PIPELINE, TENANT, World
-
-
-@pytest.fixture
-def client(zookeeper: ZooKeeperTarget) -> Iterator[ZooKeeperClient]:
-    zk = connect(zookeeper.settings())
-    yield zk
-    zk.stop()
-    zk.close()
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from scheduler.config.model import Dependency
@@ -18,14 +16,6 @@ from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.context import OpFailedError
 from scheduler.zk.errors import LockLostError
 from tests.fixtures.services import ZooKeeperTarget
-
-
-@pytest.fixture
-def client(zookeeper: ZooKeeperTarget) -> Iterator[ZooKeeperClient]:
-    zk = connect(zookeeper.settings())
-    yield zk
-    zk.stop()
-    zk.close()
 
 
 def sample_state() -> PipelineState:

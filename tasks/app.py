@@ -8,7 +8,7 @@ from celery import Celery
 from celery.signals import worker_process_shutdown
 
 from scheduler import processlocal
-from tasks import consumer
+from tasks import consumer, profiling
 from workers import bootsteps
 from workers.gatherers import GatherersStep
 from workers.images.loop import ImageBuilderStep
@@ -40,3 +40,7 @@ app.steps["worker"].add(LauncherStep)
 @worker_process_shutdown.connect
 def _close_process_resources(**_: Any) -> None:
     processlocal.close_all()
+
+
+# SLUICE_PROFILE_DIR: every pool process profiles itself (tasks/profiling.py).
+profiling.install()

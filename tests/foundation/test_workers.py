@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import pstats
+import socket
 import sys
 import urllib.request
 import uuid
+from pathlib import Path
+
+import pytest
 
 from cli.stack import process
 from tests.fixtures.waiting import wait_until
@@ -61,3 +66,18 @@ def test_flower_sees_the_worker(
         assert seen
     finally:
         process.stop_group(flower.pid)
+
+
+def test_a_profiled_worker_writes_a_profile_per_pool_process(
+    celery_workers: WorkerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SLUICE_PROFILE_DIR (tasks/profiling.py): where a worker's CPU goes, for bench/."""
+    monkeypatch.setenv("SLUICE_PROFILE_DIR", str(tmp_path / "prof"))
+    worker = celery_workers.start(["maintenance"], concurrency=1)
+    app = celery_workers.app
+    app.send_task("sluice.system.roundtrip", args=[uuid.uuid4().hex]).get(timeout=30)
+    (child,) = worker.children()
+    written = tmp_path / "prof" / f"{socket.gethostname()}-{child}.prof"
+    wait_until(written.exists, 30, "the pool process's profile")  # written at its first task
+    functions = {name for _, _, name in pstats.Stats(str(written)).stats}  # type: ignore[attr-defined]
+    assert "roundtrip" in functions

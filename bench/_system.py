@@ -29,7 +29,12 @@ from cli.stack.zookeeper import ZooKeeperServer, four_letter
 from scheduler.reporting.models import BuildRow, BuildsetRow
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.services import ZooKeeperTarget
-from tests.fixtures.workers import ServiceEnvironment, WorkerFactory, WorkerProcess
+from tests.fixtures.workers import (
+    PASSED_THROUGH,
+    ServiceEnvironment,
+    WorkerFactory,
+    WorkerProcess,
+)
 
 # A benchmark killed from outside leaves no ZooKeeper or Redis behind.
 process.children_die_with_parent()
@@ -107,8 +112,9 @@ class Phase:
 
     def use_environment(self) -> None:
         """Point this process's settings (``load_settings``, dispatch) at the phase."""
-        for key in [k for k in os.environ if k.startswith("SLUICE_") and k != "SLUICE_ZK_TRACE"]:
-            del os.environ[key]
+        for key in [k for k in os.environ if k.startswith("SLUICE_")]:
+            if key not in PASSED_THROUGH:  # a trace or profile folder is kept
+                del os.environ[key]
         os.environ.update(self.system.env())
 
     @property

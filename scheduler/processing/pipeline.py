@@ -138,7 +138,7 @@ class PipelinePass:
             raise AssertionError(f"{self.tenant}/{self.pipeline}: a pass at rest decided")
         if txn is None:
             # nothing new (a push may be pending: its result will wake us)
-            self.rest(tree.root, tree.root_version, tree.root_zxid, ledger, state)
+            self.rest(tree, ledger, state)
             return False
         try:
             tree = self.commit(store, tree, state, txn)
@@ -165,7 +165,7 @@ class PipelinePass:
         # pass takes. New events raise the dirty flag, which the loop checks.
         more = bool(landed) or self.more_events
         if not more and not manager.intents.reports:  # (a report writes the state again)
-            self.rest(tree.root, tree.root_version, tree.root_zxid, ledger, state)
+            self.rest(tree, ledger, state)
         return more
 
     # -- the steps ---------------------------------------------------------------
@@ -214,11 +214,9 @@ class PipelinePass:
         self.skippable = True
         return not quiet.verifying()  # tests run it in full: it must decide nothing
 
-    def rest(
-        self, root: str, version: int, zxid: int, ledger: TxnLedger, state: PipelineState
-    ) -> None:
+    def rest(self, tree: DocTree, ledger: TxnLedger, state: PipelineState) -> None:
         """The pass ended with nothing more to do: mark the state at rest (if it is)."""
-        mark = quiet.QuietMark(root, version, zxid, ledger.layout_fence)
+        mark = quiet.QuietMark(tree.root_version, tree.root_zxid, ledger.layout_fence)
         quiet.remember(self.env.client, self.tenant, self.pipeline, mark, state)
 
     def read(self, store: PipelineStore, look: PassLook) -> tuple[DocTree, PipelineState]:

@@ -44,7 +44,6 @@ VERIFY_QUIET = "SLUICE_VERIFY_QUIET"
 
 @dataclass(frozen=True)
 class QuietMark:
-    root: str
     root_version: int
     root_zxid: int
     layout_fence: tuple[str, int] | None

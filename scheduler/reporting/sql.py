@@ -63,9 +63,11 @@ Update = Literal["new", "keep", "new-if-set"]
 
 
 def _insert(connection: Connection, table: Table) -> Insert:
-    if connection.dialect.name == "postgresql":
-        return postgresql.insert(table)
-    return sqlite.insert(table)
+    return _dialect_insert(connection.dialect.name, table)
+
+
+def _dialect_insert(dialect: str, table: Table) -> Insert:
+    return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
 
 
 @functools.lru_cache(maxsize=64)
@@ -80,7 +82,7 @@ def _upsert(
     a build's start and end each upsert a buildset and a build.
     """
     table = _TABLES[table_name]
-    stmt = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+    stmt = _dialect_insert(dialect, table)
     changes = _changes(table, stmt, dict(update)) or {conflict[0]: stmt.excluded[conflict[0]]}
     stmt = stmt.on_conflict_do_update(index_elements=list(conflict), set_=changes)
     return stmt.returning(table.c.id)

@@ -82,7 +82,7 @@ def pending_work(client: ZooKeeperClient) -> list[str]:
     and document (not its items) and every request queue's counts (requests
     minus result markers, :meth:`~scheduler.zk.job_requests.JobRequestQueue.active_count`).
     """
-    connections_root, zones_root = paths.connection_events_root(), _zones_root()
+    connections_root, zones_root = paths.connection_events_root(), inventory.executor_zones_root()
     listed = read_many(
         client,
         [
@@ -141,10 +141,6 @@ def pending_work(client: ZooKeeperClient) -> list[str]:
         if active:
             found.append(f"{active} {name} request(s) not completed")
     return found
-
-
-def _zones_root() -> str:
-    return paths.parent(paths.executor_queue("zone"))  # the zones' parent, as inventory
 
 
 def _unsegmented(names: list[str] | None) -> set[str]:

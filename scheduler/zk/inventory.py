@@ -27,8 +27,12 @@ def connections(client: ZooKeeperClient) -> list[str]:
 
 def executor_zones(client: ZooKeeperClient) -> list[str]:
     """Zones that have an executor queue (created by a first submit)."""
-    # The zones' parent, through the path builder (the queue of any zone).
-    return sorted(_names(client, paths.parent(paths.executor_queue("zone"))))
+    return sorted(_names(client, executor_zones_root()))
+
+
+def executor_zones_root() -> str:
+    """The zones' parent, through the path builder (the queue of any zone)."""
+    return paths.parent(paths.executor_queue("zone"))
 
 
 def semaphores(client: ZooKeeperClient) -> list[str]:

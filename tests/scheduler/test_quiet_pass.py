@@ -105,7 +105,7 @@ def test_a_pass_that_raises_ends_the_rest(world: World, monkeypatch: pytest.Monk
 def test_a_new_layout_ends_the_rest(client: ZooKeeperClient) -> None:
     client.ensure_path(STATE)
     stat = client.exists(STATE)
-    mark = quiet.QuietMark(STATE, stat.version, stat.mzxid, ("/layout/t", 3))
+    mark = quiet.QuietMark(stat.version, stat.mzxid, ("/layout/t", 3))
     quiet.remember(client, TENANT, PIPELINE, mark, PipelineState(TENANT, PIPELINE))
     assert quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 3), client.exists(STATE))
     assert not quiet.holds(client, TENANT, PIPELINE, ("/layout/t", 4), client.exists(STATE))

@@ -29,6 +29,7 @@ from tasks import retrying
 from tasks.app import app
 from tasks.runtime import runtime_settings
 from workers.executor.service import execute, worker_name
+from workers.notify import PROGRESS_DELAY, LaterProgress, no_progress
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +67,21 @@ def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> d
     uuid, zone_name = _request_uuid(request_uuid), _zone(zone)
     settings = runtime_settings()
     client = process_client(settings.zookeeper)
-    report = execute(
-        settings,
-        client,
-        uuid,
-        zone_name,
-        worker_name(self.request.hostname),
-        notify=lambda request, delay=0.0: dispatch.notify_pipeline(request, settings, delay),
-        progress=_progress(self, settings),
-    )
+    # PROGRESS only for a build that outlasts PROGRESS_DELAY (workers/notify.py);
+    # closed before the result is stored, whatever the end
+    progress = LaterProgress(_progress(self, settings), PROGRESS_DELAY, name=f"progress-{uuid[:8]}")
+    try:
+        report = execute(
+            settings,
+            client,
+            uuid,
+            zone_name,
+            worker_name(self.request.hostname),
+            notify=lambda request, delay=0.0: dispatch.notify_pipeline(request, settings, delay),
+            progress=progress,
+        )
+    finally:
+        progress.close()
     return report.to_dict()
 
 
@@ -84,18 +91,32 @@ def _progress(task: Task[Any, Any], settings: Settings) -> Callable[[Mapping[str
     Readable with ``AsyncResult(task_id).info`` (the result backend keeps it),
     and sent as a ``task-progress`` event, so Flower shows the task in state
     PROGRESS with the phase while it runs. The estimate (the mean of the
-    job's recent successful runs) is read once; a database that cannot answer
-    leaves it out.
+    job's recent successful runs) is read at the first publication; a
+    database that cannot answer leaves it out.
+
+    :class:`~workers.notify.LaterProgress` calls this only for a build that
+    outlasts its delay (a short build stores no PROGRESS and asks SQL
+    nothing), possibly from its timer thread. There ``task.request`` is
+    empty and ``app.backend`` would be a new backend of that thread, so the
+    task's request and backend are taken here, in the task's thread. The
+    backend is shared safely: LaterProgress publishes one at a time and is
+    closed before the task's thread stores the result.
     """
+    request = task.request
+    task_id, backend, events = request.id, task.backend, task.app.events
+    if task_id is None:  # called as a function, not run as a task: no state to keep
+        return no_progress
     estimate: list[float | None] = []
 
     def report(meta: Mapping[str, Any]) -> None:
         if not estimate:
             estimate.append(_estimate(settings, meta))
         progress = {**meta, "estimate": estimate[0]}
-        task.update_state(state="PROGRESS", meta=progress)
+        # what task.update_state and task.send_event do, with the request taken above
+        backend.store_result(task_id, progress, "PROGRESS", request=request)
         try:
-            task.send_event("task-progress", retry=False, **progress)
+            with events.default_dispatcher(hostname=request.hostname) as dispatcher:
+                dispatcher.send("task-progress", uuid=task_id, retry=False, **progress)
         except Exception:  # an event is for people watching; the build goes on
             log.debug("task-progress event not sent", exc_info=True)
 

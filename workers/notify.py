@@ -14,6 +14,13 @@ its completion, with no nudge, no task and no pass of its own (the start
 time travels in the event, so the history is exact). A longer build shows
 as running that much later. If the executor dies before the timer fires,
 the event waits in ZooKeeper for the sweep's nudge, as any lost nudge does.
+
+A build's progress (its task's PROGRESS state) is deferred the same way
+(:class:`LaterProgress`): published only if the build still runs
+:data:`PROGRESS_DELAY` seconds after its claim. Until then the latest phase
+is only kept; a build that ends sooner goes straight to its result, with
+no PROGRESS stored and no ``task-progress`` event (each costs CPU in the
+result backend, and nobody sees a state that lasts milliseconds).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ log = logging.getLogger(__name__)
 
 # seconds after a claim before its pipeline is nudged about the start
 STARTED_NUDGE_DELAY = 1.0
+# seconds after a claim before a build's progress is published
+PROGRESS_DELAY = 0.5
 
 
 class Notify(Protocol):
@@ -79,3 +88,54 @@ def progress_safely(progress: Progress, meta: Mapping[str, Any]) -> None:
         progress(meta)
     except Exception:  # a hook boundary: progress is for people, never fails a build
         log.exception("reporting progress %s failed", dict(meta))
+
+
+class LaterProgress:
+    """A :data:`Progress` that publishes only after ``delay`` seconds; call it as one.
+
+    The clock starts when this is made (the build task makes it just
+    before it claims its request). Before ``delay`` a call only keeps its
+    meta (the latest wins); when the delay passes, a timer thread publishes
+    the kept meta at once, and every later call publishes directly. :meth:`close`, when the build ends and before the
+    task stores its result, cancels the timer, waits for a publication in
+    flight and drops any later one: a PROGRESS state never lands after the
+    result (which it would overwrite). One publication runs at a time, all
+    under one lock, so ``progress`` needs no locking of its own; a failing
+    one is logged (:func:`progress_safely`).
+    """
+
+    def __init__(self, progress: Progress, delay: float, *, name: str = "progress") -> None:
+        self._progress = progress
+        self._lock = threading.Lock()
+        self._kept: Mapping[str, Any] | None = None
+        self._due = False  # the delay has passed: publish directly
+        self._closed = False
+        self._timer = threading.Timer(delay, self._publish_kept)
+        self._timer.daemon = True
+        self._timer.name = name
+        self._timer.start()
+
+    def __call__(self, meta: Mapping[str, Any]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if not self._due:
+                self._kept = meta
+                return
+            progress_safely(self._progress, meta)
+
+    def _publish_kept(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._due = True
+            kept, self._kept = self._kept, None
+            if kept is not None:
+                progress_safely(self._progress, kept)
+
+    def close(self) -> None:
+        """No publication after this returns, nor while it waits for one in flight."""
+        self._timer.cancel()
+        with self._lock:
+            self._closed = True
+            self._kept = None

@@ -96,12 +96,13 @@ class LaterProgress:
     The clock starts when this is made (the build task makes it just
     before it claims its request). Before ``delay`` a call only keeps its
     meta (the latest wins); when the delay passes, a timer thread publishes
-    the kept meta at once, and every later call publishes directly. :meth:`close`, when the build ends and before the
-    task stores its result, cancels the timer, waits for a publication in
-    flight and drops any later one: a PROGRESS state never lands after the
-    result (which it would overwrite). One publication runs at a time, all
-    under one lock, so ``progress`` needs no locking of its own; a failing
-    one is logged (:func:`progress_safely`).
+    the kept meta at once, and every later call publishes directly.
+    :meth:`close`, when the build ends and before the task stores its
+    result, cancels the timer, waits for a publication in flight and drops
+    any later one: a PROGRESS state never lands after the result (which it
+    would overwrite). One publication runs at a time, all under one lock,
+    so ``progress`` needs no locking of its own; a failing one is logged
+    (:func:`progress_safely`).
     """
 
     def __init__(self, progress: Progress, delay: float, *, name: str = "progress") -> None:

@@ -14,9 +14,11 @@ alternating slices of the same run:
 
 Prints both rates and their ratio (the cost of a build over its ZooKeeper
 bookkeeping), and each side's CPU per lifecycle: this process's (the
-client, the runner) and its child processes' (git, the reaper, bubblewrap,
-the job). Jobs run in bubblewrap, the executor's default (``--sandbox
-none`` to compare). Not run in CI:
+client, the runner) and its child processes' (git, the step's zygote and
+the reapers it forks, bubblewrap, the job). The reapers are the zygote's
+children, not ours: their CPU is read from the zygote's ``/proc`` entry
+(its own and its reaped children's), as ``os.times`` counts ours. Jobs
+run in bubblewrap, the executor's default (``--sandbox none`` to compare). Not run in CI:
 ``.venv/bin/python bench/executor.py [--seconds 5] [--sandbox none]``.
 """
 
@@ -43,7 +45,7 @@ from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from workers.claims import Delivery
-from workers.executor import BuildSpec, RunnerOptions
+from workers.executor import BuildSpec, RunnerOptions, forkserver
 from workers.executor.service import execute_request
 
 # A benchmark killed from outside leaves no ZooKeeper or Redis behind.
@@ -105,6 +107,19 @@ class Side:
         return 1000 * seconds / self.count
 
 
+def zygote_cpu() -> tuple[int | None, float]:
+    """This process's zygote and its CPU seconds so far, its reaped children's included."""
+    pid = forkserver.zygote_pid()
+    if pid is None:
+        return None, 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None, 0.0
+    # utime, stime, cutime, cstime: fields 14 to 17 of proc(5), [11:15] after the name
+    return pid, sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def compare(seconds: float, build: Callable[[], None], raw: Callable[[], None]) -> list[Side]:
     """Lifecycles of ``build`` and ``raw``, measured in alternating slices."""
     for _ in range(5):  # warm up: queue directories, the server, page cache
@@ -113,11 +128,16 @@ def compare(seconds: float, build: Callable[[], None], raw: Callable[[], None]) 
     sides = [Side(), Side()]
     while sum(side.wall for side in sides) < 2 * seconds:
         for side, op in zip(sides, (build, raw), strict=True):
+            zygote_before = zygote_cpu()
             before, started = os.times(), time.perf_counter()
             while time.perf_counter() - started < SLICE:
                 op()
                 side.count += 1
             after = os.times()
+            zygote_after = zygote_cpu()
+            if zygote_after[0] is not None:  # a new zygote: all of its CPU is this slice's
+                same = zygote_after[0] == zygote_before[0]
+                side.cpu_children += zygote_after[1] - (zygote_before[1] if same else 0.0)
             side.wall += time.perf_counter() - started
             side.cpu_self += after.user + after.system - before.user - before.system
             side.cpu_children += (
@@ -211,7 +231,10 @@ def main() -> None:
         )
     ratio = builds.rate / raw.rate
     print(f"ratio build/request: {ratio:.3f} (a build costs {1 / ratio:.1f} requests)")
-    print("CPU ms: this process (ZooKeeper client, runner); children: git, reaper, sandbox, job")
+    print(
+        "CPU ms: this process (ZooKeeper client, runner);"
+        " children: git, zygote and reapers, sandbox, job"
+    )
 
 
 if __name__ == "__main__":

@@ -26,10 +26,19 @@ run_build(spec, BaseControl(), RunnerOptions(state_dir=Path(sys.argv[2])))
 """
 
 
+def read_cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def test_killed_worker_leaves_no_job_processes(
     repo: Repo, tmp_path: Path, options: RunnerOptions
 ) -> None:
-    repo.script("run.sh", LEFTOVERS + "sleep 30")
+    """The step's reaper was forked by the worker's zygote; all of them die with the worker."""
+    repo.script("run.sh", 'echo $PPID > "$SLUICE_LOG_DIR/reaper"\n' + LEFTOVERS + "sleep 30")
     spec = make_spec(repo, repo.commit())
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(spec.to_json())
@@ -45,12 +54,17 @@ def test_killed_worker_leaves_no_job_processes(
             "the job to start",
         )
         assert len(processes_of_build(spec.build_uuid)) >= 4
+        reaper = int((log_dir / "reaper").read_text())
+        zygote = parent_of(reaper)
+        assert parent_of(zygote) == worker.pid
+        assert str(ROOT / "workers" / "executor" / "zygote.py") in read_cmdline(zygote)
 
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(5)
 
         wait_until(lambda: not processes_of_build(spec.build_uuid), 5, "the job's tree to die")
         assert not [pid for pid in read_pids(log_dir / "pids") if is_alive(pid)]
+        wait_until(lambda: not is_alive(reaper) and not is_alive(zygote), 5, "reaper and zygote")
     finally:
         if worker.poll() is None:
             worker.kill()

@@ -1,10 +1,17 @@
 """The supervisor of one job step: it keeps the step's whole process tree.
 
-The runner starts every executable of a job through this small program, as
-``python -I -S reaper.py GRACE PARENT_PID STATUS_FD -- EXECUTABLE``, in a
-session of its own. It is a script with no imports beyond the standard library so it
-starts in a few milliseconds and never loads Sluice (or Celery) into the
-job's tree.
+The runner runs every executable of a job under this small program, in a
+session of its own, in one of two ways:
+
+* forked by the runner's zygote (``zygote.py``, the usual way), which calls
+  :func:`run` in the forked child, its parent (PARENT_PID) the zygote;
+* started as ``python -I -S reaper.py GRACE PARENT_PID STATUS_FD --
+  EXECUTABLE`` when the zygote fails, and for the SSH agent of a build; its
+  parent is then the runner.
+
+It is a script with no imports beyond the standard library so it starts in
+a few milliseconds (and forks a small process) and never loads Sluice (or
+Celery) into the job's tree.
 
 How it keeps the tree (no cgroups needed):
 
@@ -22,16 +29,17 @@ How it keeps the tree (no cgroups needed):
   code), and exits, which closes the last write end of the output pipe.
 * On SIGTERM, SIGINT or SIGHUP (the runner's timeout or cancel) it does the
   same at once and reports ``stopped N``.
-* ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` makes the death of the runner (a
-  worker killed with ``kill -9``) a SIGTERM here, so a lost worker leaves
-  no job processes behind either.
+* ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` makes the death of its parent (the
+  zygote, which dies with its worker, or the runner) a SIGTERM here, so a
+  worker killed with ``kill -9`` leaves no job processes behind either.
 
 Limits: a process that forks faster than it can be killed could outlast a
 few rounds (the reaper gives up after 10 s and says so on stderr); a
 process that changes user or enters another PID namespace is out of reach
 (there is no sandbox yet).
 
-Cost: it runs once per step, so it is kept to what a bare interpreter
+Cost: it runs once per step (started directly, an interpreter's start;
+forked, a copy of the zygote), so it is kept to what a bare interpreter
 loads. The tree is walked from the reaper down through
 ``/proc/<pid>/task/<tid>/children`` (a few reads; the whole of ``/proc``
 is read only on a kernel without that file). ``_signal`` and ``_ctypes``
@@ -49,6 +57,9 @@ import time
 TYPE_CHECKING = False  # mypy takes it as true; ``typing`` is a costly import
 if TYPE_CHECKING:
     import signal
+    from collections.abc import Mapping
+
+    Environment = Mapping[str, str] | Mapping[bytes, bytes]
 else:  # the same functions and numbers, without the enums of ``signal``
     import _signal as signal
 
@@ -202,7 +213,7 @@ def default_signals() -> None:
             pass
 
 
-def start(argv: list[str]) -> int | None:
+def start(argv: list[str] | list[bytes], env: Environment) -> int | None:
     """Start ``argv`` with no signal blocked; its pid, None when it cannot be executed.
 
     ``posix_spawn`` (a vfork, not a copy of this process) is enough: every
@@ -210,9 +221,10 @@ def start(argv: list[str]) -> int | None:
     only the blocked signals need undoing in the child.
     """
     try:
-        return os.posix_spawn(argv[0], argv, os.environ, setsigmask=())
+        return os.posix_spawn(argv[0], argv, env, setsigmask=())
     except OSError as exc:
-        os.write(2, f"sluice: cannot execute {argv[0]}: {exc.strerror}\n".encode())
+        program = os.fsdecode(argv[0])
+        os.write(2, f"sluice: cannot execute {program}: {exc.strerror}\n".encode())
         return None
 
 
@@ -231,24 +243,35 @@ def supervise(main_pid: int | None, grace: float) -> tuple[int, str]:
             return describe(status)
 
 
-def main(args: list[str]) -> int:
-    if len(args) < 5 or args[3] != "--":
-        print(f"usage: reaper.py {USAGE}", file=sys.stderr)
-        return 2
-    grace, parent, status_fd = float(args[0]), int(args[1]), int(args[2])
+def run(
+    grace: float, parent: int, status_fd: int, argv: list[str] | list[bytes], env: Environment
+) -> int:
+    """Be the reaper of ``argv`` (run with ``env``) until its tree is gone; our exit code.
+
+    ``parent`` is the process this one must die with (the runner, or the
+    zygote that forked it); the status line goes to ``status_fd``.
+    """
     os.set_inheritable(status_fd, False)  # the job must not write our status
     default_signals()  # a signal ignored by the worker would be lost to sigtimedwait
     signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # the runner died before PDEATHSIG was set
+    if os.getppid() != parent:  # the parent died before PDEATHSIG was set
         return 128 + signal.SIGTERM
-    code, status = supervise(start(args[4:]), grace)
+    code, status = supervise(start(argv, env), grace)
     try:  # noqa: SIM105 (contextlib would be one more import per step)
         os.write(status_fd, f"{status}\n".encode())
     except OSError:
         pass
     return code
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 5 or args[3] != "--":
+        print(f"usage: reaper.py {USAGE}", file=sys.stderr)
+        return 2
+    grace, parent, status_fd = float(args[0]), int(args[1]), int(args[2])
+    return run(grace, parent, status_fd, args[4:], os.environ)
 
 
 if __name__ == "__main__":

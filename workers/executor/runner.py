@@ -496,8 +496,10 @@ def run_build(
     ``secrets`` are the spec's secrets decrypted (by key), given to the
     steps they are bound to and masked in the log and the result data.
 
-    Call it from a thread that lives until it returns: the step processes
-    are told to die with the thread that started them (``PR_SET_PDEATHSIG``).
+    Call it from a thread that lives until it returns: a step whose reaper
+    is started directly (when the process's zygote fails, see
+    :mod:`workers.executor.forkserver`) is told to die with the thread that
+    started it (``PR_SET_PDEATHSIG``).
     """
     return BuildRun(spec, control, options, secrets or {}).execute()
 

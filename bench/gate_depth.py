@@ -22,8 +22,8 @@ Medians over the samples; the last row is the deepest over the shallowest
 (issue 17: within 2x). ``bench/throughput.py`` runs the same phase.
 
 ``.venv/bin/python bench/gate_depth.py [--depths 10 100 500] [--samples 15]
-[--profile 500]`` (``--profile D``: a cProfile of the working runs at depth D,
-sorted by cumulative time, printed after the table).
+[--profile 500] [--sort tottime]`` (``--profile D``: a cProfile of the working
+runs at depth D, sorted by cumulative time or ``--sort``, printed after the table).
 """
 
 from __future__ import annotations
@@ -296,6 +296,7 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 100, 500])
     parser.add_argument("--samples", type=int, default=15)
     parser.add_argument("--profile", type=int, default=0, help="cProfile the runs at this depth")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats key)")
     args = parser.parse_args()
     rows = []
     profile = cProfile.Profile() if args.profile else None
@@ -314,8 +315,8 @@ def main() -> None:
             services.stop()
     print_rows(rows)
     if profile is not None:
-        print(f"\nprofile of the working runs at {args.profile} items (cumulative):")
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+        print(f"\nprofile of the working runs at {args.profile} items ({args.sort}):")
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(40)
 
 
 if __name__ == "__main__":

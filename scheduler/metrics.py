@@ -91,7 +91,7 @@ class SluiceCollector(Collector):
                 for queue in state.queues.values():
                     count = sum(1 for u in queue.items if u in state.items)
                     items.add_metric([tenant, pipeline, queue.name], count)
-                times = [i.enqueue_time for i in state.items.values() if i.enqueue_time]
+                times = [i.enqueue_time for i in state.items.peek_values() if i.enqueue_time]
                 resident.add_metric([tenant, pipeline], now - min(times) if times else 0.0)
         yield items
         yield resident

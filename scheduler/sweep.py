@@ -409,7 +409,7 @@ def live_buildsets(client: ZooKeeperClient) -> set[str]:
     for tenant in inventory.tenants(client):
         for pipeline in inventory.pipelines(client, tenant):
             state = store.state(tenant, pipeline, store.read(tenant, pipeline))
-            found.update(item.buildset.uuid for item in state.items.values())
+            found.update(item.buildset.uuid for item in state.items.peek_values())
     return found
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from scheduler.manager import events as ev
+from scheduler.manager import settling
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import Build, BuildState, JobInfo, JobState
 from scheduler.model.change import Change
@@ -56,6 +57,9 @@ from scheduler.model.nodeset import NodeNames
 from scheduler.model.results import Result
 
 log = logging.getLogger(__name__)
+
+# job results that are not a failure (None: not ended yet)
+PASSED = frozenset({None, Result.SUCCESS, Result.SKIPPED})
 
 # The built-in job that needs no build request (scheduler.config.loader.NOOP_JOB).
 NOOP_JOB = "noop"
@@ -193,6 +197,19 @@ class Intents:
             or self.merges_to_push
         )
 
+    def size(self) -> int:
+        """How many intents there are (a step that decided nothing leaves it as it was)."""
+        return (
+            len(self.merges)
+            + len(self.builds)
+            + len(self.node_requests)
+            + len(self.node_deletes)
+            + len(self.cancels)
+            + len(self.resumes)
+            + len(self.reports)
+            + len(self.merges_to_push)
+        )
+
 
 def new_uuid() -> str:
     return uuid.uuid4().hex
@@ -312,7 +329,7 @@ class PipelineManager:
         for name in dict.fromkeys(item.queue for item in promoted):
             queue = state.queues[name]
             # a head item whose merge is being pushed stays in front of everything
-            pushing = [i.uuid for i in state.items_of(queue) if i.push is PushState.PENDING]
+            pushing = [i.uuid for i in state.peek_of(queue) if i.push is PushState.PENDING]
             named = [i.uuid for i in promoted if i.queue == name and i.uuid not in pushing]
             first = pushing + named
             queue.items = first + [uuid for uuid in queue.items if uuid not in first]
@@ -511,15 +528,27 @@ class PipelineManager:
     # -- advancing ---------------------------------------------------------------
 
     def advance(self, state: PipelineState) -> None:
-        """Move every item as far as it can go now."""
-        for item in list(state.items_in_order()):
-            if item.dequeued and item.reported:
-                state.remove(item)  # leaves without a report (e.g. no jobs to run)
-            elif item.dequeued:
-                self._finish(item)
+        """Move every item as far as it can go now (settled ones are as far: skipped)."""
+
+        def step(item: QueueItem) -> None:
+            self.advance_item(state, item)
+            self._finish(item)
+
+        checking = settling.verifying()
+        order = [item_uuid for queue in list(state.queues.values()) for item_uuid in queue.items]
+        for item_uuid in order:
+            seen = state.items.peek(item_uuid)
+            if seen is None:
+                continue
+            if seen.dequeued and seen.reported:
+                state.remove(seen)  # leaves without a report (e.g. no jobs to run)
+            elif seen.dequeued:
+                self._finish(seen)
+            elif seen.result is None and settling.mark(state, item_uuid) is not None:
+                if checking:
+                    settling.verify(self, state, seen, step)
             else:
-                self.advance_item(state, item)
-                self._finish(item)
+                settling.advance(self, state, item_uuid, step)
 
     def advance_item(self, state: PipelineState, item: QueueItem) -> None:
         """Merge, freeze and run ``item`` as far as it goes; set its result when done."""
@@ -578,12 +607,20 @@ class PipelineManager:
         self.abort_builds(item)
         return True
 
+    @staticmethod
+    def failing(item: QueueItem) -> bool:
+        """The item will not merge as tested (Zuul's failing reasons)."""
+        if item.result is not None:
+            return item.result is not Result.SUCCESS
+        return any(
+            job.info.voting and job.result not in PASSED
+            for job in (item.buildset.jobs or {}).values()
+        )
+
     def voting_failures(self, item: QueueItem) -> list[str]:
         """Names of the voting jobs that ended without success (sorted)."""
         return sorted(
-            job.name
-            for job in item.buildset.graph
-            if job.info.voting and job.result not in (None, Result.SUCCESS, Result.SKIPPED)
+            job.name for job in item.buildset.graph if job.info.voting and job.result not in PASSED
         )
 
     def _start_build(self, item: QueueItem, job: JobState) -> None:

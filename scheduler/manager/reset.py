@@ -28,7 +28,8 @@ def items_behind(state: PipelineState, item: QueueItem) -> list[QueueItem]:
     queue = state.queues.get(item.queue)
     if queue is None:
         return []
-    return [i for i in state.items_of(queue) if not i.dequeued and i.ahead == item.uuid]
+    behind = [i for i in state.peek_of(queue) if not i.dequeued and i.ahead == item.uuid]
+    return state.owned(behind)
 
 
 def items_ahead(state: PipelineState, item: QueueItem) -> list[QueueItem]:

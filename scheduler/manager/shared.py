@@ -33,7 +33,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import replace
 
-from scheduler.manager import reset
+from scheduler.manager import reset, settling
 from scheduler.manager.base import PipelineManager, needed
 from scheduler.manager.window import in_window
 from scheduler.model.change import Change
@@ -82,7 +82,7 @@ class SharedQueueManager(PipelineManager):
         queue.items.append(item.uuid)
 
     def live_items(self, state: PipelineState, queue: ChangeQueue) -> list[QueueItem]:
-        return [item for item in state.items_of(queue) if not item.dequeued]
+        return state.owned(item for item in state.peek_of(queue) if not item.dequeued)
 
     def changes_to_merge(self, state: PipelineState, item: QueueItem) -> tuple[Change, ...]:
         chain = [ahead.change for ahead in reversed(reset.items_ahead(state, item))]
@@ -148,44 +148,63 @@ class SharedQueueManager(PipelineManager):
             self.process_queue(state, queue)
 
     def process_queue(self, state: PipelineState, queue: ChangeQueue) -> None:
-        nnfi: QueueItem | None = None  # the nearest non-failing item so far
+        """The walk: each item's step in queue order; settled items are skipped
+        (:mod:`scheduler.manager.settling`) while their place is unchanged."""
+        nnfi: str | None = None  # the nearest non-failing item so far
         position = 0
         # only a pipeline holding changes with dependencies pays for looking for them
-        dependencies = any(i.change.needs for i in state.items.values())
-        for item in state.items_of(queue):
-            if item.dequeued:
-                self._leave(state, item)
+        dependencies = any(i.change.needs for i in state.items.peek_values())
+        checking = settling.verifying()
+        for uuid in list(queue.items):
+            seen = state.items.peek(uuid)
+            if seen is None:
                 continue
-            item.active = in_window(queue.window, position)
+            if seen.dequeued:
+                self._leave(state, seen)
+                continue
+            active = in_window(queue.window, position)
             position += 1
-            self._reparent(state, item, nnfi)
-            self.advance_item(state, item)
-            if dependencies and self.failing(item):
-                # it will not merge as tested: what depends on it must not merge either
-                self._fail_dependents(state, item, "a dependency failed")
-            if item.ahead is None:
-                self._at_head(item)
-            if not self.failing(item):
-                nnfi = item
+            ahead = nnfi if self.speculative else None
 
-    def _leave(self, state: PipelineState, item: QueueItem) -> None:
-        if item.reported:
-            state.remove(item)  # leaves without a report (no jobs to run)
+            def step(item: QueueItem, active: bool = active, ahead: str | None = ahead) -> None:
+                item.active = active
+                self._reparent(state, item, ahead)
+                self.advance_item(state, item)
+                if dependencies and self.failing(item):
+                    # it will not merge as tested: what depends on it must not merge either
+                    self._fail_dependents(state, item, "a dependency failed")
+                if item.ahead is None:
+                    self._at_head(item)
+
+            mark = settling.mark(state, uuid)
+            # skipped: settled, and in the same place (a head with a result reports)
+            skip = (
+                mark is not None
+                and seen.active == active
+                and seen.ahead == ahead
+                and not (ahead is None and seen.result is not None)
+                and not (dependencies and mark.failing)
+            )
+            if mark is not None and skip:
+                if checking:
+                    settling.verify(self, state, seen, step)
+                failing = mark.failing
+            else:
+                failing = self.failing(settling.advance(self, state, uuid, step))
+            if not failing:
+                nnfi = uuid
+
+    def _leave(self, state: PipelineState, seen: QueueItem) -> None:
+        if seen.reported:
+            state.remove(seen)  # leaves without a report (no jobs to run)
         else:
-            self._finish(item)
+            self._finish(seen)
 
-    def _reparent(self, state: PipelineState, item: QueueItem, nnfi: QueueItem | None) -> None:
-        expected = nnfi.uuid if nnfi is not None and self.speculative else None
+    def _reparent(self, state: PipelineState, item: QueueItem, expected: str | None) -> None:
         if item.ahead == expected:
             return
         why = f"the item it was tested on is not the nearest non-failing item ({expected})"
         reset.move_item(self, state, item, expected, why)
-
-    def failing(self, item: QueueItem) -> bool:
-        """The item will not merge as tested (Zuul's failing reasons)."""
-        if item.result is not None:
-            return item.result is not Result.SUCCESS
-        return bool(self.voting_failures(item))
 
     def _at_head(self, item: QueueItem) -> None:
         """Report a finished head item; a passed one is pushed first where the pipeline merges."""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.model.build import BuildsetJobs, JobState, copy_json
 from scheduler.model.change import Change
+from scheduler.model.item_map import ItemMap
 from scheduler.model.results import Result
 
 
@@ -224,6 +225,15 @@ class ChangeQueue:
         )
 
 
+class Settled(NamedTuple):
+    """An item whose step decides nothing (scheduler.manager.settling), and how it stands."""
+
+    # the layout fence it was settled under
+    fence: object
+    # it will not merge as tested (the walk's "failing": not a nearest non-failing item)
+    failing: bool
+
+
 @dataclass
 class PipelineState:
     """Everything a processing pass needs of one pipeline."""
@@ -231,8 +241,15 @@ class PipelineState:
     tenant: str
     pipeline: str
     queues: dict[str, ChangeQueue] = field(default_factory=dict)
-    items: dict[str, QueueItem] = field(default_factory=dict)
+    # copied on first lookup (scheduler.model.item_map): peek to only read
+    items: ItemMap = field(default_factory=ItemMap)
     layout_uuid: str = ""
+    # items whose advance decides nothing while they, the items ahead of them
+    # and the layout are unchanged: uuid -> the layout fence it holds under
+    # (scheduler.state.items keeps it between passes; managers skip them)
+    settled: dict[str, Settled] = field(default_factory=dict, compare=False)
+    # the fence of the layout the pass's manager comes from (None: settle nothing)
+    fence: object = field(default=None, compare=False)
 
     def items_in_order(self) -> Iterator[QueueItem]:
         for queue in list(self.queues.values()):
@@ -246,25 +263,34 @@ class PipelineState:
         found = [self.items.get(item_uuid) for item_uuid in queue.items]
         return [item for item in found if item is not None]
 
+    def peek_of(self, queue: ChangeQueue) -> list[QueueItem]:
+        """The items of ``queue`` in order, for reading only (see ``ItemMap.peek``)."""
+        found = [self.items.peek(item_uuid) for item_uuid in queue.items]
+        return [item for item in found if item is not None]
+
+    def owned(self, items: Iterable[QueueItem]) -> list[QueueItem]:
+        """The pass's own (mutable) copies of ``items`` found by peeking."""
+        return [self.items[item.uuid] for item in list(items)]
+
     def find(self, change: Change) -> list[QueueItem]:
         """Live items of the same change (any patchset)."""
-        return [
+        return self.owned(
             item
-            for item in self.items.values()
+            for item in self.items.peek_values()
             if not item.dequeued and item.change.same_change(change)
-        ]
+        )
 
     def find_for_dequeue(self, change: Change) -> list[QueueItem]:
         """Live items of ``change``'s ref; an empty branch matches any target branch."""
-        return [
+        return self.owned(
             item
-            for item in self.items.values()
+            for item in self.items.peek_values()
             if not item.dequeued
             and item.change.connection == change.connection
             and item.change.project == change.project
             and item.change.ref == change.ref
             and (not change.branch or item.change.branch == change.branch)
-        ]
+        )
 
     def queue_of(self, item: QueueItem) -> ChangeQueue:
         return self.queues[item.queue]
@@ -275,13 +301,18 @@ class PipelineState:
             queue.items.remove(item.uuid)
             if not queue.items and (queue.dynamic or queue.name.startswith("item:")):
                 del self.queues[queue.name]
-        self.items.pop(item.uuid, None)
+        self.items.discard(item.uuid)
+        self.settled.pop(item.uuid, None)
 
     def summary(self) -> dict[str, Any]:
-        """The pipeline node's own data: queue order and layout."""
+        """The pipeline node's own data: the layout and how many items there are."""
         return {
             "tenant": self.tenant,
             "pipeline": self.pipeline,
             "layout_uuid": self.layout_uuid,
-            "queues": [queue.to_dict() for queue in self.queues.values()],
+            "items": len(self.items),
         }
+
+    def order(self) -> dict[str, Any]:
+        """The queues and their items in order (a document of its own: see the codec)."""
+        return {"queues": [queue.to_dict() for queue in self.queues.values()]}

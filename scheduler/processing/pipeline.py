@@ -33,6 +33,7 @@ from functools import partial
 
 from scheduler import dispatch, reconfiguration, scope, tasklabels, tasknames
 from scheduler.manager import events as ev
+from scheduler.manager import settling
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
@@ -132,12 +133,15 @@ class PipelinePass:
             return False  # no event, and the state is as this process left it at rest
         quiet.forget(self.env.client, self.tenant, self.pipeline)  # until this pass ends
         tree, state = self.read(store, look)
+        # items settled under the manager's layout are not advanced again
+        state.fence = ledger.layout_fence or settling.FIXED_LAYOUT
         self.apply(manager, state, events)
         txn = self.decide(manager, state, ledger)
         if self.skippable and txn is not None:
             raise AssertionError(f"{self.tenant}/{self.pipeline}: a pass at rest decided")
         if txn is None:
             # nothing new (a push may be pending: its result will wake us)
+            store.keep_settled(state)
             self.rest(tree, ledger, state)
             return False
         try:
@@ -368,7 +372,7 @@ class PipelinePass:
         queue_root = message.queue
         request = message.request
         buildset = message.buildset
-        item = _item_of_buildset(state.items.values(), buildset)
+        item = _item_of_buildset(state.items.peek_values(), buildset)  # (read only)
         if item is None:
             return None  # the buildset was reset or the item left: stale
         kind = message.kind
@@ -403,7 +407,7 @@ class PipelinePass:
         self, state: PipelineState, message: NodeRequestMessage
     ) -> ev.NodesAnswered | None:
         """A node request's outcome; a fulfilled one carries its nodes as read now."""
-        item = _item_of_buildset(state.items.values(), message.buildset)
+        item = _item_of_buildset(state.items.peek_values(), message.buildset)  # (read only)
         if item is None:
             self.node_deletes.append(message.request)  # stale: nobody will accept its nodes
             return None
@@ -557,8 +561,9 @@ class PipelinePass:
         if failed:
             flags.raise_flag(self.env.client, retry_flag)
             return landed
-        waiting = any(i.report_failures for i in state.items.values() if i.uuid not in landed)
-        recovered = any(state.items[u].report_failures for u in landed)
+        items = state.items
+        waiting = any(i.report_failures for i in items.peek_values() if i.uuid not in landed)
+        recovered = any(item.report_failures for u in landed if (item := items.peek(u)))
         if recovered and not waiting:
             flags.lower_flag(self.env.client, retry_flag)
         return landed

@@ -31,15 +31,15 @@ would be skipped runs in full and raises if it decides anything.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 
-from scheduler.model.item import PipelineState, PushState
+from scheduler.manager import settling
+from scheduler.model.item import PipelineState
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.multiread import Stat
 
-VERIFY_QUIET = "SLUICE_VERIFY_QUIET"
+VERIFY_QUIET = settling.VERIFY
 
 
 @dataclass(frozen=True)
@@ -54,19 +54,12 @@ _marks: dict[tuple[int, str, str], QuietMark] = {}
 
 
 def at_rest(state: PipelineState) -> bool:
-    """Whether nothing but a new event can give a pass on ``state`` work to do."""
-    for item in state.items.values():
-        if item.report_failures or item.report_retry_at is not None:
-            return False  # its report is retried after a back-off
-        if item.push is PushState.PENDING:
-            return False  # its push request is looked for on every pass
-        for job in (item.buildset.jobs or {}).values():
-            if job.waiting_for_semaphore is not None:
-                return False  # another pipeline may free a slot
-            current = job.current
-            if current is not None and current.waiting_for_nodes:
-                return False
-    return True
+    """Whether nothing but a new event can give a pass on ``state`` work to do.
+
+    A settled item is at rest (``settling.at_rest`` held when it settled).
+    """
+    settled = state.settled
+    return all(uuid in settled or settling.at_rest(item) for uuid, item in state.items.peek_items())
 
 
 def remember(
@@ -110,4 +103,4 @@ def holds(
 
 def verifying() -> bool:
     """Tests: run the pass a mark would skip, and check that it decides nothing."""
-    return bool(os.environ.get(VERIFY_QUIET))
+    return settling.verifying()

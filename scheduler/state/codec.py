@@ -3,10 +3,19 @@
 :func:`encode` turns a :class:`~scheduler.model.item.PipelineState` into a
 mapping of path -> JSON document following the seed's tree
 (``tenant/<t>/pipeline/<p>/item/<item>/buildset/<bs>/job/<job>/build/<b>``);
-:func:`decode` reads it back. Each document names its children (the root
-its queues and items, a buildset its jobs, a job its builds), so a reader
-fetches the tree level by level with plain gets and never lists a
-directory. Pure functions: the I/O is in :mod:`scheduler.state.store`.
+:class:`Reader` reads it back. Each document names its children (the
+order document its queues and their items, a buildset its jobs, a job its
+builds), so a reader fetches the tree level by level with plain gets and
+never lists a directory. Pure functions: the I/O is in
+:mod:`scheduler.state.store`.
+
+The pipeline document (the root, set by every pass: its version fences
+the pass) holds only the layout and the number of items, written with
+schema 2. The queues and their items are the *order* document, the seed's
+``queue`` node: it changes only when an item joins, leaves or moves, so a
+pass that applies a build result writes neither a list nor bytes that grow
+with the depth. A root written with schema 1 lists the queues itself and is
+still read.
 """
 
 from __future__ import annotations
@@ -16,22 +25,56 @@ from typing import Any
 
 from scheduler.model.build import Build, JobState
 from scheduler.model.item import BuildSet, ChangeQueue, PipelineState, QueueItem
-from scheduler.state.items import CachedItem
-from scheduler.zk import paths
+from scheduler.model.item_map import ItemMap
+from scheduler.state.items import EMPTY, CachedItem, Snapshot
+from scheduler.zk import paths, stored
 
 Documents = dict[str, dict[str, Any]]
+
+
+# the schema of a pipeline document without queues (scheduler.zk.stored)
+ROOT_SCHEMA = 2
 
 
 def root_path(tenant: str, pipeline: str) -> str:
     return paths.pipeline_state(tenant, pipeline)
 
 
+def order_path(tenant: str, pipeline: str) -> str:
+    return paths.pipeline_queues(tenant, pipeline)
+
+
+def root_doc(state: PipelineState) -> dict[str, Any]:
+    """The pipeline document: written by every pass, of a size that does not grow."""
+    return {**state.summary(), stored.SCHEMA_FIELD: ROOT_SCHEMA}
+
+
 def encode(state: PipelineState) -> Documents:
     """Every node of the pipeline's state, by path."""
-    docs: Documents = {root_path(state.tenant, state.pipeline): state.summary()}
-    for item in state.items.values():
+    docs: Documents = {
+        root_path(state.tenant, state.pipeline): root_doc(state),
+        order_path(state.tenant, state.pipeline): state.order(),
+    }
+    for item in state.items.peek_values():
         docs.update(encode_item(state.tenant, state.pipeline, item))
     return docs
+
+
+def queue_docs(
+    tenant: str, pipeline: str, docs: Mapping[str, Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The queues as stored: in the order document, or in a schema 1 root."""
+    root = docs.get(root_path(tenant, pipeline)) or {}
+    if "queues" in root:
+        return list(root["queues"])
+    return list((docs.get(order_path(tenant, pipeline)) or {}).get("queues", []))
+
+
+def item_count(root: Mapping[str, Any]) -> int:
+    """How many items a pipeline document says there are (without the order document)."""
+    if "queues" in root:
+        return sum(len(queue.get("items", [])) for queue in root["queues"])
+    return int(root.get("items", 0))
 
 
 def encode_item(tenant: str, pipeline: str, item: QueueItem) -> Documents:
@@ -57,10 +100,13 @@ def encode_item(tenant: str, pipeline: str, item: QueueItem) -> Documents:
 class Reader:
     """Decodes documents fetched level by level (see :func:`children_of`).
 
-    With ``known`` entries (:mod:`scheduler.state.items`), an item whose
-    documents are exactly the ones an entry came from is not decoded again:
-    the state gets a clone of the entry's pristine item. Items decoded anew
-    are in :attr:`decoded` afterwards, for the caller to keep.
+    With a ``known`` snapshot (:mod:`scheduler.state.items`) made from this
+    very tree, the state's items are the snapshot's pristine items (an
+    :class:`~scheduler.model.item_map.ItemMap` clones one when a pass takes
+    it) and nothing is decoded. Otherwise an item whose documents are exactly
+    the ones an entry came from is not decoded again. Afterwards
+    :attr:`snapshot` is the snapshot of this tree (None after a torn read)
+    and :attr:`decoded` the items decoded anew.
     """
 
     def __init__(
@@ -68,44 +114,60 @@ class Reader:
         tenant: str,
         pipeline: str,
         docs: Mapping[str, dict[str, Any]],
-        known: Mapping[str, CachedItem] | None = None,
+        known: Snapshot | None = None,
     ) -> None:
         self.tenant = tenant
         self.pipeline = pipeline
         self.docs = docs
-        self.known: Mapping[str, CachedItem] = known or {}
+        self.known: Snapshot = known or EMPTY
         self.decoded: dict[str, CachedItem] = {}
+        self.snapshot: Snapshot | None = None
 
     def state(self) -> PipelineState:
         state = PipelineState(self.tenant, self.pipeline)
-        root = self.docs.get(root_path(self.tenant, self.pipeline))
+        root_path_ = root_path(self.tenant, self.pipeline)
+        root = self.docs.get(root_path_)
         if root is None:
             return state
         state.layout_uuid = str(root.get("layout_uuid", ""))
-        for raw in root.get("queues", []):
+        for raw in queue_docs(self.tenant, self.pipeline, self.docs):
             queue = ChangeQueue.from_dict(raw)
             state.queues[queue.name] = queue
+        if self.known.whole_in(self.docs, root_path_):
+            self.snapshot = self.known
+            state.items = ItemMap(pristine=self.known.items, origin=self.known)
+            state.settled = dict(self.known.settled)
+            return state
+        entries: dict[str, CachedItem] = {}
+        torn: dict[str, QueueItem] = {}
+        for queue in state.queues.values():
             for item_uuid in queue.items:
-                item = self._cached(item_uuid) or self._item(item_uuid)
-                if item is not None:
-                    state.items[item.uuid] = item
-            queue.items = [uuid for uuid in queue.items if uuid in state.items]
+                entry = self._cached(item_uuid) or self._item(item_uuid)
+                if isinstance(entry, CachedItem):
+                    entries[item_uuid] = entry
+                elif entry is not None:
+                    torn[item_uuid] = entry
+            queue.items = [u for u in queue.items if u in entries or u in torn]
+        pristine = {uuid: entry.item for uuid, entry in entries.items()}
+        if not torn:
+            self.snapshot = Snapshot(root, entries, pristine)
+        state.items = ItemMap(torn, pristine=pristine, origin=self.snapshot)
         return state
 
-    def _cached(self, item_uuid: str) -> QueueItem | None:
-        entry = self.known.get(item_uuid)
+    def _cached(self, item_uuid: str) -> CachedItem | None:
+        entry = self.known.entries.get(item_uuid)
         if entry is None or not entry.current_in(self.docs):
             return None
-        return entry.item.clone()
+        return entry
 
-    def _item(self, item_uuid: str) -> QueueItem | None:
-        """Decode an item; keep it (pristine) unless a document it lists is missing."""
+    def _item(self, item_uuid: str) -> CachedItem | QueueItem | None:
+        """Decode an item: its entry, or the bare item if a document it lists is missing."""
         used: dict[str, dict[str, Any]] = {}
         item = self._decode_item(item_uuid, used)
         if item is None or used.pop(_TORN, None) is not None:
             return item
-        self.decoded[item_uuid] = CachedItem(item, used)
-        return item.clone()
+        entry = self.decoded[item_uuid] = CachedItem(item, used)
+        return entry
 
     def _decode_item(self, item_uuid: str, used: dict[str, dict[str, Any]]) -> QueueItem | None:
         item_path = paths.item(self.tenant, self.pipeline, item_uuid)
@@ -161,11 +223,11 @@ class Reader:
 _TORN = "torn"
 
 
-def item_paths(tenant: str, pipeline: str, root: Mapping[str, Any]) -> list[str]:
-    """Level 2 of a read: the items the root document lists."""
+def item_paths(tenant: str, pipeline: str, docs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Level 2 of a read: the items the order document (or a schema 1 root) lists."""
     return [
         paths.item(tenant, pipeline, str(item_uuid))
-        for queue in root.get("queues", [])
+        for queue in queue_docs(tenant, pipeline, docs)
         for item_uuid in queue.get("items", [])
     ]
 

@@ -21,10 +21,11 @@ a pass touched (an item equal to its pristine copy keeps its documents).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from types import EllipsisType
 
-from scheduler.model.item import PipelineState
+from scheduler.model.item import PipelineState, Settled
 from scheduler.state import codec, items
 from scheduler.zk import doctree, paths
 from scheduler.zk.client import ZooKeeperClient
@@ -81,8 +82,8 @@ class PipelineStore:
                 if (stat.version, stat.mzxid) == (cached.root_version, cached.root_zxid):
                     return cached.copy()
             tree = doctree.DocTree(codec.root_path(tenant, pipeline))
-            root = doctree.get_many(self.client, tree, [tree.root])
-            if not root:
+            level1 = [tree.root, codec.order_path(tenant, pipeline)]
+            if tree.root not in doctree.get_many(self.client, tree, level1):
                 return tree
             self._read_levels(tenant, pipeline, tree)
             if locked or self._root_version(tree) == tree.root_version:
@@ -95,9 +96,7 @@ class PipelineStore:
         return -1 if stat is None else int(stat.version)
 
     def _read_levels(self, tenant: str, pipeline: str, tree: doctree.DocTree) -> None:
-        items = doctree.get_many(
-            self.client, tree, codec.item_paths(tenant, pipeline, tree.docs[tree.root])
-        )
+        items = doctree.get_many(self.client, tree, codec.item_paths(tenant, pipeline, tree.docs))
         refs = [codec.buildset_ref(tenant, pipeline, doc) for doc in items.values()]
         buildsets = doctree.get_many(self.client, tree, [paths.buildset(r) for r in refs])
         jobs: dict[str, tuple[paths.BuildsetRef, str]] = {}
@@ -120,9 +119,12 @@ class PipelineStore:
     @staticmethod
     def state(tenant: str, pipeline: str, tree: doctree.DocTree) -> PipelineState:
         """The state of ``tree``: items whose documents are unchanged come from the cache."""
-        reader = codec.Reader(tenant, pipeline, tree.docs, items.entries(tenant, pipeline))
+        reader = codec.Reader(tenant, pipeline, tree.docs, items.snapshot(tenant, pipeline))
         state = reader.state()
-        items.add(tenant, pipeline, reader.decoded)
+        if reader.snapshot is None:
+            items.add(tenant, pipeline, reader.decoded)  # a torn read: no snapshot of it
+        elif reader.snapshot is not reader.known:
+            items.keep(tenant, pipeline, reader.snapshot)
         return state
 
     def write(
@@ -134,23 +136,110 @@ class PipelineStore:
     ) -> doctree.DocTree:
         """Commit what changed since ``before`` (and ``extra``) in one fenced transaction.
 
-        Only the items that differ from their pristine copies are encoded; the
-        cache of items is replaced once the commit succeeded.
+        When the state was read from ``before`` through a snapshot, only the
+        items the pass took (``ItemMap.owned_uuids``) are looked at: one that
+        differs from its pristine copy is encoded, and only its documents
+        that changed are written. Any other state is compared item by item
+        (:meth:`_write_all`). The snapshot is replaced once the commit
+        succeeded, and the state's pristine items follow it (a report's
+        second commit starts from there).
         """
         tenant, pipeline = state.tenant, state.pipeline
-        known = items.entries(tenant, pipeline)
-        wanted: codec.Documents = {codec.root_path(tenant, pipeline): state.summary()}
-        committed: dict[str, items.CachedItem] = {}
-        for item in state.items.values():
-            entry = known.get(item.uuid)
+        root = codec.root_path(tenant, pipeline)
+        base = state.items.origin
+        if not (isinstance(base, items.Snapshot) and base.whole_in(before.docs, root)):
+            return self._write_all(context, before, state, extra)
+        entries = dict(base.entries)
+        pristine = dict(base.items)
+        settled = dict(state.settled)
+        changes: codec.Documents = {root: codec.root_doc(state)}
+        order_path, order = codec.order_path(tenant, pipeline), state.order()
+        if before.docs.get(order_path) != order:
+            changes[order_path] = order
+        gone: list[str] = []
+        for uuid in state.items.removed_uuids():
+            entry = entries.pop(uuid, None)
+            pristine.pop(uuid, None)
+            settled.pop(uuid, None)
+            if entry is not None:
+                gone.extend(entry.docs)
+        for uuid in state.items.owned_uuids():
+            item = state.items.peek(uuid)
+            entry = entries.get(uuid)
+            if item is None or (entry is not None and item == entry.item):
+                continue
+            new = item.clone()  # the pass's item stays the pass's to mutate
+            docs = codec.encode_item(tenant, pipeline, new)
+            old = entry.docs if entry is not None else {}
+            changes.update((p, doc) for p, doc in docs.items() if old.get(p) != doc)
+            gone.extend(p for p in old if p not in docs)
+            entries[uuid] = items.CachedItem(new, docs)
+            pristine[uuid] = new
+            settled.pop(uuid, None)  # changed since its advance decided nothing
+        after = doctree.write_changes(context, before, changes, gone, extra=extra)
+        return self._committed(
+            state, after, items.Snapshot(after.docs[root], entries, pristine, settled)
+        )
+
+    def _write_all(
+        self,
+        context: LockContext,
+        before: doctree.DocTree,
+        state: PipelineState,
+        extra: Transaction | None,
+    ) -> doctree.DocTree:
+        """Every item against its entry, when the state was not read from ``before``."""
+        tenant, pipeline = state.tenant, state.pipeline
+        root = codec.root_path(tenant, pipeline)
+        known = items.snapshot(tenant, pipeline).entries
+        wanted: codec.Documents = {
+            root: codec.root_doc(state),
+            codec.order_path(tenant, pipeline): state.order(),
+        }
+        entries: dict[str, items.CachedItem] = {}
+        settled: dict[str, Settled] = {}
+        for uuid, item in state.items.peek_items():
+            entry = known.get(uuid)
             if entry is None or not entry.current_in(before.docs) or item != entry.item:
-                pristine = item.clone()  # the pass's item stays the pass's to mutate
-                entry = items.CachedItem(pristine, codec.encode_item(tenant, pipeline, pristine))
+                new = item.clone()
+                entry = items.CachedItem(new, codec.encode_item(tenant, pipeline, new))
+            elif uuid in state.settled:
+                settled[uuid] = state.settled[uuid]
             wanted.update(entry.docs)
-            committed[item.uuid] = entry
+            entries[uuid] = entry
         after = doctree.write_diff(context, before, wanted, extra=extra)
-        items.replace(tenant, pipeline, committed)
-        self._remember(tenant, pipeline, after)
+        pristine = {uuid: entry.item for uuid, entry in entries.items()}
+        return self._committed(
+            state, after, items.Snapshot(after.docs[root], entries, pristine, settled)
+        )
+
+    @staticmethod
+    def keep_settled(state: PipelineState) -> None:
+        """A pass that commits nothing still keeps the items it found settled.
+
+        The marks are this process's hints about the tree the state was read
+        from, which is unchanged: the snapshot is kept with them (for the
+        items still equal to their pristine copies) if it is still the one
+        the state came from.
+        """
+        origin = state.items.origin
+        tenant, pipeline = state.tenant, state.pipeline
+        if not isinstance(origin, items.Snapshot) or items.snapshot(tenant, pipeline) is not origin:
+            return
+        mine = state.items
+        settled = {
+            uuid: mark
+            for uuid, mark in state.settled.items()
+            if not mine.owns(uuid) or mine.peek(uuid) == mine.pristine(uuid)
+        }
+        items.keep(tenant, pipeline, dataclasses.replace(origin, settled=settled))
+
+    def _committed(
+        self, state: PipelineState, after: doctree.DocTree, kept: items.Snapshot
+    ) -> doctree.DocTree:
+        items.keep(state.tenant, state.pipeline, kept)
+        state.items.rebase(kept.items, kept)
+        self._remember(state.tenant, state.pipeline, after)
         return after
 
     def _remember(self, tenant: str, pipeline: str, tree: doctree.DocTree) -> None:

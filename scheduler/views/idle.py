@@ -69,7 +69,7 @@ def items_in(client: ZooKeeperClient, tenant: str, pipeline: str) -> int:
     """How many items the pipeline document lists (one get; no item is read)."""
     tree = doctree.DocTree(codec.root_path(tenant, pipeline))
     root = doctree.get_many(client, tree, [tree.root]).get(tree.root)
-    return 0 if root is None else len(codec.item_paths(tenant, pipeline, root))
+    return 0 if root is None else codec.item_count(root)
 
 
 def pending_work(client: ZooKeeperClient) -> list[str]:
@@ -173,8 +173,7 @@ def _items(
     raw = document[0]
     if raw.startswith(sharding.POINTER_MAGIC):
         return items_in(client, tenant, pipeline)
-    root = stored.decode(raw, codec.root_path(tenant, pipeline))
-    return len(codec.item_paths(tenant, pipeline, root))
+    return codec.item_count(stored.decode(raw, codec.root_path(tenant, pipeline)))
 
 
 def _active(

@@ -138,10 +138,6 @@ def write_diff(
 
     ``after`` must contain the root document. Returns the tree as now stored.
     """
-    client = context.client
-    txn = context.transaction()  # refuses first if the lock is lost (before any write)
-    if before.root not in before.versions:
-        client.ensure_path(paths.parent(before.root))
     # Documents are never mutated once read or written, so an unchanged one is
     # usually the very object read: an identity test first, equality only if not.
     changed = [
@@ -149,6 +145,51 @@ def write_diff(
         for path, doc in after.items()
         if path == before.root or ((old := before.docs.get(path)) is not doc and old != doc)
     ]
+    gone = [path for path in before.docs if path not in after]
+    return _commit(context, before, after, changed, gone, extra=extra, inline_limit=inline_limit)
+
+
+def write_changes(
+    context: LockContext,
+    before: DocTree,
+    changes: Mapping[str, Document],
+    gone: Iterable[str],
+    *,
+    extra: Transaction | None = None,
+    inline_limit: int = 128 * 1024,
+) -> DocTree:
+    """:func:`write_diff` for a caller that knows what changed: ``changes`` (the root's
+    document among them) and the paths ``gone``; the others stay as in ``before``.
+
+    Nothing here looks at the documents that did not change, so a commit
+    costs what it writes, not the size of the tree (bar dictionary copies,
+    and a recount of the container nodes when something is deleted).
+    """
+    if before.root not in changes:
+        raise ValueError(f"write_changes: the root document {before.root} must be written")
+    gone = [path for path in gone if path in before.docs and path not in changes]
+    after = dict(before.docs)
+    for path in gone:
+        del after[path]
+    after.update(changes)
+    changed = list(changes)
+    return _commit(context, before, after, changed, gone, extra=extra, inline_limit=inline_limit)
+
+
+def _commit(
+    context: LockContext,
+    before: DocTree,
+    after: Mapping[str, Document],
+    changed: list[str],
+    gone: list[str],
+    *,
+    extra: Transaction | None,
+    inline_limit: int,
+) -> DocTree:
+    client = context.client
+    txn = context.transaction()  # refuses first if the lock is lost (before any write)
+    if before.root not in before.versions:
+        client.ensure_path(paths.parent(before.root))
     prepared: dict[str, sharding.PreparedBlob] = {}
     for path in sorted(changed, key=_depth):
         prepared[path] = sharding.prepare(
@@ -159,7 +200,6 @@ def write_diff(
             version=before.versions.get(path, -1),
             inline_limit=inline_limit,
         )
-    gone = [path for path in before.docs if path not in after]
     containers_before = before.container_nodes()
     containers_after = _containers_after(before, after, changed, gone)
     new_containers = containers_after - containers_before

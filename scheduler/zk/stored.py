@@ -42,14 +42,20 @@ from scheduler.zk.context import (
 )
 from scheduler.zk.errors import DecodeError, NewerSchemaError, NoDataError
 
+# The newest schema a reader accepts (docs/zookeeper.md, "Schema versions"):
 # 1: initial layout (2026-11).
-SCHEMA_VERSION = 1
+# 2: the pipeline document lists no queues, its ``queue`` child does (2026-11-27);
+#    only pipeline documents are written with it (scheduler.state.codec).
+SCHEMA_VERSION = 2
+# what an object is written with unless its format needs a newer one
+BASE_SCHEMA = 1
 COMPRESS_THRESHOLD = 16 * 1024
 SCHEMA_FIELD = "schema"
 
 
-def encode(obj: Mapping[str, Any], schema: int = SCHEMA_VERSION) -> bytes:
-    """The stored bytes of ``obj`` with its schema version."""
+def encode(obj: Mapping[str, Any], schema: int = BASE_SCHEMA) -> bytes:
+    """The stored bytes of ``obj`` with its schema version (``obj``'s own ``schema``
+    field, if it has one, wins)."""
     document = {SCHEMA_FIELD: schema, **obj}
     try:
         raw = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()

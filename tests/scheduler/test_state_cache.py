@@ -153,7 +153,7 @@ def test_another_process_write_is_seen_by_the_next_pass(
     world.run(world.merger, {"ok": True})
     world.process()  # lint requested; this process keeps the item
     (item_uuid,) = world.state().items
-    kept = dict(items.entries(TENANT, PIPELINE))
+    kept = items.snapshot(TENANT, PIPELINE)
     other = connect(zookeeper.settings())
     try:
         # Another worker (a cache of its own) applies lint's result meanwhile.
@@ -163,7 +163,7 @@ def test_another_process_write_is_seen_by_the_next_pass(
     finally:
         other.stop()
         other.close()
-    items.replace(TENANT, PIPELINE, kept)  # this process's cache, as it was
+    items.keep(TENANT, PIPELINE, kept)  # this process's cache, as it was
     jobs = world.state().items[item_uuid].buildset.jobs
     assert jobs is not None and jobs["lint"].result is Result.SUCCESS
     world.process()  # nothing new for this worker: nothing requested twice

@@ -4,8 +4,9 @@ Starts its own ZooKeeper (Debian's package) and Redis on free ports, then,
 each phase in a fresh ZooKeeper chroot and state dir with its own real
 ``celery worker`` processes (the end-to-end tests' SluiceSystem):
 
-1. **check throughput**: a check pipeline, N changes x M no-op jobs
-   (``true``), enqueued at once (management events put directly, as
+1. **throughput**: a check pipeline, then a gate (dependent, every item
+   tested on those ahead of it, reported in order), N changes x M no-op
+   jobs (``true``), enqueued at once (management events put directly, as
    ``sluice enqueue`` puts them, then one nudge); builds/s and changes/s from
    the enqueue to the last reported build (SQL end_time), enqueue -> first
    build start latency per change (SQL start_time), ZooKeeper requests per
@@ -102,6 +103,13 @@ CONFIG = {
               local:
                 - event: ref-updated
                   ref: ^refs/heads/never$
+        - pipeline:
+            name: gate
+            manager: dependent
+            trigger:
+              local:
+                - event: ref-updated
+                  ref: ^refs/heads/never$
         - job:
             name: base
             parent: null
@@ -123,6 +131,8 @@ def app_files(jobs: int, script: str) -> dict[str, str]:
     project = f"""
         - project:
             check:
+              jobs: [{", ".join(names)}]
+            gate:
               jobs: [{", ".join(names)}]
         """
     return {".zuul.yaml": stanzas + project, "ci/job.sh": script, "src/app.py": "x = 0\n"}
@@ -158,7 +168,9 @@ class CheckSystem:
     def client_settings(self) -> Any:
         return load_settings()
 
-    def enqueue(self, refs: list[str], timeout: float = 120) -> dict[str, float]:
+    def enqueue(
+        self, refs: list[str], timeout: float = 120, pipeline: str = "check"
+    ) -> dict[str, float]:
         """Put one enqueue event per ref, nudge once, wait for every outcome.
 
         Returns when each event was put (time.time()).
@@ -179,7 +191,7 @@ class CheckSystem:
                     {
                         "type": "enqueue",
                         "change": change.to_dict(),
-                        "pipeline": "check",
+                        "pipeline": pipeline,
                         "result_id": result_id,
                     }
                 )
@@ -249,8 +261,11 @@ def traced_requests() -> Counter[str]:
     return trace.summed(Path(folder))
 
 
-def throughput_run(services: Services, changes: int, jobs: int) -> dict[str, Any]:
-    check = check_system(services, f"check-{changes}x{jobs}-{uuid.uuid4().hex[:6]}", changes, jobs)
+def throughput_run(
+    services: Services, changes: int, jobs: int, pipeline: str = "check"
+) -> dict[str, Any]:
+    tag = f"{pipeline}-{changes}x{jobs}-{uuid.uuid4().hex[:6]}"
+    check = check_system(services, tag, changes, jobs)
     try:
         start_workers(check)
         warm = check.refs[:1]  # a first change warms imports, connections, caches
@@ -269,7 +284,7 @@ def throughput_run(services: Services, changes: int, jobs: int) -> dict[str, Any
         cpu_before = cpu_seconds(pids)
         service_cpu_before = cpu_seconds(services.pids())
         started = time.time()
-        sent = check.enqueue(refs)
+        sent = check.enqueue(refs, pipeline=pipeline)
         check.wait_reported(refs)
         after = services.mntr()
         traced = traced_requests() - traced_before
@@ -484,7 +499,7 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"\nload average before: {report['load_before']}, after: {report['load_after']}")
     for key, runs in report["throughput"].items():
         n = len(runs)
-        print(f"\ncheck pipeline {key} (N changes x M no-op jobs), {n} run(s): best / median")
+        print(f"\n{key} (N changes x M no-op jobs), {n} run(s): best / median")
         rows = [
             ("builds/s", "builds_per_s", True, "{:.2f}"),
             ("changes/s", "changes_per_s", True, "{:.2f}"),
@@ -539,6 +554,7 @@ def main() -> None:
         "--changes", type=int, nargs="+", default=None, help="changes per run (N), e.g. 10 20"
     )
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 100, 500])
+    parser.add_argument("--pipelines", nargs="+", default=["check", "gate"], help="check, gate")
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -568,12 +584,12 @@ def main() -> None:
             for depth in args.depths:
                 report["gate_depth"].append(gate_depth(services, depth, samples))
                 print(f"gate depth {depth}: done", flush=True)
-            for n in changes:
-                key = f"{n}x{args.jobs}"
+            for pipeline, n in [(p, n) for p in args.pipelines for n in changes]:
+                key = f"{pipeline} {n}x{args.jobs}"
                 results = []
                 for _ in range(runs):
-                    # one warm-up change more than N: it is not measured
-                    result = throughput_run(services, n + 1, args.jobs)
+                    # one warm-up change more than N (through check): it is not measured
+                    result = throughput_run(services, n + 1, args.jobs, pipeline)
                     result["ratio_celery"] = (
                         result["builds_per_s"] / result["celery_roundtrips_per_s"]
                     )

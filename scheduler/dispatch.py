@@ -1,7 +1,11 @@
 """Sending nudges by task name, so the scheduler never imports ``tasks/``.
 
 A nudge names what to look at (a tenant and pipeline, a request uuid);
-secrets and parameters never travel through the broker.
+secrets and parameters never travel through the broker. With a plain
+``redis://`` broker, a send Celery adds nothing to is pushed by Sluice
+itself: over a connection the process keeps (:mod:`scheduler.fastsend`),
+or, from a short-lived command, over a fresh socket without importing
+Celery (:mod:`scheduler.quicksend`).
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ def check_broker(settings: Settings | None = None, timeout: int = 2) -> None:
         raise exposure.broker_error(url, exc) from None
 
 
+# What a send may ask and still go the fast way (scheduler/fastsend.py): the
+# rest (countdown, eta, expires, priority, headers, links, retry policy...)
+# only Celery honours.
+FAST_OPTIONS = frozenset({"queue", "kwargs", "argsrepr"})
+
+
 def send(
     name: str, *args: Any, settings: Settings | None = None, label: str = "", **options: Any
 ) -> Any:
@@ -70,31 +80,68 @@ def send(
 
     ``label`` says what the task is about (:mod:`scheduler.tasklabels`); Flower
     shows it as the task's arguments. Without one it is made from the arguments.
+    With a plain ``redis://`` broker and no option but ``queue`` and
+    ``kwargs``, the message is pushed over the process's kept connection
+    (:mod:`scheduler.fastsend`, no ``task-sent`` event); otherwise, or if
+    that fails, Celery sends it.
     """
+    settings = settings or load_settings()
     options.setdefault("argsrepr", label or tasklabels.label(name, args))
     app = client_app(settings)
+    result = _send_fast(app, settings, name, list(args), options)
+    if result is None:
+        result = _send_through_celery(app, name, list(args), options)
+    return result
+
+
+def _send_through_celery(app: Celery, name: str, args: list[Any], options: dict[str, Any]) -> Any:
     from kombu.exceptions import OperationalError  # loaded with Celery by client_app
 
     try:
-        return app.send_task(name, args=list(args), **options)
+        return app.send_task(name, args=args, **options)
     except (OperationalError, OSError, RuntimeError) as exc:
         # the broker refused or is gone (Celery's result store says RuntimeError)
         raise exposure.broker_error(str(app.conf.broker_url), exc) from exc
+
+
+def _send_fast(
+    app: Celery, settings: Settings, name: str, args: list[Any], options: dict[str, Any]
+) -> Any:
+    """The AsyncResult of a send :mod:`scheduler.fastsend` made; None if Celery must."""
+    queue = options.get("queue") or tasknames.queue_of(name)
+    kwargs = options.get("kwargs") or {}
+    if not (
+        settings.broker.fast_send
+        and options.keys() <= FAST_OPTIONS
+        and isinstance(queue, str)
+        and isinstance(kwargs, dict)
+        and isinstance(options["argsrepr"], str)
+    ):
+        return None
+    from scheduler import fastsend  # redis-py: not for the commands that never send
+
+    label: str = options["argsrepr"]
+    return fastsend.send(
+        app, settings.broker_url, name, args, kwargs=kwargs, queue=queue, label=label
+    )
 
 
 def send_quickly(name: str, *args: str, settings: Settings | None = None) -> str:
     """Send task ``name`` from a short-lived command; returns the task id.
 
     Pushes the message itself when the broker is a plain Redis URL (no
-    Celery import, see :mod:`scheduler.quicksend`), through Celery otherwise
-    or if that fails.
+    Celery import, see :mod:`scheduler.quicksend`), through Celery otherwise,
+    if that fails, or with ``broker.fast_send`` off.
     """
     settings = settings or load_settings()
     queue = tasknames.queue_of(name)
     label = tasklabels.label(name, args)
-    task_id = quicksend.send(settings.broker_url, name, list(args), queue, label)
-    if task_id is None:
-        task_id = str(send(name, *args, settings=settings, queue=queue, label=label).id)
+    task_id = None
+    if settings.broker.fast_send:
+        task_id = quicksend.send(settings.broker_url, name, list(args), queue, label)
+    if task_id is None:  # not for the fast path either: Celery
+        options = {"queue": queue, "argsrepr": label}
+        task_id = str(_send_through_celery(client_app(settings), name, list(args), options).id)
     return task_id
 
 
@@ -127,23 +174,19 @@ def send_build(
     the message carries the uuid and the zone, nothing else.
     """
     kwargs = {"zone": zone} if zone is not None else {}
-    return client_app(settings).send_task(
+    return send(
         tasknames.BUILD,
-        args=[request_uuid],
+        request_uuid,
+        settings=settings,
+        label=label or tasklabels.label(tasknames.BUILD, [request_uuid, zone]),
         kwargs=kwargs,
         queue=executor_queue_name(zone),
-        argsrepr=label or tasklabels.label(tasknames.BUILD, [request_uuid, zone]),
     )
 
 
 def send_merge(request_uuid: str, *, settings: Settings | None = None, label: str = "") -> Any:
     """Nudge a merger to run the merge request ``request_uuid`` (queue ``merger``)."""
-    return client_app(settings).send_task(
-        tasknames.MERGE,
-        args=[request_uuid],
-        queue="merger",
-        argsrepr=label or tasklabels.label(tasknames.MERGE, [request_uuid]),
-    )
+    return send(tasknames.MERGE, request_uuid, settings=settings, label=label, queue="merger")
 
 
 def queued_messages(queue: str, *, settings: Settings | None = None) -> int:

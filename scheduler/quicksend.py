@@ -16,6 +16,9 @@ refuses the password is the exception: Celery would be refused alike, so a
 :class:`~scheduler.exposure.BrokerError` says so at once. What it leaves out
 is Celery's ``task-sent`` event: Flower shows the task from the moment a
 worker receives it.
+
+Long-lived processes push the same message (:func:`task_message`) over a
+connection they keep: :mod:`scheduler.fastsend`.
 """
 
 from __future__ import annotations
@@ -72,10 +75,19 @@ def task_message(
     *,
     task_id: str,
     label: str = "",
+    parent_id: str | None = None,
+    root_id: str | None = None,
+    reply_to: str = "",
 ) -> bytes:
-    """A Celery protocol-2 task message in kombu's Redis envelope, as JSON bytes."""
-    body = json.dumps([args, kwargs, {"callbacks": None, "errbacks": None, "chain": None}])
-    headers = {
+    """A Celery protocol-2 task message in kombu's Redis envelope, as JSON bytes.
+
+    The headers are those Celery 5's ``send_task`` writes. A task sent from
+    inside another names it as ``parent_id`` and that one's root as
+    ``root_id``; a task sent from outside any task is its own root.
+    """
+    embed = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+    body = json.dumps([args, kwargs, embed])
+    headers: dict[str, Any] = {
         "lang": "py",
         "task": name,
         "id": task_id,
@@ -86,12 +98,17 @@ def task_message(
         "group_index": None,
         "retries": 0,
         "timelimit": [None, None],
-        "root_id": task_id,
-        "parent_id": None,
+        "root_id": root_id or task_id,
+        "parent_id": parent_id,
         "argsrepr": label or repr(args),
         "kwargsrepr": repr(kwargs),
-        "origin": f"{os.getpid()}@{socket.gethostname()}",
-        "ignore_result": False,
+        # Celery's own name for a sender that is not a worker node (anon_nodename)
+        "origin": f"gen{os.getpid()}@{socket.gethostname()}",
+        # None: the worker applies the task's own ignore_result
+        "ignore_result": None,
+        "replaced_task_nesting": 0,
+        "stamped_headers": None,
+        "stamps": {},
     }
     envelope = {
         "body": base64.b64encode(body.encode()).decode("ascii"),
@@ -100,7 +117,7 @@ def task_message(
         "headers": headers,
         "properties": {
             "correlation_id": task_id,
-            "reply_to": "",
+            "reply_to": reply_to,
             "delivery_mode": 2,
             "delivery_info": {"exchange": "", "routing_key": queue},
             "priority": 0,

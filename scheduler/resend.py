@@ -13,8 +13,10 @@ Where the task is looked up, in order:
 * the result backend (``result_extended`` keeps a task's name and
   arguments with its result): any task a worker ran;
 * Flower's API (``--flower URL``): also a task that was sent but never
-  ran. Flower knows its arguments as the task's label
-  (:mod:`scheduler.tasklabels`), which names every identifier the task needs.
+  ran, if Flower saw it sent (through Celery: a fast send publishes no
+  ``task-sent`` event, :mod:`scheduler.fastsend`). Flower knows its
+  arguments as the task's label (:mod:`scheduler.tasklabels`), which names
+  every identifier the task needs.
 """
 
 from __future__ import annotations

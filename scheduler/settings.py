@@ -14,7 +14,8 @@ Environment variables override the file (for containers and tests):
 ``SLUICE_BROKER_URL``, ``SLUICE_DATABASE_URL``, ``SLUICE_STATE_DIR``,
 ``SLUICE_TENANT_CONFIG``, ``SLUICE_SWEEP_INTERVAL``, ``SLUICE_WEB_LISTEN``,
 ``SLUICE_KEYSTORE_PASSWORD_FILE``, ``SLUICE_BROKER_PASSWORD_FILE``,
-``SLUICE_SANDBOX_WRITABLE`` (folders joined by ``:``).
+``SLUICE_SANDBOX_WRITABLE`` (folders joined by ``:``), ``SLUICE_FAST_SEND``
+(``0`` or ``1``: ``broker.fast_send``).
 """
 
 from __future__ import annotations
@@ -196,13 +197,18 @@ class BrokerSettings:
     The password goes into ``broker_url`` when that names none
     (:func:`scheduler.exposure.with_broker_password`): inline, or the first line of
     ``password_file``. Without either, a loopback broker uses the local
-    stack's ``<state_dir>/broker.password`` if it exists.
+    stack's ``<state_dir>/broker.password`` if it exists. ``fast_send``
+    false sends every task through Celery, with its ``task-sent`` event
+    (docs/celery.md).
     """
 
     password: str = ""
     password_file: Path | None = None
     # a rediss:// broker: its CA, our certificate and key (Celery's broker_use_ssl)
     tls: TLSSettings | None = None
+    # a plain redis:// broker: push task messages ourselves (scheduler/fastsend.py,
+    # scheduler/quicksend.py), without Celery's task-sent event; false: Celery sends all
+    fast_send: bool = True
 
 
 @dataclass(frozen=True)
@@ -498,8 +504,9 @@ def _read_broker(reader: SettingsReader | None, base: Path, url: str) -> BrokerS
     if (password or path) and exposure.url_password(url) is not None:
         raise reader.error("password", "broker_url names a password already; give it once")
     tls = _read_tls(reader.sub("tls"), base)
+    fast_send = reader.get("fast_send", bool, BrokerSettings.fast_send)
     reader.finish()
-    return BrokerSettings(password, path, tls)
+    return BrokerSettings(password, path, tls, fast_send)
 
 
 def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
@@ -552,6 +559,17 @@ def _log_format(value: str, where: str) -> str:
     return value
 
 
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def _bool_env(name: str, value: str) -> bool:
+    word = value.strip().lower()
+    if word not in _TRUE_WORDS + _FALSE_WORDS:
+        raise SettingsError(f"environment {name}: expected 1 or 0 (true/false), got {value!r}")
+    return word in _TRUE_WORDS
+
+
 def _float_env(name: str, value: str) -> float:
     try:
         return float(value)
@@ -593,6 +611,9 @@ _ENV_OVERRIDES: dict[str, Callable[[Settings, str], Settings]] = {
     ),
     "SLUICE_BROKER_PASSWORD_FILE": lambda s, v: replace(
         s, broker=replace(s.broker, password="", password_file=Path(v).resolve())
+    ),
+    "SLUICE_FAST_SEND": lambda s, v: replace(
+        s, broker=replace(s.broker, fast_send=_bool_env("SLUICE_FAST_SEND", v))
     ),
 }
 

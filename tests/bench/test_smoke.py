@@ -23,6 +23,7 @@ SMOKES = {
     "latency": ["latency.py", "--smoke", "--pause", "0.2"],
     "merger": ["merger.py", "--rounds", "2", "--trials", "1"],
     "scale": ["scale.py", "--smoke"],
+    "send": ["send.py", "--smoke"],
     "zk_primitives": ["zk_primitives.py", "--seconds", "0.2"],
 }
 

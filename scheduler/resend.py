@@ -11,7 +11,9 @@ work it was meant to start.
 Where the task is looked up, in order:
 
 * the result backend (``result_extended`` keeps a task's name and
-  arguments with its result): any task a worker ran;
+  arguments with its result): any build, merge or other task a worker
+  ran, and any scheduler hop that failed (a hop that succeeded stores no
+  result: tasks/scheduler.py);
 * Flower's API (``--flower URL``): also a task that was sent but never
   ran, if Flower saw it sent (through Celery: a fast send publishes no
   ``task-sent`` event, :mod:`scheduler.fastsend`). Flower knows its

@@ -5,6 +5,12 @@ events moved, or the pipeline lock taken (it raises the dirty flag and
 returns), or nothing to do. ``acks_late`` with ``task_reject_on_worker_lost``
 (celeryconfig): a worker killed mid-task gets its message redelivered, and
 the redelivery resumes from ZooKeeper.
+
+Their results are not stored (``ignore_result``): a hop's return value says
+nothing anyone reads (Flower shows it from the task's events), and storing
+its STARTED and SUCCESS states cost two writes to the result backend per
+pass, several per build. A hop that fails is stored all the same
+(``task_store_errors_even_if_ignored``), so ``sluice retry`` finds it.
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ def _name(task: str, what: str, value: object) -> str:
     return value
 
 
-@app.task(name=tasknames.FORWARD_CONNECTION_EVENTS, bind=True, **retrying.SCHEDULER)
+@app.task(
+    name=tasknames.FORWARD_CONNECTION_EVENTS, bind=True, ignore_result=True, **retrying.SCHEDULER
+)
 def forward_connection_events(self: Task[Any, Any], connection: str) -> None:
     """Move a connection's events into the trigger queues of the tenants holding them."""
     name = _name(self.name, "connection", connection)
@@ -44,7 +52,7 @@ def forward_connection_events(self: Task[Any, Any], connection: str) -> None:
     forwarding.forward_connection_events(env.client, layouts, env.nudge, name, translate)
 
 
-@app.task(name=tasknames.PROCESS_TENANT, bind=True, **retrying.SCHEDULER)
+@app.task(name=tasknames.PROCESS_TENANT, bind=True, ignore_result=True, **retrying.SCHEDULER)
 def process_tenant(self: Task[Any, Any], tenant: str) -> None:
     """Move a tenant's management and trigger events into its pipelines' queues."""
     name = _name(self.name, "tenant", tenant)
@@ -53,7 +61,7 @@ def process_tenant(self: Task[Any, Any], tenant: str) -> None:
         forwarding.process_tenant(env.client, layouts, env.nudge, name)
 
 
-@app.task(name=tasknames.PROCESS_PIPELINE, bind=True, **retrying.SCHEDULER)
+@app.task(name=tasknames.PROCESS_PIPELINE, bind=True, ignore_result=True, **retrying.SCHEDULER)
 def process_pipeline(
     self: Task[Any, Any], tenant: str, pipeline: str, if_results: bool = False
 ) -> bool:

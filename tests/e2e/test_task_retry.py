@@ -96,3 +96,23 @@ def test_an_unknown_task_is_a_clear_error(system: SluiceSystem) -> None:
     prepare_check(system)
     code, out = system.sluice_result("retry", "no-such-task")
     assert code == 1 and "task no-such-task is unknown" in out
+
+
+def test_a_hop_stores_no_result_unless_it_fails(system: SluiceSystem) -> None:
+    """The scheduler's hops are not in the result backend when they succeed; a failed one
+    is (``task_store_errors_even_if_ignored``), so ``sluice retry`` finds it."""
+    prepare_check(system)
+    system.start_worker(("scheduler",), concurrency=1)
+    app = system.workers.app
+    passed = app.send_task(tasknames.PROCESS_TENANT, args=["no-events"], queue="scheduler")
+    failed = app.send_task(tasknames.PROCESS_TENANT, args=[""], queue="scheduler")  # refused
+
+    def stored() -> bool:
+        return app.AsyncResult(failed.id).state == "FAILURE"
+
+    wait_until(stored, 60, "the failed hop stored", interval=0.2)
+    assert "must be a non-empty name" in str(app.AsyncResult(failed.id).result)
+    out = system.sluice("retry", failed.id)
+    assert "found in the result backend" in out
+    # the hop that passed ran (one worker process, in order) and left nothing
+    assert app.AsyncResult(passed.id).state == "PENDING"

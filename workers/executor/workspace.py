@@ -15,18 +15,19 @@ Layout (``<state_dir>`` from the settings)::
 Checkouts are made fast. From a local path (the merger's repo cache)
 nothing is copied: the new repository borrows the cache's objects through
 ``objects/info/alternates`` (what ``git clone --shared`` does). The
-repository itself (``HEAD``, ``config``, the branches' refs) is written
-directly as the files ``git init`` and ``git update-ref`` would write, and
-the commits are looked up as loose objects of the source (the merger's
-fresh merges are), so a checkout runs one git process, ``git checkout``,
-where it ran four (each a few ms of CPU per build). A commit that is not
-a loose object (packed) is looked up with ``git cat-file``; a branch name
-outside the plain ones (:data:`PLAIN_BRANCH`) is left to ``git init`` and
-``git update-ref``, which validate it. The cache must not prune objects a
-running build uses (``git gc`` keeps anything referenced or younger than
-two weeks). From a URL (``file://`` too), exactly the commits of the repo
-state are fetched (or, where the server refuses a fetch by commit id, its
-branches).
+repository itself (``HEAD``, ``config``, the branches in one
+``packed-refs`` file) is written directly as ``git init`` and
+``git pack-refs`` would write it, and the commits are looked up in-process
+in the source's objects: loose (the merger's fresh merges are) or whole in
+a pack (:mod:`workers.executor.packindex`). A checkout therefore runs one
+git process, ``git checkout``. A commit found neither way (missing,
+another type, deltified in its pack, a SHA-256 repository) is looked up
+with ``git cat-file``; a branch name outside the plain ones
+(:data:`PLAIN_BRANCH`) is left to ``git init`` and ``git update-ref``,
+which validate it. The cache must not prune objects a running build uses
+(``git gc`` keeps anything referenced or younger than two weeks). From a
+URL (``file://`` too), exactly the commits of the repo state are fetched
+(or, where the server refuses a fetch by commit id, its branches).
 
 Every branch of the repo state becomes a local branch at its commit; the
 change's branch (or the project's ``checkouts`` override, or its only
@@ -49,6 +50,7 @@ from pathlib import Path, PurePosixPath
 
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.errors import BuildCancelledError, RefusedError, WorkspaceError
+from workers.executor.packindex import packed_commits
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 GIT_TIMEOUT = 300.0
@@ -60,6 +62,13 @@ PLAIN_BRANCH = re.compile(
     r"(?!HEAD$)(?!.*\.\.)(?!.*\.(lock)?(/|$))"
     r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*"
 )
+# The first line of a ``packed-refs`` file as ``git pack-refs`` writes it
+# (its trailing space included): the refs below are sorted, and a tag
+# would be followed by its peeled commit (a branch needs none).
+PACKED_REFS_HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
+SHA1_HEX = re.compile("[0-9a-f]{40}")
+# ``extensions.objectFormat`` in a repository's config (SHA-256 repositories).
+OBJECT_FORMAT = re.compile(r"^\s*objectformat\s*=\s*\"?([^\s\"]*)", re.IGNORECASE | re.MULTILINE)
 # What ``git init`` writes to a new repository's config (no templates: a
 # workspace needs no sample hooks).
 REPOSITORY_CONFIG = """[core]
@@ -265,7 +274,7 @@ def checkout(
     if local is not None:
         objects = (local / "objects").resolve()
         (dest / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
-        if not loose_commits(objects, branches.values()):
+        if not stored_commits(local, objects, set(branches.values())):
             _check_commits(source, dest, branches)
     else:
         _fetch(source, dest, sorted(set(branches.values())))
@@ -292,14 +301,51 @@ def _init_repository(git_dir: Path, branch: str) -> None:
 
 
 def _write_refs(git_dir: Path, branches: Mapping[str, str]) -> None:
-    """Each branch's ref file, as ``git update-ref`` writes it in a new repository."""
-    for name, commit in branches.items():
-        ref = git_dir / "refs" / "heads" / name
-        try:
-            ref.parent.mkdir(parents=True, exist_ok=True)
-            ref.write_text(f"{commit}\n")
-        except OSError as exc:  # a branch that is another's folder (a and a/b)
-            raise WorkspaceError(f"cannot write the ref of branch {name}: {exc}") from None
+    """The branches' refs in one ``packed-refs`` file, as ``git pack-refs`` writes it.
+
+    A branch that is another's folder (``a`` and ``a/b``) is refused as
+    git would refuse it (git reading a ``packed-refs`` file would not).
+    """
+    names = sorted(branches)  # the same prefix: sorted as their refnames
+    present = set(names)
+    for name in names:
+        parts = name.split("/")
+        for end in range(1, len(parts)):
+            if (folder := "/".join(parts[:end])) in present:
+                raise WorkspaceError(
+                    f"cannot write the ref of branch {name}: branch {folder} is in its way"
+                )
+    lines = "".join(f"{branches[name]} refs/heads/{name}\n" for name in names)
+    try:
+        (git_dir / "packed-refs").write_text(PACKED_REFS_HEADER + lines)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot write the refs of the branches: {exc}") from None
+
+
+def stored_commits(git_dir: Path, objects: Path, commits: Collection[str]) -> bool:
+    """Whether every one of ``commits`` is a commit stored under ``objects``, read in-process.
+
+    Loose (:func:`loose_commits`) or whole in a pack of a SHA-1 repository
+    (:func:`workers.executor.packindex.packed_commits`). False when one is
+    found neither way: the caller asks git, which also reads deltas,
+    alternates and SHA-256 repositories, and says what is missing.
+    """
+    if not all(SHA1_HEX.fullmatch(commit) for commit in commits):
+        return False
+    folder = str(objects)
+    packed = [commit for commit in commits if not _loose_commit(folder, commit)]
+    if not packed:
+        return True
+    return _sha1_repository(git_dir) and packed_commits(objects, packed)
+
+
+def _sha1_repository(git_dir: Path) -> bool:
+    """Whether ``git_dir``'s objects are named by SHA-1 (no other ``objectFormat``)."""
+    try:
+        config = (git_dir / "config").read_text(errors="replace")
+    except OSError:
+        return False
+    return all(value.lower() == "sha1" for value in OBJECT_FORMAT.findall(config))
 
 
 def loose_commits(objects: Path, commits: Collection[str]) -> bool:
@@ -309,17 +355,20 @@ def loose_commits(objects: Path, commits: Collection[str]) -> bool:
     type): False as soon as one is not loose, so the caller asks git (which
     also reads packs and alternates).
     """
-    for commit in commits:
-        if len(commit) != 40 or not all(c in "0123456789abcdef" for c in commit):
-            return False
-        try:
-            with open(objects / commit[:2] / commit[2:], "rb") as handle:
-                head = zlib.decompressobj().decompress(handle.read(64), 16)
-        except (OSError, zlib.error):
-            return False
-        if not head.startswith(b"commit "):
-            return False
-    return True
+    folder = str(objects)
+    return all(SHA1_HEX.fullmatch(commit) for commit in commits) and all(
+        _loose_commit(folder, commit) for commit in commits
+    )
+
+
+def _loose_commit(objects: str, commit: str) -> bool:
+    """Whether the (40 hex digits) ``commit`` is a loose commit object under ``objects``."""
+    try:
+        with open(f"{objects}/{commit[:2]}/{commit[2:]}", "rb") as handle:
+            head = zlib.decompressobj().decompress(handle.read(64), 16)
+    except (OSError, zlib.error):
+        return False
+    return head.startswith(b"commit ")
 
 
 def local_git_dir(source: str) -> Path | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk.client import ZooKeeperClient
 from workers.executor.errors import WorkspaceError
-from workers.executor.workspace import local_git_dir, loose_commits
+from workers.executor.workspace import local_git_dir, stored_commits
 from workers.merger.cache import RepoCache
 from workers.merger.jobs import delete_job_refs
 from workers.merger.replay import ReplayError, merge_again
@@ -60,8 +60,8 @@ def missing_sources(spec: BuildSpec, *, everything: bool = False) -> list[str]:
 def _has_commits(git_dir: Path, commits: set[str]) -> bool:
     if not git_dir.is_dir():
         return False
-    if loose_commits(git_dir / "objects", commits):
-        return True  # the usual case (a merger's fresh merge), without a git process
+    if stored_commits(git_dir, git_dir / "objects", commits):
+        return True  # loose or whole in a pack: the usual case, without a git process
     answer = subprocess.run(
         ["git", "--git-dir", str(git_dir), "cat-file", "--batch-check"],
         input="".join(f"{c}\n" for c in sorted(commits)),

@@ -16,9 +16,22 @@ In the first two every merge is done afresh (new change names each round,
 so the memo never hits).
 
 Prints jobs per second for both (the best of ``--trials`` runs of each,
-alternated, since a shared machine is noisy) and their ratio. Not a timed
-test; run by hand:
-``.venv/bin/python bench/merger.py [--rounds N] [--trials N] [--mode MODE]``.
+alternated, since a shared machine is noisy), their ratio, and the CPU per
+job of this process and its git children (``os.times``: user + system,
+own + reaped children), where *git* is the baseline.
+
+Then the **no-op check merge** (issue 17), what most merges of a busy
+system are: a new change whose parent is the branch tip, no config
+change, given by ref and commit as the scheduler gives it, on a warm cache.
+It prints the CPU per merge (own + git children) and how much of it the
+fetch took (with a local remote, the remote's side too), the git processes
+per merge (every ``Git.run`` and ``Git.popen`` counted: the cat-file
+process is one), and, as the baseline, the CPU of one trivial git process
+spawned the same way, so the figure reads in git processes on any machine.
+
+Not a timed test; run by hand:
+``.venv/bin/python bench/merger.py [--rounds N] [--trials N] [--mode MODE]
+[--noop-only]``.
 """
 
 from __future__ import annotations
@@ -29,13 +42,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduler.settings import ConnectionSettings
 from scheduler.wire.merger import MergeChange, MergeJob, MergeMode
 from workers.merger import RepoCache, run_merge_job
+from workers.merger.gitcmd import Git
 
 STACKS = (1, 5, 20)
 
@@ -98,18 +115,85 @@ def stack_job(job_id: str, stack: int, mode: MergeMode, tag: str) -> MergeJob:
     return MergeJob(job_id, changes)
 
 
-def time_sluice(cache: RepoCache, stack: int, rounds: int, mode: MergeMode) -> float:
+def cpu_seconds() -> float:
+    """CPU of this process and its reaped children (git), user + system."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class Measured:
+    """Wall time and CPU (own + children) summed over measured blocks."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+        self.count = 0
+
+    @contextmanager
+    def block(self) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        yield
+        self.wall += time.perf_counter() - wall
+        self.cpu += cpu_seconds() - cpu
+        self.count += 1
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.wall
+
+    @property
+    def cpu_ms(self) -> float:
+        return 1000 * self.cpu / self.count
+
+
+class GitProcesses:
+    """The git processes the merger started, and the CPU of its fetches."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.fetch_cpu = 0.0
+
+
+@contextmanager
+def counting_git() -> Iterator[GitProcesses]:
+    """Count every git process the merger starts (``Git.run`` and ``Git.popen``)."""
+    seen = GitProcesses()
+    patched: dict[str, Callable[..., Any]] = {}
+    for name in ("run", "popen"):
+        real = getattr(Git, name, None)
+        if real is None:
+            continue
+        patched[name] = real
+
+        def counted(self: Git, args: Any, *rest: Any, _real: Any = real, **kw: Any) -> Any:
+            seen.started.append(args[0])
+            if args[0] != "fetch":
+                return _real(self, args, *rest, **kw)
+            cpu = cpu_seconds()
+            try:
+                return _real(self, args, *rest, **kw)
+            finally:
+                seen.fetch_cpu += cpu_seconds() - cpu
+
+        setattr(Git, name, counted)
+    try:
+        yield seen
+    finally:
+        for name, real in patched.items():
+            setattr(Git, name, real)
+
+
+def time_sluice(cache: RepoCache, stack: int, rounds: int, mode: MergeMode) -> Measured:
     """Every merge done afresh: change names differ per round, so the memo never hits."""
     run_merge_job(stack_job("warm", stack, mode, "@warm"), cache)
-    elapsed = 0.0
+    measured = Measured()
     for r in range(rounds):
         job = stack_job(f"bench-{stack}-{r}", stack, mode, f"@{time.time_ns()}")
-        started = time.perf_counter()
-        result = run_merge_job(job, cache)
-        elapsed += time.perf_counter() - started
+        with measured.block():
+            result = run_merge_job(job, cache)
         if not result.ok:
             raise SystemExit(f"merge failed: {result.failure}")
-    return rounds / elapsed
+    return measured
 
 
 def time_sluice_gate(cache: RepoCache, stack: int, rounds: int, mode: MergeMode) -> float:
@@ -127,13 +211,95 @@ def time_sluice_gate(cache: RepoCache, stack: int, rounds: int, mode: MergeMode)
     return rounds / elapsed
 
 
-def time_git(clone: Path, env: dict[str, str], stack: int, rounds: int) -> float:
-    started = time.perf_counter()
+def time_git(clone: Path, env: dict[str, str], stack: int, rounds: int) -> Measured:
+    measured = Measured()
     for _ in range(rounds):
-        git(clone, env, "checkout", "--quiet", "--force", "--detach", "origin/main")
-        for n in range(1, stack + 1):
-            git(clone, env, "merge", "--quiet", "--no-edit", f"refs/changes/{n}")
-    return rounds / (time.perf_counter() - started)
+        with measured.block():
+            git(clone, env, "checkout", "--quiet", "--force", "--detach", "origin/main")
+            for n in range(1, stack + 1):
+                git(clone, env, "merge", "--quiet", "--no-edit", f"refs/changes/{n}")
+    return measured
+
+
+def build_noop_remote(base: Path, env: dict[str, str], files: int) -> Path:
+    """A project of ``files`` files with config (``zuul.yaml``, ``zuul.d/``) on ``main``."""
+    work = base / "noop-work"
+    work.mkdir(parents=True)
+    git(work, env, "init", "--quiet", "--initial-branch=main")
+    for i in range(files):
+        sub = work / f"dir{i % 20:02d}"
+        sub.mkdir(exist_ok=True)
+        (sub / f"file{i:04d}.txt").write_text(f"line one of {i}\n")
+    (work / "zuul.yaml").write_text("- project: {check: {jobs: [unit]}}\n")
+    (work / "zuul.d").mkdir()
+    for name in ("jobs", "pipelines", "nodesets"):
+        (work / "zuul.d" / f"{name}.yaml").write_text(f"# {name}\n" + "- job: {name: x}\n" * 50)
+    git(work, env, "add", "-A")
+    git(work, env, "commit", "--quiet", "-m", "initial")
+    remote = base / "remotes" / "noop"
+    git(base, env, "clone", "--quiet", "--bare", str(work), str(remote))
+    return remote
+
+
+def new_noop_change(remote: Path, env: dict[str, str], n: int) -> str:
+    """A change ``refs/changes/noop/<n>`` on top of ``main``: one file edited, no config."""
+    blob = (
+        subprocess.run(
+            ["git", "hash-object", "-w", "--stdin"],
+            cwd=remote,
+            env=env,
+            input=f"edit {n}\n".encode(),
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
+    index = {**env, "GIT_INDEX_FILE": str(remote / "bench-index")}
+    for args in (
+        ("read-tree", "refs/heads/main"),
+        ("update-index", "--add", "--cacheinfo", f"100644,{blob},dir03/file0003.txt"),
+    ):
+        subprocess.run(["git", *args], cwd=remote, env=index, check=True)
+    tree = git(remote, index, "write-tree")
+    sha = git(remote, env, "commit-tree", tree, "-p", "refs/heads/main", "-m", f"noop {n}")
+    git(remote, env, "update-ref", f"refs/changes/noop/{n}", sha)
+    return sha
+
+
+def time_noop(
+    cache: RepoCache, remote: Path, env: dict[str, str], rounds: int
+) -> tuple[Measured, float, float]:
+    """No-op check merges on a warm cache: them, git processes and fetch CPU ms per merge."""
+    measured = Measured()
+    processes = 0
+    fetch_cpu = 0.0
+    for r in range(-1, rounds):  # round -1 warms the cache (clone, first check)
+        sha = new_noop_change(remote, env, time.time_ns())
+        ref = git(remote, env, "for-each-ref", "--format=%(refname)", "--points-at", sha)
+        change = MergeChange("git", "noop", "main", ref=ref, commit=sha, change_id=f"c{r}")
+        job = MergeJob(f"noop-{time.time_ns()}", (change,))
+        with counting_git() as seen:
+            if r < 0:
+                result = run_merge_job(job, cache)
+            else:
+                with measured.block():
+                    result = run_merge_job(job, cache)
+                processes += len(seen.started)
+                fetch_cpu += seen.fetch_cpu
+        if not result.ok or not result.config or result.changes[0].merged_commit != sha:
+            raise SystemExit(f"no-op merge failed: {result.failure or result}")
+    return measured, processes / rounds, 1000 * fetch_cpu / rounds
+
+
+def time_one_git_process(env: Mapping[str, str], cwd: Path, rounds: int) -> float:
+    """CPU ms of one trivial git process (``git rev-parse HEAD``) spawned like the merger's."""
+    runner = Git(env)
+    measured = Measured()
+    for _ in range(rounds):
+        with measured.block():
+            runner.run(["rev-parse", "HEAD"], cwd)
+    return measured.cpu_ms
 
 
 def main() -> None:
@@ -142,6 +308,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3, help="best of this many runs")
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--mode", default="merge", choices=[m.value for m in MergeMode])
+    parser.add_argument("--noop-only", action="store_true", help="only the no-op check merge")
     args = parser.parse_args()
     mode = MergeMode(args.mode)
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
@@ -151,19 +318,69 @@ def main() -> None:
         remote = build_remote(base, env, args.files, max(STACKS))
         connections = {"git": ConnectionSettings("git", "git", str(remote.parent))}
         cache = RepoCache(base / "state", connections)
-        clone = base / "clone"
-        git(base, env, "clone", "--quiet", str(remote), str(clone))
-        git(clone, env, "fetch", "--quiet", "origin", "refs/changes/*:refs/changes/*")
-        print(f"{args.files} files, mode {mode}, {args.rounds} rounds per stack")
-        header = ("stack", "sluice jobs/s", "git jobs/s", "ratio", "gate jobs/s")
-        print(f"{header[0]:>5} {header[1]:>14} {header[2]:>11} {header[3]:>6} {header[4]:>12}")
-        for stack in STACKS:
-            sluice = plain = gate = 0.0
-            for _ in range(args.trials):
-                sluice = max(sluice, time_sluice(cache, stack, args.rounds, mode))
-                plain = max(plain, time_git(clone, env, stack, args.rounds))
-                gate = max(gate, time_sluice_gate(cache, stack, args.rounds, mode))
-            print(f"{stack:>5} {sluice:>14.1f} {plain:>11.1f} {sluice / plain:>6.2f} {gate:>12.1f}")
+        if not args.noop_only:
+            stacks(args, mode, cache=cache, remote=remote, base=base, env=env)
+        noop(args, cache=cache, remote=build_noop_remote(base, env, args.files), env=env)
+
+
+def noop(args: argparse.Namespace, *, cache: RepoCache, remote: Path, env: dict[str, str]) -> None:
+    """The no-op check merge: CPU per merge (of which the fetch), git processes, baseline."""
+    print(f"\nno-op check merge ({args.files} files, config in zuul.yaml and zuul.d/)")
+    best: tuple[Measured, float, float] | None = None
+    for _ in range(args.trials):
+        trial = time_noop(cache, remote, env, args.rounds)
+        best = trial if best is None or trial[0].cpu < best[0].cpu else best
+    assert best is not None
+    one = min(time_one_git_process(cache.git.env, remote, args.rounds) for _ in range(args.trials))
+    measured, processes, fetch = best
+    header = ("CPU ms/merge", "of which fetch", "git processes", "ms wall", "baseline: 1 git")
+    print(f"{header[0]:>14} {header[1]:>15} {header[2]:>14} {header[3]:>8} {header[4]:>16}")
+    print(
+        f"{measured.cpu_ms:>14.1f} {fetch:>15.1f} {processes:>14.1f}"
+        f" {1000 / measured.rate:>8.1f} {one:>13.1f} ms"
+    )
+
+
+def stacks(
+    args: argparse.Namespace,
+    mode: MergeMode,
+    *,
+    cache: RepoCache,
+    remote: Path,
+    base: Path,
+    env: dict[str, str],
+) -> None:
+    """The stack table: jobs/s and CPU ms per job, sluice against plain ``git merge``."""
+    clone = base / "clone"
+    git(base, env, "clone", "--quiet", str(remote), str(clone))
+    git(clone, env, "fetch", "--quiet", "origin", "refs/changes/*:refs/changes/*")
+    print(f"{args.files} files, mode {mode}, {args.rounds} rounds per stack")
+    header = (
+        "stack",
+        "sluice jobs/s",
+        "git jobs/s",
+        "ratio",
+        "gate jobs/s",
+        "CPU ms sluice",
+        "git",
+    )
+    print(
+        f"{header[0]:>5} {header[1]:>14} {header[2]:>11} {header[3]:>6} {header[4]:>12}"
+        f" {header[5]:>14} {header[6]:>6}"
+    )
+    for stack in STACKS:
+        sluice = plain = gate = 0.0
+        sluice_cpu = plain_cpu = float("inf")
+        for _ in range(args.trials):
+            ours = time_sluice(cache, stack, args.rounds, mode)
+            theirs = time_git(clone, env, stack, args.rounds)
+            sluice, sluice_cpu = max(sluice, ours.rate), min(sluice_cpu, ours.cpu_ms)
+            plain, plain_cpu = max(plain, theirs.rate), min(plain_cpu, theirs.cpu_ms)
+            gate = max(gate, time_sluice_gate(cache, stack, args.rounds, mode))
+        print(
+            f"{stack:>5} {sluice:>14.1f} {plain:>11.1f} {sluice / plain:>6.2f} {gate:>12.1f}"
+            f" {sluice_cpu:>14.1f} {plain_cpu:>6.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -87,6 +87,45 @@ class Remote:
             self.git("update-ref", ref, sha)
         return sha
 
+    def commit_entries(
+        self,
+        entries: dict[bytes, tuple[str, str]],
+        *,
+        parent: str | None = None,
+        message: str = "entries",
+        ref: str | None = None,
+    ) -> str:
+        """A commit whose tree is exactly ``entries``: path -> (mode, text).
+
+        Any mode git knows: ``100755``, ``120000`` (the text is the link's
+        target), ``160000`` (a submodule: the text is its commit sha).
+        Paths are bytes, so they need not be UTF-8.
+        """
+        index = self.path / f"tmp-index-{os.getpid()}"
+        index.unlink(missing_ok=True)
+        lines = []
+        blobs: dict[str, str] = {}
+        for path, (mode, text) in entries.items():
+            sha = text
+            if mode != "160000":
+                if text not in blobs:
+                    blobs[text] = self.git("hash-object", "-w", "--stdin", stdin=text.encode())
+                sha = blobs[text]
+            lines.append(f"{mode} {sha}\t".encode() + path + b"\0")
+        idx = {"GIT_INDEX_FILE": str(index)}
+        self.git("update-index", "-z", "--index-info", stdin=b"".join(lines), extra=idx)
+        tree = self.git("write-tree", extra=idx)
+        index.unlink(missing_ok=True)
+        self._clock += 60
+        date = f"{self._clock} +0000"
+        args = ["commit-tree", tree, "-m", message]
+        if parent:
+            args += ["-p", self.rev(parent)]
+        sha = self.git(*args, extra={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        if ref:
+            self.git("update-ref", ref, sha)
+        return sha
+
     def change(self, number: int, files: dict[str, str | None], branch: str = "main") -> str:
         """A Gerrit-style change ``refs/changes/<n>`` on top of ``branch``."""
         return self.commit(

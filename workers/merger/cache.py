@@ -56,6 +56,7 @@ from workers.merger.errors import (
     StaleGitLockError,
 )
 from workers.merger.gitcmd import Git, classify, clean_env, redact_url
+from workers.merger.objects import ConfigMemo
 from workers.merger.repo import Repo
 
 T = TypeVar("T")
@@ -105,8 +106,10 @@ class RepoCache:
         self.lock_timeout = lock_timeout
         # Repos this process has checked since it (or anyone) cloned them.
         self._checked: set[Path] = set()
-        # Per repo: (base, commit) -> files the commit changes (see Repo).
+        # Per repo: (base, commit) -> files the commit changes, and a
+        # tree's config entries -> its config files (see Repo).
         self._files_memo: dict[Path, dict[tuple[str, str], list[str]]] = {}
+        self._config_memo: dict[Path, ConfigMemo] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> RepoCache:
@@ -147,11 +150,16 @@ class RepoCache:
         label = f"{connection}/{project}"
         with self._locked(path, label):
             self._ensure(path, url, label)
+            files_memo = self._files_memo.setdefault(path, {})
+            repo = Repo(path, self.git, label, files_memo, self._config_memo.setdefault(path, {}))
             try:
-                yield Repo(path, self.git, label, self._files_memo.setdefault(path, {}))
+                yield repo
             except CorruptRepoError:
+                repo.close()
                 self._discard(path)
                 raise
+            finally:
+                repo.close()
 
     def run(self, connection: str, project: str, work: Callable[[Repo], T]) -> T:
         """``work(repo)`` under the lock, repaired and retried once if need be.

@@ -135,6 +135,21 @@ class Git:
             raise GitCommandError(list(args), proc.returncode, stderr)
         return proc
 
+    def popen(self, args: Sequence[str], cwd: Path) -> subprocess.Popen[bytes]:
+        """Start ``git <args>`` with pipes to its stdin and stdout (stderr discarded).
+
+        For a process driven interactively (:mod:`workers.merger.catfile`);
+        the caller enforces the time limit and reaps it.
+        """
+        return subprocess.Popen(
+            ["git", *args],
+            cwd=cwd,
+            env={**self.env, **self.overrides},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+
     def text(self, args: Sequence[str], cwd: Path | None = None) -> str:
         """stdout of ``git <args>`` as text, trailing newline removed."""
         return self.run(args, cwd).stdout.decode("utf-8", "replace").rstrip("\n")

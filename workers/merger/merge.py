@@ -169,7 +169,7 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
     stamps = _stamps(repo, job, items, sources)
     memo_refs = _memo_refs(items, bases, sources, stamps)
     memo = repo.commits_of(memo_refs.values())
-    applier = Applier(repo.git, repo.path, repo.clean_worktree)
+    applier = Applier(repo.git, repo.path, repo.clean_worktree, repo.is_ancestor)
     tips = dict(bases)
     refs = {source_ref(job.job_id, index): sha for index, sha in sources.items()}
     results: list[ChangeResult] = []

@@ -65,12 +65,23 @@ class Applier:
     are byte-for-byte those ``git merge`` would make. The other modes need
     a worktree, which is only prepared (``worktree(tip)``) when one of them
     comes up, and only checked out again when it is not already at the tip.
+
+    ``is_ancestor(tip, commit)`` (True, or None when unknown) spares the
+    ``git merge-base`` of a change on top of its tip: that merge-base is
+    the tip itself.
     """
 
-    def __init__(self, git: Git, repo: Path, worktree: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        git: Git,
+        repo: Path,
+        worktree: Callable[[str], Path],
+        is_ancestor: Callable[[str, str], bool | None] | None = None,
+    ) -> None:
         self.git = git
         self.repo = repo
         self._make_worktree = worktree
+        self._is_ancestor = is_ancestor
         self._worktree: Path | None = None
         self._worktree_head = ""
 
@@ -80,7 +91,10 @@ class Applier:
         message = merge_message(name)
         if mode in (MergeMode.MERGE, MergeMode.SQUASH_MERGE):
             squash = mode is MergeMode.SQUASH_MERGE
-            return _tree_merge(dated, self.repo, tip, commit, message=message, squash=squash)
+            on_top = self._is_ancestor is not None and self._is_ancestor(tip, commit) is True
+            return _tree_merge(
+                dated, self.repo, tip, commit, message=message, squash=squash, on_top=on_top
+            )
         worktree = self._worktree_at(tip)
         self._worktree_head = ""  # unknown until the mode succeeds
         _MODES[mode](dated, worktree, commit, message)
@@ -96,15 +110,15 @@ class Applier:
         return self._worktree
 
 
-def _tree_merge(git: Git, repo: Path, tip: str, commit: str, *, message: str, squash: bool) -> str:
-    """``git merge`` (or ``--squash`` and commit) of ``commit`` into ``tip``, without a worktree."""
-    found = git.run(["merge-base", tip, commit], repo, check=False)
-    if found.returncode == 1 and not found.stderr.strip():
-        raise MergeConflictError("unrelated histories: no merge base", [])
-    if found.returncode != 0:
-        stderr = found.stderr.decode("utf-8", "replace")
-        raise GitCommandError(["merge-base", tip, commit], found.returncode, stderr)
-    base = found.stdout.decode().strip()
+def _tree_merge(
+    git: Git, repo: Path, tip: str, commit: str, *, message: str, squash: bool, on_top: bool
+) -> str:
+    """``git merge`` (or ``--squash`` and commit) of ``commit`` into ``tip``, without a worktree.
+
+    ``on_top``: ``tip`` is known to be an ancestor of ``commit``, so it is
+    their merge-base.
+    """
+    base = tip if on_top else _merge_base(git, repo, tip, commit)
     if not squash and base == tip:
         return commit  # a fast-forward, as git merge does
     if not squash and base == commit:
@@ -122,6 +136,16 @@ def _tree_merge(git: Git, repo: Path, tip: str, commit: str, *, message: str, sq
         raise GitCommandError(["merge-tree", tip, commit], proc.returncode, stderr)
     parents = ["-p", tip] if squash else ["-p", tip, "-p", commit]
     return git.text(["commit-tree", fields[0], *parents, "-m", message], repo)
+
+
+def _merge_base(git: Git, repo: Path, tip: str, commit: str) -> str:
+    found = git.run(["merge-base", tip, commit], repo, check=False)
+    if found.returncode == 1 and not found.stderr.strip():
+        raise MergeConflictError("unrelated histories: no merge base", [])
+    if found.returncode != 0:
+        stderr = found.stderr.decode("utf-8", "replace")
+        raise GitCommandError(["merge-base", tip, commit], found.returncode, stderr)
+    return found.stdout.decode().strip()
 
 
 def _merge_resolve(git: Git, wt: Path, commit: str, message: str) -> None:

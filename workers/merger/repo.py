@@ -3,21 +3,47 @@
 A :class:`Repo` is handed out by :meth:`RepoCache.open`; it never takes
 locks itself. Failed git commands become the engine's errors through
 :func:`~workers.merger.gitcmd.classify`, naming the project.
+
+Few git processes: questions about objects (is a commit here, its date
+and parents, the files a change touches, the config files of a tree) go
+to one ``git cat-file`` process per repo and lock (:mod:`.catfile`,
+:mod:`.objects`), branch heads are read from the repo's files
+(:mod:`.branchrefs`), and a merge whose tip is an ancestor of the change
+(known from the commits read) needs no ``merge-base``. Each of these
+answers as the git command would or not at all; where it cannot, the
+git command runs as before, so results and errors do not change.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
+from workers.merger.branchrefs import read_heads, read_refs
+from workers.merger.catfile import CatFile, CatFileError
 from workers.merger.errors import CorruptRepoError, GitCommandError, MergerError
 from workers.merger.gitcmd import Git, classify
+from workers.merger.objects import (
+    CONFIG_DIRS,
+    CONFIG_FILES,
+    Commit,
+    ConfigMemo,
+    changed_paths,
+    is_config_path,
+    loose_object_kind,
+    parse_commit,
+    read_config_files,
+)
 
-# Config files read from a tree: single files, and directories read for
-# every *.yaml below them.
-CONFIG_FILES = ("zuul.yaml", ".zuul.yaml", ".sluice.yaml")
-CONFIG_DIRS = ("zuul.d", ".zuul.d")
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 # Files of a linked worktree's git dir that an interrupted operation leaves.
 _OPERATION_STATE = (
@@ -34,6 +60,8 @@ _OPERATION_DIRS = ("rebase-merge", "rebase-apply", "sequencer")
 
 # Entries of a repo's memo of changed files before it starts over.
 _FILES_MEMO_SIZE = 10_000
+# Commits kept per repo and lock (parsed headers, for dates and ancestry).
+_COMMITS_KEPT = 10_000
 
 
 class Repo:
@@ -45,6 +73,7 @@ class Repo:
         git: Git,
         label: str,
         files_memo: dict[tuple[str, str], list[str]] | None = None,
+        config_memo: ConfigMemo | None = None,
     ) -> None:
         self.path = path
         self.git = git
@@ -53,6 +82,34 @@ class Repo:
         # commits, kept per process so a gate's items do not diff the
         # changes ahead of them again and again.
         self.files_memo = {} if files_memo is None else files_memo
+        # A root tree's config entries -> its config files (objects.py).
+        self.config_memo: ConfigMemo = {} if config_memo is None else config_memo
+        self._objects: CatFile | None = None
+        self._objects_failed = False
+        self._commits: dict[str, Commit] = {}
+        self._replace_refs: bool | None = None  # known once looked for
+
+    def close(self) -> None:
+        """End the repo's cat-file process, if any (when the lock is released)."""
+        if self._objects is not None:
+            self._objects.close()
+            self._objects = None
+
+    def _ask(self, question: Callable[[CatFile], T | None]) -> T | None:
+        """``question`` answered through the cat-file process; None: ask git instead."""
+        if self._objects_failed:
+            return None
+        try:
+            if self._objects is None:
+                self._objects = CatFile(self.git, self.path)
+            return question(self._objects)
+        except CatFileError as exc:
+            # Not used again under this lock: the git commands give the
+            # answer, or the error (a corrupt object, ...) as they always did.
+            log.info("%s: %s; asking git command by command", self.label, exc)
+            self.close()
+            self._objects_failed = True
+            return None
 
     @staticmethod
     def worktree_path(path: Path) -> Path:
@@ -74,6 +131,9 @@ class Repo:
             specs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *specs]
         if not specs:
             return
+        # The fetch changes refs and adds packs: a new cat-file process
+        # answers the questions after it (commits already read stay valid).
+        self.close()
         args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
         if branches:
             args.append("--prune")
@@ -84,6 +144,10 @@ class Repo:
 
     def heads(self) -> dict[str, str]:
         """Branch name -> commit of every branch in the cache."""
+        heads = read_heads(self.path)
+        return heads if heads is not None else self._heads_from_git()
+
+    def _heads_from_git(self) -> dict[str, str]:
         out = self._run(
             ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"], "heads"
         )
@@ -108,29 +172,94 @@ class Repo:
         return proc.stdout.decode().strip() if proc.returncode == 0 else None
 
     def commits_of(self, revs: Iterable[str]) -> dict[str, str | None]:
-        """:meth:`commit_of` for many revisions in one git process."""
+        """:meth:`commit_of` of many revisions: loose commits from their files, the rest at once."""
         wanted = list(dict.fromkeys(revs))
-        if not wanted:
-            return {}
+        found: dict[str, str | None] = {rev: rev for rev in wanted if self._loose_commit(rev)}
+        rest = [rev for rev in wanted if rev not in found]
+        if not rest:
+            return found
+        answers = self._ask(lambda cat: cat.info([f"{rev}^{{commit}}" for rev in rest]))
+        if answers is not None:
+            for rev, answer in zip(rest, answers, strict=True):
+                found[rev] = answer.sha if answer is not None and answer.kind == "commit" else None
+            return {rev: found[rev] for rev in wanted}
         stdin = "".join(f"{rev}^{{commit}}\n" for rev in wanted).encode()
         out = self.git.run(["cat-file", "--batch-check"], self.path, stdin=stdin).stdout
-        found: dict[str, str | None] = {}
+        found = {}
         for rev, line in zip(wanted, out.decode().splitlines(), strict=True):
             sha, _, kind = line.partition(" ")
             found[rev] = sha if kind.startswith("commit") else None
         return found
+
+    def _loose_commit(self, rev: str) -> bool:
+        """Whether ``rev`` is the full sha of a loose commit (no replace refs to mind)."""
+        if not _FULL_SHA.fullmatch(rev) or loose_object_kind(self.path, rev) != "commit":
+            return False
+        if self._replace_refs is None:
+            self._replace_refs = read_refs(self.path, b"refs/replace/") != {}
+        return not self._replace_refs
 
     def commit_times(self, shas: Iterable[str]) -> dict[str, int]:
         """Committer time (Unix seconds) of each commit."""
         wanted = list(dict.fromkeys(shas))
         if not wanted:
             return {}
+        commits = self.commits(wanted)
+        if commits is not None:
+            known = {c.sha: c.time for c in commits.values() if c.time is not None}
+            if len(known) == len(commits):
+                return known
         out = self._run(["show", "--no-patch", "--format=%H %ct", *wanted], "commit dates")
         times: dict[str, int] = {}
         for line in out.decode().splitlines():
             sha, _, stamp = line.partition(" ")
             times[sha] = int(stamp)
         return times
+
+    def commits(self, shas: Iterable[str]) -> dict[str, Commit] | None:
+        """The parsed commits of full shas (None: ask git instead), read once per lock."""
+        wanted = list(dict.fromkeys(shas))
+        unread = [sha for sha in wanted if sha not in self._commits]
+        if any(not _FULL_SHA.fullmatch(sha) for sha in unread):
+            return None  # only immutable names are kept
+        if unread:
+            answers = self._ask(lambda cat: cat.contents(unread))
+            if answers is None:
+                return None
+            if len(self._commits) + len(unread) > _COMMITS_KEPT:
+                self._commits.clear()
+            for sha, answer in zip(unread, answers, strict=True):
+                commit = None
+                if answer is not None and answer[0].kind == "commit" and answer[0].sha == sha:
+                    commit = parse_commit(sha, answer[1])
+                if commit is None:
+                    return None
+                self._commits[sha] = commit
+        return {sha: self._commits[sha] for sha in wanted}
+
+    def is_ancestor(self, ancestor: str, commit: str) -> bool | None:
+        """True if ``ancestor`` is ``commit`` or one of its ancestors; None if not known.
+
+        Reads ``commit`` and follows the parents of commits already read
+        (a stack of changes read for their dates): never a walk through
+        history, so a False is never claimed, only None.
+        """
+        if (self.path / "shallow").exists() or (self.path / "info" / "grafts").exists():
+            return None  # git would see other parents than the commit objects name
+        if ancestor == commit:
+            return True
+        if self.commits([commit]) is None:
+            return None
+        seen = {commit}
+        pending = [commit]
+        while pending:
+            for parent in self._commits[pending.pop()].parents:
+                if parent == ancestor:
+                    return True
+                if parent in self._commits and parent not in seen:
+                    seen.add(parent)
+                    pending.append(parent)
+        return None
 
     def update_refs(self, refs: Mapping[str, str]) -> None:
         """Set every ``ref -> sha`` in one transaction."""
@@ -175,6 +304,9 @@ class Repo:
         return list(files)
 
     def _changed_files(self, base: str, commit: str) -> list[str]:
+        paths = self._changed_paths(base, commit)
+        if paths is not None:
+            return sorted(p.decode("utf-8", "replace") for p in paths)
         args = ["diff", "--name-only", "-z", "--no-renames", f"{base}...{commit}"]
         proc = self.git.run(args, self.path, check=False)
         if proc.returncode != 0 and b"no merge base" in proc.stderr:
@@ -186,11 +318,30 @@ class Repo:
             raise classify(GitCommandError(args, proc.returncode, stderr), f"{self.label}: diff")
         return sorted(p.decode("utf-8", "replace") for p in proc.stdout.split(b"\0") if p)
 
+    def _changed_paths(self, base: str, commit: str) -> list[bytes] | None:
+        """``git diff base...commit`` in Python when ``base`` is an ancestor of ``commit``.
+
+        The merge-base is then ``base`` itself: the diff is that of the two trees.
+        """
+        if not self.is_ancestor(base, commit):
+            return None
+        commits = self.commits([base, commit])
+        if commits is None:
+            return None
+        old, new = commits[base].tree, commits[commit].tree
+        return self._ask(lambda cat: changed_paths(cat, old, new))
+
     # ------------------------------------------------------------------
     # Config files
 
     def read_config(self, commit: str) -> dict[str, str]:
         """Config files of the tree of ``commit``: path -> text."""
+        known = self._commits.get(commit)
+        tree = known.tree if known is not None else f"{commit}^{{tree}}"
+        files = self._ask(lambda cat: read_config_files(cat, tree, self.config_memo))
+        return files if files is not None else self._read_config_with_git(commit)
+
+    def _read_config_with_git(self, commit: str) -> dict[str, str]:
         paths = [*CONFIG_FILES, *CONFIG_DIRS]
         listing = self._run(["ls-tree", "-r", "-z", commit, "--", *paths], "list config files")
         blobs: list[tuple[str, str]] = []
@@ -200,7 +351,7 @@ class Repo:
             meta, _, raw_path = entry.partition(b"\t")
             _mode, kind, sha = meta.decode().split()
             path = raw_path.decode("utf-8", "replace")
-            if kind == "blob" and _is_config_path(path):
+            if kind == "blob" and is_config_path(path):
                 blobs.append((path, sha))
         if not blobs:
             return {}
@@ -249,12 +400,6 @@ class Repo:
         path = self.worktree(commit)
         self._run(["-C", str(path), "clean", "-q", "-f", "-d", "-x"], "clean worktree")
         return path
-
-
-def _is_config_path(path: str) -> bool:
-    if path in CONFIG_FILES:
-        return True
-    return path.split("/", 1)[0] in CONFIG_DIRS and path.endswith(".yaml")
 
 
 def _parse_batch(data: bytes, count: int) -> list[str]:

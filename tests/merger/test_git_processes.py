@@ -1,0 +1,299 @@
+"""Git processes per merge: the common merge is pinned, and the shortcuts change no result.
+
+The engine answers most questions without a git command each (one cat-file
+process per repo and lock, branch heads read from the repo's files, no
+``merge-base`` for a change on top of its tip: ``workers/merger/repo.py``).
+The number of git processes of the common merge is pinned here, so a
+regression shows; every scenario gives the same result with the shortcuts
+turned off, i.e. with the git commands the engine ran before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.settings import ConnectionSettings
+from scheduler.wire.merger import (
+    BranchHeadsJob,
+    ConfigJob,
+    FilesChangesJob,
+    MergeChange,
+    MergeJob,
+    MergeMode,
+    ProjectRef,
+    ProjectState,
+    Status,
+)
+from tests.merger.gitrepos import Remotes
+from tests.merger.test_errors import damage_object
+from workers.merger import (
+    RepoCache,
+    run_branch_heads_job,
+    run_config_job,
+    run_files_changes_job,
+    run_merge_job,
+)
+from workers.merger import repo as repo_module
+from workers.merger.catfile import CatFileError
+from workers.merger.gitcmd import Git
+
+CONFIG = {
+    "README": "r\n",
+    "zuul.yaml": "- job: {name: j}\n",
+    "zuul.d/more.yaml": "- job: {name: k}\n",
+}
+
+
+@pytest.fixture
+def git_processes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The git subcommand of every git process the merger starts, in order."""
+    started: list[str] = []
+    real_run, real_popen = Git.run, Git.popen
+
+    def run(self: Git, args: Any, *rest: Any, **kw: Any) -> Any:
+        started.append(args[0])
+        return real_run(self, args, *rest, **kw)
+
+    def popen(self: Git, args: Any, *rest: Any, **kw: Any) -> Any:
+        started.append(args[0])
+        return real_popen(self, args, *rest, **kw)
+
+    monkeypatch.setattr(Git, "run", run)
+    monkeypatch.setattr(Git, "popen", popen)
+    return started
+
+
+def turn_off_shortcuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine as it was: a git command for every question."""
+
+    class NoCatFile:
+        def __init__(self, *args: object) -> None:
+            raise CatFileError("turned off by the test")
+
+    monkeypatch.setattr(repo_module, "CatFile", NoCatFile)
+    monkeypatch.setattr(repo_module, "read_heads", lambda path: None)
+
+
+def check_change(number: int, sha: str = "", project: str = "org/a") -> MergeChange:
+    ref = f"refs/changes/{number}"
+    return MergeChange("git", project, "main", ref=ref, commit=sha, change_id=f"{number},1")
+
+
+def warm(cache: RepoCache, project: str = "org/a") -> None:
+    job = MergeJob("warm", (), required=(ProjectRef("git", project),))
+    assert run_merge_job(job, cache).status is Status.OK
+
+
+def test_a_change_on_its_tip_takes_four_git_processes_or_three(
+    remotes: Remotes, cache: RepoCache, git_processes: list[str]
+) -> None:
+    a = remotes.create("org/a", CONFIG)
+    warm(cache)
+    sha = a.change(1, {"one": "1\n"})
+    git_processes.clear()
+    result = run_merge_job(MergeJob("check", (check_change(1, sha),)), cache)
+    assert result.status is Status.OK, result.failure
+    # Is the commit here; the fetch; dates, memo, ancestry, files and config
+    # through one cat-file; the refs.
+    assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"]
+    assert result.changes[0].merged_commit == sha and result.changes[0].files == ("one",)
+    (config,) = result.config
+    assert config.files == {
+        "zuul.d/more.yaml": "- job: {name: k}\n",
+        "zuul.yaml": "- job: {name: j}\n",
+    }
+    # Merged again (a gate after the check): the commit is here, a loose
+    # object, which needs no process to be found.
+    git_processes.clear()
+    again = run_merge_job(MergeJob("gate", (check_change(1, sha),)), cache)
+    assert again.status is Status.OK, again.failure
+    assert git_processes == ["fetch", "cat-file", "update-ref"]
+    assert again.changes[0].files == ("one",) and again.config == result.config
+    # Given by ref alone, nothing is looked up before the fetch.
+    a.change(2, {"two": "2\n"})
+    git_processes.clear()
+    assert run_merge_job(MergeJob("by-ref", (check_change(2),)), cache).status is Status.OK
+    assert git_processes == ["fetch", "cat-file", "update-ref"]
+
+
+def test_a_stack_and_a_gate_take_as_few(
+    remotes: Remotes, cache: RepoCache, git_processes: list[str]
+) -> None:
+    a = remotes.create("org/a", CONFIG)
+    warm(cache)
+    shas = [a.change(1, {"one": "1\n"})]
+    for n in (2, 3):
+        shas.append(a.commit({f"f{n}": "x\n"}, parent=shas[-1], ref=f"refs/changes/{n}"))
+    git_processes.clear()
+    ahead = run_merge_job(
+        MergeJob("item2", (check_change(1, shas[0]), check_change(2, shas[1]))), cache
+    )
+    assert ahead.status is Status.OK, ahead.failure
+    assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"]
+    assert [c.files for c in ahead.changes] == [("one",), ("f2", "one")]
+    git_processes.clear()
+    changes = tuple(check_change(n, sha) for n, sha in enumerate(shas, 1))
+    item = run_merge_job(MergeJob("item3", changes, timestamp=None), cache)
+    assert item.status is Status.OK, item.failure
+    assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"]
+    assert item.changes[-1].files == ("f2", "f3", "one")
+
+
+def test_a_diverged_merge_needs_git_for_the_merge_only(
+    remotes: Remotes, cache: RepoCache, git_processes: list[str]
+) -> None:
+    a = remotes.create("org/a", CONFIG)
+    warm(cache)
+    a.change(1, {"one": "1\n"})
+    a.advance("main", {"upstream": "u\n"})
+    git_processes.clear()
+    assert run_merge_job(MergeJob("merge", (check_change(1),)), cache).status is Status.OK
+    assert git_processes == [
+        "fetch",
+        "cat-file",
+        "merge-base",
+        "merge-tree",
+        "commit-tree",
+        "diff",
+        "update-ref",
+    ]
+
+
+# --------------------------------------------------------------------------
+# The same results with the shortcuts turned off
+
+
+def modes(remotes: Remotes) -> list[MergeJob]:
+    a = remotes.create("org/a", {"README": "hello\n", "shared": "a\nb\nc\n", **CONFIG})
+    a.change(1, {"one": "1\n", "zuul.d/new.yaml": "- job: {name: new}\n"})
+    a.change(2, {"two": "2\n", "shared": "a\nb\nC\n"})
+    a.advance("main", {"upstream": "u\n", "shared": "A\nb\nc\n"})
+    jobs = []
+    for mode in MergeMode:
+        changes = tuple(
+            MergeChange("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=mode)
+            for n in (1, 2)
+        )
+        jobs.append(MergeJob(f"d-{mode.value}", changes))
+    return jobs
+
+
+def stacks(remotes: Remotes) -> list[MergeJob]:
+    a = remotes.create("org/a", CONFIG)
+    first = a.change(1, {"one": "1\n", "zuul.yaml": "- job: {name: changed}\n"})
+    second = a.commit({".zuul.d/x.yaml": "- job: {name: x}\n"}, parent=first, ref="refs/changes/2")
+    squash = MergeChange(
+        "git", "org/a", "main", ref="refs/changes/2", merge_mode=MergeMode.SQUASH_MERGE
+    )
+    return [
+        MergeJob("stack", (check_change(1, first), check_change(2, second))),
+        MergeJob("dated", (check_change(1), check_change(2, second)), timestamp=1_600_000_000),
+        MergeJob("squash", (check_change(1, first), squash)),
+        MergeJob("twice", (check_change(1, first), check_change(1, first))),
+    ]
+
+
+def conflicts(remotes: Remotes) -> list[MergeJob]:
+    a = remotes.create("org/a", {"shared": "base\n", "other": "o\n"})
+    a.change(1, {"shared": "first\n"})
+    a.change(2, {"shared": "second\n", "other": "O\n"})
+    a.commit({"other": "o\n"}, message="a root of its own", ref="refs/changes/3")
+    jobs = []
+    for mode in MergeMode:
+        changes = tuple(
+            MergeChange("git", "org/a", "main", ref=f"refs/changes/{n}", merge_mode=mode)
+            for n in (1, 2)
+        )
+        unrelated = MergeChange("git", "org/a", "main", ref="refs/changes/3", merge_mode=mode)
+        jobs += [MergeJob(f"c-{mode.value}", changes), MergeJob(f"u-{mode.value}", (unrelated,))]
+    return jobs
+
+
+def projects(remotes: Remotes) -> list[MergeJob]:
+    a = remotes.create("org/a", CONFIG)
+    b = remotes.create("org/b")
+    remotes.create("org/lib")
+    old = a.rev("refs/heads/main")
+    b.git("update-ref", "refs/heads/stable/1.0", b.rev("refs/heads/main"))
+    a.change(1, {"a1": "x\n"})
+    b.change(2, {"b2": "x\n"}, branch="stable/1.0")
+    a.advance("main", {"later": "l\n"})
+    on_stable = MergeChange("git", "org/b", "stable/1.0", ref="refs/changes/2")
+    pinned = (ProjectState("git", "org/a", {"main": old}),)
+    missing = MergeChange("git", "org/a", "nope", ref="refs/changes/1")
+    return [
+        MergeJob("p", (check_change(1), on_stable), required=(ProjectRef("git", "org/lib"),)),
+        MergeJob("pin", (check_change(1),), base_state=pinned),
+        MergeJob("missing-branch", (missing,)),
+        MergeJob("missing-ref", (check_change(1), check_change(9))),
+        MergeJob("no-config", (check_change(1),), read_config=False),
+    ]
+
+
+@pytest.mark.parametrize("scenario", [modes, stacks, conflicts, projects])
+def test_merges_are_those_of_the_git_commands(
+    remotes: Remotes,
+    connections: dict[str, ConnectionSettings],
+    monkeypatch: pytest.MonkeyPatch,
+    git_processes: list[str],
+    scenario: Callable[[Remotes], list[MergeJob]],
+) -> None:
+    jobs = scenario(remotes)
+    state = remotes.base.parent
+    fast = RepoCache(state / "fast", connections)
+    results = [run_merge_job(job, fast).to_dict() for job in jobs]
+    with monkeypatch.context() as patch:
+        turn_off_shortcuts(patch)
+        slow = RepoCache(state / "slow", connections)
+        git_processes.clear()
+        assert [run_merge_job(job, slow).to_dict() for job in jobs] == results
+        assert "cat-file" in git_processes and "for-each-ref" in git_processes
+    assert any(r["status"] == "ok" for r in results)
+
+
+def test_other_jobs_are_those_of_the_git_commands(
+    remotes: Remotes,
+    connections: dict[str, ConnectionSettings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a = remotes.create("org/a", CONFIG)
+    a.git("update-ref", "refs/heads/feature/x", a.rev("refs/heads/main"))
+    first = a.change(1, {"one": "1\n", "README": None})
+    a.commit({"two": "2\n"}, parent=first, ref="refs/changes/2")
+    a.advance("main", {"upstream": "u\n"})
+
+    def answers(cache: RepoCache) -> list[dict[str, Any]]:
+        return [
+            run_files_changes_job(FilesChangesJob("f1", check_change(1, first)), cache).to_dict(),
+            run_files_changes_job(FilesChangesJob("f2", check_change(2)), cache).to_dict(),
+            run_config_job(ConfigJob("c", "git", "org/a"), cache).to_dict(),
+            run_branch_heads_job(BranchHeadsJob("h", "git", "org/a"), cache).to_dict(),
+        ]
+
+    fast = answers(RepoCache(tmp_path / "fast", connections))
+    with monkeypatch.context() as patch:
+        turn_off_shortcuts(patch)
+        assert answers(RepoCache(tmp_path / "slow", connections)) == fast
+
+
+def test_a_corrupt_config_blob_is_found_and_the_repo_cloned_again(
+    remotes: Remotes, cache: RepoCache
+) -> None:
+    lines = "".join(f"- job: {{name: job{i}}}\n" for i in range(60))
+    a = remotes.create("org/a", {"README": "r\n", "zuul.yaml": lines})
+    warm(cache)
+    repo = cache.repo_path("git", "org/a")
+    blob = cache.git.text(["rev-parse", "refs/heads/main:zuul.yaml"], repo)
+    damage_object(cache, repo, blob)
+    marker = repo / "marker-of-the-old-clone"
+    marker.touch()
+    sha = a.change(1, {"one": "1\n"})
+    result = run_merge_job(MergeJob("check", (check_change(1, sha),)), cache)
+    assert result.status is Status.OK, result.failure
+    assert not marker.exists(), "the damaged repo was replaced by a fresh clone"
+    assert result.config[0].files == {"zuul.yaml": lines}

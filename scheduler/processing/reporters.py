@@ -24,6 +24,7 @@ from scheduler.reporting import (
     BuildsetInfo,
     BuildsetStart,
     BuildStart,
+    ItemReport,
     RefInfo,
     ReporterSet,
 )
@@ -72,42 +73,43 @@ class HistoryReporter:
         self.reporters = reporters
 
     def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
+        """The item's buildset, every build attempt and the result, as one report
+        (one SQL transaction: ``ReporterSet.record_item``)."""
         info = buildset_info(tenant, pipeline, item)
         started = _time(item.enqueue_time, item.enqueue_time)
-        _landed("buildset", self.reporters.record_buildset_start(BuildsetStart(info, started)))
-        for job in item.buildset.graph:
-            for build in job.builds:
-                self._report_build(info, job, build, item.enqueue_time)
+        builds = tuple(
+            self._build_records(info, job, build, item.enqueue_time)
+            for job in item.buildset.graph
+            for build in job.builds
+        )
         result = item.result or Result.ERROR
         ended = max(
             [b.end_time for j in item.buildset.graph for b in j.builds if b.end_time] or [0.0]
         )
         end = _time(ended or None, item.enqueue_time)
-        _landed(
-            "buildset result",
-            self.reporters.record_buildset_end(BuildsetEnd(info, result, item.message, end)),
+        report = ItemReport(
+            BuildsetStart(info, started), builds, BuildsetEnd(info, result, item.message, end)
         )
+        _landed("item report", self.reporters.record_item(report))
 
-    def _report_build(
-        self, info: BuildsetInfo, job: JobState, build: Build, default: float
-    ) -> None:
+    @staticmethod
+    def _build_records(
+        info: BuildsetInfo, job: JobState, build: Build, default: float
+    ) -> tuple[BuildStart | None, BuildEnd]:
         record = BuildInfo(build.uuid, job.name, build.attempt, job.info.voting)
+        start = None
         if build.start_time is not None:
             start = BuildStart(
                 info, record, _time(build.start_time, default), executor=build.worker
             )
-            _landed("build start", self.reporters.record_build_start(start))
-        result = attempt_result(job, build)
-        ended = self.reporters.record_build_end(
-            BuildEnd(
-                info,
-                record,
-                result,
-                _time(build.end_time, default),
-                start_time=_time(build.start_time, default) if build.start_time else None,
-                log_url=build.log_path,
-                error_detail=build.message,
-                result_data=build.result_data,
-            )
+        end = BuildEnd(
+            info,
+            record,
+            attempt_result(job, build),
+            _time(build.end_time, default),
+            start_time=_time(build.start_time, default) if build.start_time else None,
+            log_url=build.log_path,
+            error_detail=build.message,
+            result_data=build.result_data,
         )
-        _landed("build result", ended)
+        return start, end

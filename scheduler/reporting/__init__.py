@@ -38,6 +38,7 @@ from scheduler.reporting.records import (
     BuildsetInfo,
     BuildsetStart,
     BuildStart,
+    ItemReport,
     RefInfo,
 )
 from scheduler.reporting.reporter import Reporter, ReporterSet
@@ -72,6 +73,7 @@ __all__ = [
     "BuildsetInfo",
     "BuildsetStart",
     "DatabaseUnavailableError",
+    "ItemReport",
     "LogReporter",
     "MigrationLock",
     "RefInfo",

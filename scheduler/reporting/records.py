@@ -155,3 +155,17 @@ class BuildEnd:
     def __post_init__(self) -> None:
         require_aware("end_time", self.end_time)
         require_aware("start_time", self.start_time)
+
+
+@dataclass(frozen=True)
+class ItemReport:
+    """A finished item's whole history at once: its buildset's start, each build
+    attempt's start (None if it never ran) and end, in order, and its end.
+
+    Recorded exactly as the four calls in that order would be; a reporter
+    that can (SQL) records it in one transaction.
+    """
+
+    start: BuildsetStart
+    builds: tuple[tuple[BuildStart | None, BuildEnd], ...]
+    end: BuildsetEnd

@@ -20,6 +20,7 @@ from scheduler.reporting.records import (
     BuildsetInfo,
     BuildsetStart,
     BuildStart,
+    ItemReport,
 )
 
 log = logging.getLogger("sluice.reporting")
@@ -39,6 +40,19 @@ class Reporter(Protocol):
     def record_build_end(self, record: BuildEnd) -> None: ...
 
     def record_buildset_end(self, record: BuildsetEnd) -> None: ...
+
+
+def _record_item(reporter: Reporter, report: ItemReport) -> None:
+    at_once = getattr(reporter, "record_item", None)
+    if at_once is not None:
+        at_once(report)
+        return
+    reporter.record_buildset_start(report.start)
+    for start, end in report.builds:
+        if start is not None:
+            reporter.record_build_start(start)
+        reporter.record_build_end(end)
+    reporter.record_buildset_end(report.end)
 
 
 class ReporterSet:
@@ -70,6 +84,12 @@ class ReporterSet:
 
     def record_buildset_end(self, record: BuildsetEnd) -> tuple[str, ...]:
         return self._each("buildset end", record.buildset, lambda r: r.record_buildset_end(record))
+
+    def record_item(self, report: ItemReport) -> tuple[str, ...]:
+        """A finished item's whole history: at once where a reporter can
+        (``record_item``), else as the four calls in order (the first that
+        fails stops that reporter's report: it is tried again whole)."""
+        return self._each("item report", report.start.buildset, lambda r: _record_item(r, report))
 
     def _each(
         self, what: str, buildset: BuildsetInfo, call: Callable[[Reporter], None]

@@ -42,6 +42,7 @@ from scheduler.reporting.records import (
     BuildsetInfo,
     BuildsetStart,
     BuildStart,
+    ItemReport,
     RefInfo,
     require_aware,
     utcnow,
@@ -193,25 +194,47 @@ def _link_refs(connection: Connection, buildset_id: int, info: BuildsetInfo) -> 
 def record_buildset_start(engine: Engine, record: BuildsetStart) -> None:
     """A buildset started (its item was enqueued and its jobs frozen)."""
     with engine.begin() as connection:
-        buildset_id = _upsert_buildset(
-            connection,
-            record.buildset,
-            {"start_time": record.start_time},
-            {"start_time": "keep", "event_id": "keep", "updated": "new"},
-        )
-        _link_refs(connection, buildset_id, record.buildset)
+        _buildset_start(connection, record)
+
+
+def _buildset_start(connection: Connection, record: BuildsetStart) -> int:
+    buildset_id = _upsert_buildset(
+        connection,
+        record.buildset,
+        {"start_time": record.start_time},
+        {"start_time": "keep", "event_id": "keep", "updated": "new"},
+    )
+    _link_refs(connection, buildset_id, record.buildset)
+    return buildset_id
 
 
 def record_buildset_end(engine: Engine, record: BuildsetEnd) -> None:
     """A buildset ended with ``record.result`` (reported on its item)."""
     with engine.begin() as connection:
-        buildset_id = _upsert_buildset(
-            connection,
-            record.buildset,
-            {"result": record.result, "message": record.message, "end_time": record.end_time},
-            {"result": "new", "message": "new", "end_time": "new", "updated": "new"},
-        )
-        _link_refs(connection, buildset_id, record.buildset)
+        _buildset_end(connection, record)
+
+
+def _buildset_end(connection: Connection, record: BuildsetEnd) -> None:
+    buildset_id = _upsert_buildset(
+        connection,
+        record.buildset,
+        {"result": record.result, "message": record.message, "end_time": record.end_time},
+        {"result": "new", "message": "new", "end_time": "new", "updated": "new"},
+    )
+    _link_refs(connection, buildset_id, record.buildset)
+
+
+def record_item(engine: Engine, report: ItemReport) -> None:
+    """A finished item's whole history in ONE transaction: the same rows as its
+    buildset's start, each build's start and end, and its end, recorded in turn
+    (the buildset is upserted at its start and end only, not for every build)."""
+    with engine.begin() as connection:
+        buildset_id = _buildset_start(connection, report.start)
+        for start, end in report.builds:
+            if start is not None:
+                _build_start(connection, start, buildset_id)
+            _build_end(connection, end, buildset_id)
+        _buildset_end(connection, report.end)
 
 
 # ------------------------------------------------------------------ builds
@@ -250,15 +273,25 @@ def _upsert_build(
     build: BuildInfo,
     values: Mapping[str, Any],
     update: Mapping[str, Update],
+    *,
+    buildset_id: int | None = None,
 ) -> int:
-    # Touch the buildset: its ``updated`` tells how recent its history is.
-    buildset_id = _upsert_buildset(connection, buildset, {}, {"updated": "new"})
+    if buildset_id is None:
+        # Touch the buildset: its ``updated`` tells how recent its history is.
+        buildset_id = _upsert_buildset(connection, buildset, {}, {"updated": "new"})
     row = {**_build_values(buildset_id, buildset, build), **values}
     return _upserted(connection, BUILDS, ("uuid", "attempt"), row, update)
 
 
 def record_build_start(engine: Engine, record: BuildStart) -> None:
     """A build attempt started on an executor."""
+    with engine.begin() as connection:
+        _build_start(connection, record)
+
+
+def _build_start(
+    connection: Connection, record: BuildStart, buildset_id: int | None = None
+) -> None:
     values = {
         "start_time": record.start_time,
         "executor": record.executor,
@@ -271,12 +304,18 @@ def record_build_start(engine: Engine, record: BuildStart) -> None:
         "nodeset": "new-if-set",
         "updated": "new",
     }
-    with engine.begin() as connection:
-        _upsert_build(connection, record.buildset, record.build, values, update)
+    _upsert_build(
+        connection, record.buildset, record.build, values, update, buildset_id=buildset_id
+    )
 
 
 def record_build_end(engine: Engine, record: BuildEnd) -> None:
     """A build attempt ended (or was decided without running: SKIPPED)."""
+    with engine.begin() as connection:
+        _build_end(connection, record)
+
+
+def _build_end(connection: Connection, record: BuildEnd, buildset_id: int | None = None) -> None:
     values = {
         "result": record.result,
         "end_time": record.end_time,
@@ -296,11 +335,12 @@ def record_build_end(engine: Engine, record: BuildEnd) -> None:
         "nodeset": "new-if-set",
         "updated": "new",
     }
-    with engine.begin() as connection:
-        build_id = _upsert_build(connection, record.buildset, record.build, values, update)
-        _replace_artifacts(connection, build_id, record)
-        for build_event in record.events:
-            _insert_event(connection, build_id, build_event)
+    build_id = _upsert_build(
+        connection, record.buildset, record.build, values, update, buildset_id=buildset_id
+    )
+    _replace_artifacts(connection, build_id, record)
+    for build_event in record.events:
+        _insert_event(connection, build_id, build_event)
 
 
 def record_build_event(
@@ -369,3 +409,6 @@ class SqlReporter:
 
     def record_buildset_end(self, record: BuildsetEnd) -> None:
         record_buildset_end(self.engine, record)
+
+    def record_item(self, report: ItemReport) -> None:
+        record_item(self.engine, report)

@@ -43,7 +43,6 @@ import os
 import re
 import shutil
 import subprocess
-import zlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -51,6 +50,7 @@ from pathlib import Path, PurePosixPath
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.errors import BuildCancelledError, RefusedError, WorkspaceError
 from workers.executor.packindex import packed_commits
+from workers.merger.objects import loose_object_kind
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 GIT_TIMEOUT = 300.0
@@ -332,8 +332,7 @@ def stored_commits(git_dir: Path, objects: Path, commits: Collection[str]) -> bo
     """
     if not all(SHA1_HEX.fullmatch(commit) for commit in commits):
         return False
-    folder = str(objects)
-    packed = [commit for commit in commits if not _loose_commit(folder, commit)]
+    packed = [commit for commit in commits if loose_object_kind(objects, commit) != "commit"]
     if not packed:
         return True
     return _sha1_repository(git_dir) and packed_commits(objects, packed)
@@ -355,20 +354,9 @@ def loose_commits(objects: Path, commits: Collection[str]) -> bool:
     type): False as soon as one is not loose, so the caller asks git (which
     also reads packs and alternates).
     """
-    folder = str(objects)
     return all(SHA1_HEX.fullmatch(commit) for commit in commits) and all(
-        _loose_commit(folder, commit) for commit in commits
+        loose_object_kind(objects, commit) == "commit" for commit in commits
     )
-
-
-def _loose_commit(objects: str, commit: str) -> bool:
-    """Whether the (40 hex digits) ``commit`` is a loose commit object under ``objects``."""
-    try:
-        with open(f"{objects}/{commit[:2]}/{commit[2:]}", "rb") as handle:
-            head = zlib.decompressobj().decompress(handle.read(64), 16)
-    except (OSError, zlib.error):
-        return False
-    return head.startswith(b"commit ")
 
 
 def local_git_dir(source: str) -> Path | None:

@@ -139,14 +139,15 @@ def parse_tree(data: bytes, raw_sha: int) -> list[TreeEntry] | None:
     return entries
 
 
-def loose_object_kind(repo: Path, sha: str) -> str | None:
-    """The type of the loose object ``sha`` of ``repo``; None if not loose (or not plain).
+def loose_object_kind(objects: Path, sha: str) -> str | None:
+    """The type of the loose object ``sha`` under the ``objects`` folder; None if not
+    loose (or not plain).
 
     A loose object is a zlib stream that starts ``<type> <size>\\0``; the
     start is all ``cat-file --batch-check`` reads of it too.
     """
     try:
-        with open(repo / "objects" / sha[:2] / sha[2:], "rb") as f:
+        with open(objects / sha[:2] / sha[2:], "rb") as f:
             raw = f.read(256)
         header = zlib.decompressobj().decompress(raw, 32)
     except (OSError, zlib.error):

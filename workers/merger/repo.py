@@ -193,7 +193,10 @@ class Repo:
 
     def _loose_commit(self, rev: str) -> bool:
         """Whether ``rev`` is the full sha of a loose commit (no replace refs to mind)."""
-        if not _FULL_SHA.fullmatch(rev) or loose_object_kind(self.path, rev) != "commit":
+        if (
+            not _FULL_SHA.fullmatch(rev)
+            or loose_object_kind(self.path / "objects", rev) != "commit"
+        ):
             return False
         if self._replace_refs is None:
             self._replace_refs = read_refs(self.path, b"refs/replace/") != {}

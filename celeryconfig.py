@@ -52,6 +52,8 @@ broker_connection_retry_on_startup = True
 worker_send_task_events = True
 task_send_sent_event = True
 task_track_started = True
+# ... published over the process's kept Redis connection (tasks/fastevents.py).
+sluice_fast_events = _settings.broker.fast_send
 # The scheduler's hops store no result (tasks/scheduler.py), but a failed one
 # is stored all the same: ``sluice retry`` finds it in the result backend.
 task_store_errors_even_if_ignored = True

@@ -38,6 +38,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -88,8 +89,16 @@ class Pusher:
     def push(self, queue: str, message: bytes) -> bool:
         """``LPUSH`` ``message`` onto ``queue``; False if it failed (now paused)."""
         assert self.client is not None
+        return self._done(self.client.lpush, queue, message)
+
+    def publish(self, channel: str, message: bytes) -> bool:
+        """``PUBLISH`` ``message`` on ``channel``; False if it failed (now paused)."""
+        assert self.client is not None
+        return self._done(self.client.publish, channel, message)
+
+    def _done(self, command: Callable[[str, bytes], object], key: str, message: bytes) -> bool:
         try:
-            self.client.lpush(queue, message)
+            command(key, message)
         except (redis.RedisError, OSError) as exc:
             failure = exposure.broker_failure(exc)
             if failure.startswith("authentication failed"):

@@ -110,22 +110,51 @@ def task_message(
         "stamped_headers": None,
         "stamps": {},
     }
-    envelope = {
-        "body": base64.b64encode(body.encode()).decode("ascii"),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": headers,
-        "properties": {
-            "correlation_id": task_id,
-            "reply_to": reply_to,
-            "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue},
-            "priority": 0,
-            "body_encoding": "base64",
-            "delivery_tag": str(uuid.uuid4()),
-        },
-    }
-    return json.dumps(envelope).encode()
+    properties = {"correlation_id": task_id, "reply_to": reply_to, "delivery_mode": 2}
+    return envelope(body, headers, properties, exchange="", routing_key=queue)
+
+
+def event_message(
+    event: Any, *, exchange: str, routing_key: str, headers: dict[str, Any], delivery_mode: int
+) -> bytes:
+    """A Celery event (or a list of them: ``task.multi``) in kombu's Redis envelope.
+
+    What kombu's producer publishes for an event dispatcher: the JSON body,
+    the dispatcher's headers (its hostname), its delivery mode.
+    """
+    return envelope(
+        json.dumps(event),
+        headers,
+        {"delivery_mode": delivery_mode},
+        exchange=exchange,
+        routing_key=routing_key,
+    )
+
+
+def envelope(
+    body: str,
+    headers: dict[str, Any],
+    properties: dict[str, Any],
+    *,
+    exchange: str,
+    routing_key: str,
+) -> bytes:
+    """A JSON ``body`` in kombu's Redis envelope (base64 body, as kombu encodes it)."""
+    return json.dumps(
+        {
+            "body": base64.b64encode(body.encode()).decode("ascii"),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": headers,
+            "properties": {
+                **properties,
+                "delivery_info": {"exchange": exchange, "routing_key": routing_key},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+            },
+        }
+    ).encode()
 
 
 def _command(*words: bytes) -> bytes:

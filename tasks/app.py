@@ -18,7 +18,8 @@ from workers.launcher.loop import LauncherStep
 # AttributeError that stops the worker (tasks/consumer.py).
 consumer.install()
 
-app = Celery("sluice")
+# Task events are published over the kept Redis connection (tasks/fastevents.py).
+app = Celery("sluice", events="tasks.fastevents:FastEvents")
 app.config_from_object("celeryconfig")
 # The worker registers in ZooKeeper's component registry and closes its
 # per-process resources when it stops (workers/bootsteps.py).

@@ -163,9 +163,25 @@ class ItemReport:
     attempt's start (None if it never ran) and end, in order, and its end.
 
     Recorded exactly as the four calls in that order would be; a reporter
-    that can (SQL) records it in one transaction.
+    that can (SQL) records it in one transaction. Every record is of the
+    same buildset, and a build's start and end of the same attempt.
     """
 
     start: BuildsetStart
     builds: tuple[tuple[BuildStart | None, BuildEnd], ...]
     end: BuildsetEnd
+
+    def __post_init__(self) -> None:
+        uuid = self.start.buildset.uuid
+        if self.end.buildset.uuid != uuid:
+            raise ReportingError(f"item report {uuid}: it ends as {self.end.buildset.uuid}")
+        for build_start, build_end in self.builds:
+            attempt = (build_end.build.uuid, build_end.build.attempt)
+            records = (build_end,) if build_start is None else (build_start, build_end)
+            if any(record.buildset.uuid != uuid for record in records):
+                raise ReportingError(f"item report {uuid}: build {attempt} of another buildset")
+            if build_start is not None and attempt != (
+                build_start.build.uuid,
+                build_start.build.attempt,
+            ):
+                raise ReportingError(f"item report {uuid}: build {attempt} starts as another")

@@ -1,7 +1,7 @@
 """The SQL reporter: build history written idempotently.
 
 Each ``record_*`` function is one transaction of upserts (``INSERT ... ON
-CONFLICT DO UPDATE``, in both SQLite and PostgreSQL), keyed by the buildset
+CONFLICT DO UPDATE``, in both SQLite and PostgreSQL: :mod:`.upserts`), keyed by the buildset
 uuid and the build's ``(uuid, attempt)``. A task redelivered after a crash
 reports again and updates the same rows; a second *attempt* of a build is a
 second row. Records may arrive out of order: a build's end before its start
@@ -16,14 +16,11 @@ reporter set logs without stopping the others.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from sqlalchemy import Connection, Engine, String, Table, delete, func, select
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.sql.dml import ReturningInsert
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, select
 
 from scheduler.reporting.models import (
     ArtifactRow,
@@ -47,6 +44,7 @@ from scheduler.reporting.records import (
     require_aware,
     utcnow,
 )
+from scheduler.reporting.upserts import Insert, Update, Upsert, dialect_insert, write
 
 _TABLES = Base.metadata.tables
 BUILDSETS: Table = _TABLES[BuildsetRow.__tablename__]
@@ -56,71 +54,17 @@ BUILDSET_REFS: Table = _TABLES[BuildsetRefRow.__tablename__]
 ARTIFACTS: Table = _TABLES[ArtifactRow.__tablename__]
 BUILD_EVENTS: Table = _TABLES[BuildEventRow.__tablename__]
 
-Insert = postgresql.Insert | sqlite.Insert
-# How a column changes when its row exists already: "new" takes the new
-# value; "keep" keeps a stored value (not NULL, not empty), else takes the
-# new one; "new-if-set" takes the new value unless it is NULL or empty.
-Update = Literal["new", "keep", "new-if-set"]
+BUILD_KEY = ("uuid", "attempt")
+REF_KEY = ("project", "branch", "ref", "change", "patchset", "oldrev", "newrev")
+_DELETE_ARTIFACTS = delete(ARTIFACTS).where(
+    ARTIFACTS.c.build_id.in_(bindparam("build_ids", expanding=True))
+)
 
 
-def _insert(connection: Connection, table: Table) -> Insert:
-    return _dialect_insert(connection.dialect.name, table)
-
-
-def _dialect_insert(dialect: str, table: Table) -> Insert:
-    return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
-
-
-@functools.lru_cache(maxsize=64)
-def _upsert(
-    dialect: str, table_name: str, conflict: tuple[str, ...], update: tuple[tuple[str, Update], ...]
-) -> ReturningInsert[Any]:
-    """The upsert of ``table_name`` returning the row's id, built once per shape.
-
-    Its values are bound at execution (``connection.execute(stmt, row)``):
-    building the statement (the ``excluded`` alias and its column proxies)
-    and its cache key cost ~5 ms of CPU, more than running it on SQLite, and
-    a build's start and end each upsert a buildset and a build.
-    """
-    table = _TABLES[table_name]
-    stmt = _dialect_insert(dialect, table)
-    changes = _changes(table, stmt, dict(update)) or {conflict[0]: stmt.excluded[conflict[0]]}
-    stmt = stmt.on_conflict_do_update(index_elements=list(conflict), set_=changes)
-    return stmt.returning(table.c.id)
-
-
-def _upserted(
-    connection: Connection,
-    table: Table,
-    conflict: tuple[str, ...],
-    row: Mapping[str, Any],
-    update: Mapping[str, Update],
-) -> int:
-    """Insert ``row`` or update the row it conflicts with as ``update`` says; its id."""
-    stmt = _upsert(connection.dialect.name, table.name, conflict, tuple(update.items()))
-    return int(connection.execute(stmt, dict(row)).scalar_one())
-
-
-def _is_text(column: Any) -> bool:
-    return isinstance(column.type, String)
-
-
-def _existing_or_new(column: Any, new: Any) -> ColumnElement[Any]:
-    """Keep a value already stored (not NULL, not empty); else take the new one."""
-    return (
-        func.coalesce(func.nullif(column, ""), new)
-        if _is_text(column)
-        else func.coalesce(column, new)
-    )
-
-
-def _new_or_existing(column: Any, new: Any) -> ColumnElement[Any]:
-    """Take the new value unless it is NULL or empty."""
-    return (
-        func.coalesce(func.nullif(new, ""), column)
-        if _is_text(column)
-        else func.coalesce(new, column)
-    )
+@functools.lru_cache(maxsize=8)
+def _insert_or_ignore(dialect: str, table: Table) -> Insert:
+    """``INSERT ... ON CONFLICT DO NOTHING`` of ``table``, rows bound at execution."""
+    return dialect_insert(dialect, table).on_conflict_do_nothing()
 
 
 # ------------------------------------------------------------------ buildsets
@@ -139,17 +83,10 @@ def _ref_values(ref: RefInfo) -> dict[str, str]:
     }
 
 
-def _upsert_buildset(
-    connection: Connection,
-    info: BuildsetInfo,
-    values: Mapping[str, Any],
-    update: Mapping[str, Update],
-) -> int:
-    """Insert or update a buildset row; return its id.
-
-    ``update`` names the columns to change when the row exists, and how.
-    """
-    now = utcnow()
+def _buildset_upsert(
+    info: BuildsetInfo, values: Mapping[str, Any], update: Mapping[str, Update]
+) -> Upsert:
+    """A buildset row; ``update`` names the columns to change when it exists, and how."""
     row = {
         "uuid": info.uuid,
         "tenant": info.tenant,
@@ -160,89 +97,66 @@ def _upsert_buildset(
         "message": "",
         "start_time": None,
         "end_time": None,
-        "updated": now,
+        "updated": utcnow(),
         **values,
     }
-    return _upserted(connection, BUILDSETS, ("uuid",), row, update)
+    return Upsert(BUILDSETS, ("uuid",), row, update)
 
 
-def _changes(table: Table, stmt: Insert, update: Mapping[str, Update]) -> dict[str, Any]:
-    changes: dict[str, Any] = {}
-    for name, how in update.items():
-        column, new = table.c[name], stmt.excluded[name]
-        if how == "new":
-            changes[name] = new
-        elif how == "keep":
-            changes[name] = _existing_or_new(column, new)
-        else:
-            changes[name] = _new_or_existing(column, new)
-    return changes
+def _buildset_start(record: BuildsetStart) -> Upsert:
+    return _buildset_upsert(
+        record.buildset,
+        {"start_time": record.start_time},
+        {"start_time": "keep", "event_id": "keep", "updated": "new"},
+    )
 
 
-def _link_refs(connection: Connection, buildset_id: int, info: BuildsetInfo) -> None:
-    for ref in info.all_refs:
-        stmt = _insert(connection, REFS).values(_ref_values(ref))
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["project", "branch", "ref", "change", "patchset", "oldrev", "newrev"],
-            set_={"ref_url": _new_or_existing(REFS.c.ref_url, stmt.excluded.ref_url)},
+def _buildset_end(record: BuildsetEnd) -> Upsert:
+    return _buildset_upsert(
+        record.buildset,
+        {"result": record.result, "message": record.message, "end_time": record.end_time},
+        {"result": "new", "message": "new", "end_time": "new", "updated": "new"},
+    )
+
+
+def _link_refs(connection: Connection, buildset_id: int, refs: Sequence[RefInfo]) -> None:
+    ref_ids = write(
+        connection,
+        [Upsert(REFS, REF_KEY, _ref_values(ref), {"ref_url": "new-if-set"}) for ref in refs],
+    )
+    if ref_ids:
+        connection.execute(
+            _insert_or_ignore(connection.dialect.name, BUILDSET_REFS),
+            [{"buildset_id": buildset_id, "ref_id": ref_id} for ref_id in ref_ids],
         )
-        ref_id = connection.execute(stmt.returning(REFS.c.id)).scalar_one()
-        link = _insert(connection, BUILDSET_REFS).values(buildset_id=buildset_id, ref_id=ref_id)
-        connection.execute(link.on_conflict_do_nothing())
 
 
 def record_buildset_start(engine: Engine, record: BuildsetStart) -> None:
     """A buildset started (its item was enqueued and its jobs frozen)."""
     with engine.begin() as connection:
-        _buildset_start(connection, record)
-
-
-def _buildset_start(connection: Connection, record: BuildsetStart) -> int:
-    buildset_id = _upsert_buildset(
-        connection,
-        record.buildset,
-        {"start_time": record.start_time},
-        {"start_time": "keep", "event_id": "keep", "updated": "new"},
-    )
-    _link_refs(connection, buildset_id, record.buildset)
-    return buildset_id
+        [buildset_id] = write(connection, [_buildset_start(record)])
+        _link_refs(connection, buildset_id, record.buildset.all_refs)
 
 
 def record_buildset_end(engine: Engine, record: BuildsetEnd) -> None:
     """A buildset ended with ``record.result`` (reported on its item)."""
     with engine.begin() as connection:
-        _buildset_end(connection, record)
-
-
-def _buildset_end(connection: Connection, record: BuildsetEnd) -> None:
-    buildset_id = _upsert_buildset(
-        connection,
-        record.buildset,
-        {"result": record.result, "message": record.message, "end_time": record.end_time},
-        {"result": "new", "message": "new", "end_time": "new", "updated": "new"},
-    )
-    _link_refs(connection, buildset_id, record.buildset)
-
-
-def record_item(engine: Engine, report: ItemReport) -> None:
-    """A finished item's whole history in ONE transaction: the same rows as its
-    buildset's start, each build's start and end, and its end, recorded in turn
-    (the buildset is upserted at its start and end only, not for every build)."""
-    with engine.begin() as connection:
-        buildset_id = _buildset_start(connection, report.start)
-        for start, end in report.builds:
-            if start is not None:
-                _build_start(connection, start, buildset_id)
-            _build_end(connection, end, buildset_id)
-        _buildset_end(connection, report.end)
+        [buildset_id] = write(connection, [_buildset_end(record)])
+        _link_refs(connection, buildset_id, record.buildset.all_refs)
 
 
 # ------------------------------------------------------------------ builds
 
 
-def _build_values(buildset_id: int, buildset: BuildsetInfo, build: BuildInfo) -> dict[str, Any]:
+def _build_upsert(
+    buildset_id: int,
+    buildset: BuildsetInfo,
+    build: BuildInfo,
+    values: Mapping[str, Any],
+    update: Mapping[str, Update],
+) -> Upsert:
     ref = build.ref or buildset.ref
-    return {
+    row = {
         "uuid": build.uuid,
         "attempt": build.attempt,
         "buildset_id": buildset_id,
@@ -264,34 +178,26 @@ def _build_values(buildset_id: int, buildset: BuildsetInfo, build: BuildInfo) ->
         "start_time": None,
         "end_time": None,
         "updated": utcnow(),
+        **values,
     }
+    return Upsert(BUILDS, BUILD_KEY, row, update)
 
 
-def _upsert_build(
-    connection: Connection,
-    buildset: BuildsetInfo,
-    build: BuildInfo,
-    values: Mapping[str, Any],
-    update: Mapping[str, Update],
-    *,
-    buildset_id: int | None = None,
-) -> int:
-    if buildset_id is None:
-        # Touch the buildset: its ``updated`` tells how recent its history is.
-        buildset_id = _upsert_buildset(connection, buildset, {}, {"updated": "new"})
-    row = {**_build_values(buildset_id, buildset, build), **values}
-    return _upserted(connection, BUILDS, ("uuid", "attempt"), row, update)
+def _touched_buildset(connection: Connection, buildset: BuildsetInfo) -> int:
+    """The buildset's id, its row made if missing; its ``updated`` tells how
+    recent its history is."""
+    [buildset_id] = write(connection, [_buildset_upsert(buildset, {}, {"updated": "new"})])
+    return buildset_id
 
 
 def record_build_start(engine: Engine, record: BuildStart) -> None:
     """A build attempt started on an executor."""
     with engine.begin() as connection:
-        _build_start(connection, record)
+        buildset_id = _touched_buildset(connection, record.buildset)
+        write(connection, [_build_start(record, buildset_id)])
 
 
-def _build_start(
-    connection: Connection, record: BuildStart, buildset_id: int | None = None
-) -> None:
+def _build_start(record: BuildStart, buildset_id: int) -> Upsert:
     values = {
         "start_time": record.start_time,
         "executor": record.executor,
@@ -304,18 +210,18 @@ def _build_start(
         "nodeset": "new-if-set",
         "updated": "new",
     }
-    _upsert_build(
-        connection, record.buildset, record.build, values, update, buildset_id=buildset_id
-    )
+    return _build_upsert(buildset_id, record.buildset, record.build, values, update)
 
 
 def record_build_end(engine: Engine, record: BuildEnd) -> None:
     """A build attempt ended (or was decided without running: SKIPPED)."""
     with engine.begin() as connection:
-        _build_end(connection, record)
+        buildset_id = _touched_buildset(connection, record.buildset)
+        [build_id] = write(connection, [_build_end(record, buildset_id)])
+        _record_outputs(connection, [(build_id, record)])
 
 
-def _build_end(connection: Connection, record: BuildEnd, buildset_id: int | None = None) -> None:
+def _build_end(record: BuildEnd, buildset_id: int) -> Upsert:
     values = {
         "result": record.result,
         "end_time": record.end_time,
@@ -335,12 +241,7 @@ def _build_end(connection: Connection, record: BuildEnd, buildset_id: int | None
         "nodeset": "new-if-set",
         "updated": "new",
     }
-    build_id = _upsert_build(
-        connection, record.buildset, record.build, values, update, buildset_id=buildset_id
-    )
-    _replace_artifacts(connection, build_id, record)
-    for build_event in record.events:
-        _insert_event(connection, build_id, build_event)
+    return _build_upsert(buildset_id, record.buildset, record.build, values, update)
 
 
 def record_build_event(
@@ -348,28 +249,71 @@ def record_build_event(
 ) -> None:
     """A notable moment of a running build (recorded once per type and time)."""
     with engine.begin() as connection:
-        build_id = _upsert_build(connection, buildset, build, {}, {"updated": "new"})
-        _insert_event(connection, build_id, build_event)
+        buildset_id = _touched_buildset(connection, buildset)
+        [build_id] = write(
+            connection, [_build_upsert(buildset_id, buildset, build, {}, {"updated": "new"})]
+        )
+        _insert_events(connection, [(build_id, build_event)])
 
 
-def _replace_artifacts(connection: Connection, build_id: int, record: BuildEnd) -> None:
-    connection.execute(delete(ARTIFACTS).where(ARTIFACTS.c.build_id == build_id))
-    rows = [
+def _record_outputs(connection: Connection, ends: Sequence[tuple[int, BuildEnd]]) -> None:
+    """What build ends leave besides their rows: each build's artifacts, replaced
+    by those of its (last) end, and their events, kept once per type and time."""
+    last = dict(ends)
+    if last:
+        connection.execute(_DELETE_ARTIFACTS, {"build_ids": list(last)})
+    artifacts = [
         {"build_id": build_id, "name": a.name, "url": a.url, "meta": dict(a.metadata)}
+        for build_id, record in last.items()
         for a in {artifact.name: artifact for artifact in record.artifacts}.values()
     ]
-    if rows:
-        connection.execute(ARTIFACTS.insert(), rows)
+    if artifacts:
+        connection.execute(ARTIFACTS.insert(), artifacts)
+    _insert_events(connection, [(build_id, e) for build_id, record in ends for e in record.events])
 
 
-def _insert_event(connection: Connection, build_id: int, build_event: BuildEvent) -> None:
-    stmt = _insert(connection, BUILD_EVENTS).values(
-        build_id=build_id,
-        event_type=build_event.event_type,
-        event_time=build_event.event_time,
-        description=build_event.description,
-    )
-    connection.execute(stmt.on_conflict_do_nothing())
+def _insert_events(connection: Connection, events: Sequence[tuple[int, BuildEvent]]) -> None:
+    if events:
+        connection.execute(
+            _insert_or_ignore(connection.dialect.name, BUILD_EVENTS),
+            [
+                {
+                    "build_id": build_id,
+                    "event_type": e.event_type,
+                    "event_time": e.event_time,
+                    "description": e.description,
+                }
+                for build_id, e in events
+            ],
+        )
+
+
+# ------------------------------------------------------------------ items
+
+
+def record_item(engine: Engine, report: ItemReport) -> None:
+    """A finished item's whole history in ONE transaction, with the rows its
+    buildset's start, each build's start and end, and its end make in turn.
+
+    Each row is written once: the buildset's start and end as one upsert, a
+    build's start and end as one (:meth:`Upsert.then`), the builds in one
+    statement (:func:`write`); its refs are linked once.
+    """
+    start, end = report.start, report.end
+    with engine.begin() as connection:
+        [buildset_id] = write(connection, [_buildset_start(start).then(_buildset_end(end))])
+        # each ref once: upserting it again with the same values changes nothing
+        refs = dict.fromkeys((*start.buildset.all_refs, *end.buildset.all_refs))
+        _link_refs(connection, buildset_id, tuple(refs))
+        builds = [_build_history(s, e, buildset_id) for s, e in report.builds]
+        ends = [e for _, e in report.builds]
+        _record_outputs(connection, list(zip(write(connection, builds), ends, strict=True)))
+
+
+def _build_history(start: BuildStart | None, end: BuildEnd, buildset_id: int) -> Upsert:
+    """The upsert of a build attempt's start (if it ran) then its end."""
+    ended = _build_end(end, buildset_id)
+    return ended if start is None else _build_start(start, buildset_id).then(ended)
 
 
 def prune_history(engine: Engine, older_than: datetime) -> int:

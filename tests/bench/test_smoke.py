@@ -24,6 +24,7 @@ SMOKES = {
     "merger": ["merger.py", "--rounds", "2", "--trials", "1"],
     "scale": ["scale.py", "--smoke"],
     "send": ["send.py", "--smoke"],
+    "sql_report": ["sql_report.py", "--smoke"],
     "zk_primitives": ["zk_primitives.py", "--seconds", "0.2"],
 }
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime
 
 import pytest
-from sqlalchemy import Engine, event, func, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from scheduler.reporting import (
@@ -20,9 +20,7 @@ from scheduler.reporting import (
     BuildsetEnd,
     BuildsetStart,
     BuildStart,
-    ItemReport,
     RefInfo,
-    ReporterSet,
     ReportingError,
     SqlReporter,
     list_builds,
@@ -238,95 +236,3 @@ def test_concurrent_reports_of_one_build_make_one_row(engine: Engine) -> None:
             future.result()
     assert count(engine, BuildsetRow) == 1
     assert sorted(r["attempt"] for r in list_builds(engine)) == [1, 2]
-
-
-def _rows(engine: Engine, prefix: str) -> list[tuple[object, ...]]:
-    """The reported columns of the buildset and builds of ``prefix`` (its uuids cut)."""
-    with Session(engine) as session:
-        sets = session.scalars(select(BuildsetRow).where(BuildsetRow.uuid == f"{prefix}bs")).all()
-        builds = session.scalars(
-            select(BuildRow).where(BuildRow.uuid.startswith(prefix)).order_by(BuildRow.uuid)
-        ).all()
-        return [
-            *[(s.result, s.message, s.start_time, s.end_time) for s in sets],
-            *[
-                (b.uuid[len(prefix) :], b.result, b.start_time, b.end_time, b.executor)
-                for b in builds
-            ],
-            *[(b.error_detail, b.voting, b.job) for b in builds],
-        ]
-
-
-def _item_report(prefix: str = "") -> ItemReport:
-    bs = replace(buildset(), uuid=f"{prefix}bs")
-    first, second = build(f"{prefix}b-1", "lint"), build(f"{prefix}b-2", "unit")
-    skipped = build(f"{prefix}b-3", "docs")
-    return ItemReport(
-        BuildsetStart(bs, start_time=at(0)),
-        (
-            (
-                BuildStart(bs, first, start_time=at(1), executor="ex-1"),
-                BuildEnd(bs, first, BuildResult.SUCCESS, end_time=at(9)),
-            ),
-            (
-                BuildStart(bs, second, start_time=at(2), executor="ex-2"),
-                BuildEnd(bs, second, BuildResult.FAILURE, end_time=at(8), error_detail="no"),
-            ),
-            (None, BuildEnd(bs, skipped, BuildResult.SKIPPED, end_time=at(9))),
-        ),
-        BuildsetEnd(bs, BuildResult.FAILURE, "Build failed.", at(10)),
-    )
-
-
-def test_an_item_report_is_the_four_calls_in_one_transaction(engine: Engine) -> None:
-    reporter = SqlReporter(engine)
-    apart = _item_report("apart-")
-    reporter.record_buildset_start(apart.start)
-    for start, end in apart.builds:
-        if start is not None:
-            reporter.record_build_start(start)
-        reporter.record_build_end(end)
-    reporter.record_buildset_end(apart.end)
-    report = _item_report("whole-")
-    commits: list[object] = []
-
-    def committed(connection: object) -> None:
-        commits.append(connection)
-
-    event.listen(engine, "commit", committed)
-    for _ in range(2):  # reported again after a crash: still one row each
-        assert ReporterSet([reporter]).record_item(report) == ()
-    event.remove(engine, "commit", committed)
-    assert len(commits) == 2  # one transaction a report
-    assert _rows(engine, "whole-") == _rows(engine, "apart-")
-    assert count(engine, BuildRow) == 6 and count(engine, BuildsetRow) == 2
-
-
-def test_a_reporter_without_item_reports_gets_the_four_calls() -> None:
-    calls: list[str] = []
-
-    class Plain:
-        name = "plain"
-
-        def record_buildset_start(self, record: BuildsetStart) -> None:
-            calls.append("buildset start")
-
-        def record_build_start(self, record: BuildStart) -> None:
-            calls.append(f"start {record.build.uuid}")
-
-        def record_build_end(self, record: BuildEnd) -> None:
-            calls.append(f"end {record.build.uuid}")
-
-        def record_buildset_end(self, record: BuildsetEnd) -> None:
-            calls.append("buildset end")
-
-    assert ReporterSet([Plain()]).record_item(_item_report()) == ()
-    assert calls == [
-        "buildset start",
-        "start b-1",
-        "end b-1",
-        "start b-2",
-        "end b-2",
-        "end b-3",
-        "buildset end",
-    ]

@@ -17,6 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 SMOKES = {
     "throughput": ["throughput.py", "--smoke"],
+    "checkout": ["checkout.py", "--seconds", "0.1", "--sizes", "5"],
     "cli_start": ["cli_start.py", "--runs", "1"],
     "enqueue": ["enqueue.py", "--smoke"],
     "executor": ["executor.py", "--seconds", "0.3"],

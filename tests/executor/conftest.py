@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.executor.helpers import Repo
-from workers.executor import RunnerOptions
+from workers.executor import RunnerOptions, treecheckout, workspace
 
 
 @pytest.fixture(autouse=True)
@@ -33,3 +33,17 @@ def options(tmp_path: Path) -> RunnerOptions:
 @pytest.fixture
 def repo(tmp_path: Path) -> Repo:
     return Repo.create(tmp_path / "repos" / "project")
+
+
+@pytest.fixture
+def fast_path(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each in-process checkout of the workspace answered (False: git checked out)."""
+    answers: list[bool] = []
+    real = treecheckout.checkout_commit
+
+    def spy(objects: Path, dest: Path, commit: str) -> bool:
+        answers.append(real(objects, dest, commit))
+        return answers[-1]
+
+    monkeypatch.setattr(workspace, "checkout_commit", spy)
+    return answers

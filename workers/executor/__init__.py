@@ -15,7 +15,10 @@ Modules, one job each:
 * :mod:`~scheduler.wire.build_result`: result codes, steps, the build result.
 * :mod:`~workers.executor.control`: the control hooks (a protocol and two
   implementations).
-* :mod:`~workers.executor.workspace`: folders, git checkouts, safe paths.
+* :mod:`~workers.executor.workspace`: folders, git checkouts, safe paths;
+  :mod:`~workers.executor.treecheckout` writes a checkout's files and
+  index in-process (objects: :mod:`~workers.executor.objectstore`, index:
+  :mod:`~workers.executor.gitindex`).
 * :mod:`~workers.executor.environment`: the job's environment, vars file
   and result data file.
 * :mod:`~workers.executor.joblog`: the streamed, stamped ``job-output.txt``.

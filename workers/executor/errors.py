@@ -31,6 +31,15 @@ class WorkspaceError(ExecutorError):
     """
 
 
+class ObjectReadError(ExecutorError):
+    """A git object could not be read in-process (missing, corrupt, a bad delta).
+
+    Never the build's result: the in-process checkout that reads objects
+    (:mod:`workers.executor.treecheckout`) catches it and leaves the
+    checkout to git, which either reads the object or explains.
+    """
+
+
 class BuildCancelledError(ExecutorError):
     """The build was cancelled before its first step (the result is ``ABORTED``)."""
 
@@ -47,6 +56,7 @@ __all__ = [
     "BuildCancelledError",
     "BuildSpecError",
     "ExecutorError",
+    "ObjectReadError",
     "ProcessCleanupError",
     "RefusedError",
     "ResultDataError",

@@ -188,8 +188,12 @@ def _forget_gone(folder: str, present: set[tuple[str, int, int, int]]) -> None:
             del _cache[key]
 
 
-class _Packs:
-    """The packs opened during one lookup: each checked against its index once."""
+class OpenPacks:
+    """The packs opened during one lookup: each checked against its index once.
+
+    Also the pack reader's (:mod:`workers.executor.objectstore`): an open
+    pack stays readable if a repack deletes it meanwhile.
+    """
 
     def __init__(self) -> None:
         self.opened: dict[str, tuple[int, int] | None] = {}
@@ -199,7 +203,7 @@ class _Packs:
         offset = index.offset(name)
         if offset is None:
             return None
-        pack = self._open(index)
+        pack = self.open(index)
         if pack is None:
             return None
         fd, size = pack
@@ -211,7 +215,8 @@ class _Packs:
             return None
         return (first[0] >> 4) & 7 if first else None
 
-    def _open(self, index: PackIndex) -> tuple[int, int] | None:
+    def open(self, index: PackIndex) -> tuple[int, int] | None:
+        """``index``'s pack: its descriptor and size; None unless it is the index's pack."""
         pack = index.pack
         if pack in self.opened:
             return self.opened[pack]
@@ -243,8 +248,8 @@ class _Packs:
 
 
 @contextmanager
-def _packs() -> Iterator[_Packs]:
-    packs = _Packs()
+def _packs() -> Iterator[OpenPacks]:
+    packs = OpenPacks()
     try:
         yield packs
     finally:

@@ -18,16 +18,22 @@ nothing is copied: the new repository borrows the cache's objects through
 repository itself (``HEAD``, ``config``, the branches in one
 ``packed-refs`` file) is written directly as ``git init`` and
 ``git pack-refs`` would write it, and the commits are looked up in-process
-in the source's objects: loose (the merger's fresh merges are) or whole in
-a pack (:mod:`workers.executor.packindex`). A checkout therefore runs one
-git process, ``git checkout``. A commit found neither way (missing,
-another type, deltified in its pack, a SHA-256 repository) is looked up
-with ``git cat-file``; a branch name outside the plain ones
-(:data:`PLAIN_BRANCH`) is left to ``git init`` and ``git update-ref``,
-which validate it. The cache must not prune objects a running build uses
-(``git gc`` keeps anything referenced or younger than two weeks). From a
-URL (``file://`` too), exactly the commits of the repo state are fetched
-(or, where the server refuses a fetch by commit id, its branches).
+in the source's objects: loose (the merger's fresh merges are), whole in
+a pack (:mod:`workers.executor.packindex`) or rebuilt from its deltas. The files and ``.git/index``
+are written in-process too (:mod:`workers.executor.treecheckout`: objects
+read loose or packed, deltas resolved), so a common checkout starts no
+git process. ``git checkout`` writes them, from the fresh repository,
+wherever that module says no (attributes, submodules, names git may
+refuse, an object only in the source's alternates, more than a few dozen
+files, a worker git configuration that may convert files), for a SHA-256
+source, and for fetched sources. A commit found none of these ways
+(missing, another type, unreadable) is looked up with ``git cat-file``;
+a branch name outside the plain ones (:data:`PLAIN_BRANCH`) is left to
+``git init`` and ``git update-ref``, which validate it. The cache must
+not prune objects a running build uses (``git gc`` keeps anything
+referenced or younger than two weeks). From a URL (``file://`` too),
+exactly the commits of the repo state are fetched (or, where the server
+refuses a fetch by commit id, its branches).
 
 Every branch of the repo state becomes a local branch at its commit; the
 change's branch (or the project's ``checkouts`` override, or its only
@@ -49,7 +55,9 @@ from pathlib import Path, PurePosixPath
 
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.errors import BuildCancelledError, RefusedError, WorkspaceError
+from workers.executor.objectstore import readable_commits
 from workers.executor.packindex import packed_commits
+from workers.executor.treecheckout import checkout_commit
 from workers.merger.objects import loose_object_kind
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
@@ -266,13 +274,13 @@ def checkout(
         raise WorkspaceError(f"{dest.name}: repo state lists no branch")
     dest.parent.mkdir(parents=True, exist_ok=True)
     local = local_git_dir(source) if share else None
+    objects = (local / "objects").resolve() if local is not None else None
     plain = all(PLAIN_BRANCH.fullmatch(name) for name in (branch, *branches))
     if plain:
         _init_repository(dest / ".git", branch)
     else:
         _git(["init", "-q", f"--initial-branch={branch}", str(dest)])
-    if local is not None:
-        objects = (local / "objects").resolve()
+    if local is not None and objects is not None:
         (dest / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
         if not stored_commits(local, objects, set(branches.values())):
             _check_commits(source, dest, branches)
@@ -286,7 +294,10 @@ def checkout(
             f"update refs/heads/{name} {commit}\n" for name, commit in branches.items()
         )
         _git(["update-ref", "--stdin"], cwd=dest, stdin=updates)
-    _git(["checkout", "-q", "-f", branch], cwd=dest)
+    # In-process (treecheckout) in a repository written here whose objects are borrowed.
+    shared = objects if plain and local is not None and _sha1_repository(local) else None
+    if shared is None or not checkout_commit(shared, dest, branches[branch]):
+        _git(["checkout", "-q", "-f", branch], cwd=dest)
 
 
 def _init_repository(git_dir: Path, branch: str) -> None:
@@ -326,16 +337,19 @@ def stored_commits(git_dir: Path, objects: Path, commits: Collection[str]) -> bo
     """Whether every one of ``commits`` is a commit stored under ``objects``, read in-process.
 
     Loose (:func:`loose_commits`) or whole in a pack of a SHA-1 repository
-    (:func:`workers.executor.packindex.packed_commits`). False when one is
-    found neither way: the caller asks git, which also reads deltas,
-    alternates and SHA-256 repositories, and says what is missing.
+    (:func:`workers.executor.packindex.packed_commits`), or else rebuilt
+    from its deltas (:func:`workers.executor.objectstore.readable_commits`).
+    False when one is found none of these ways: the caller asks git, which
+    also reads alternates and SHA-256 repositories, and says what is missing.
     """
     if not all(SHA1_HEX.fullmatch(commit) for commit in commits):
         return False
     packed = [commit for commit in commits if loose_object_kind(objects, commit) != "commit"]
     if not packed:
         return True
-    return _sha1_repository(git_dir) and packed_commits(objects, packed)
+    if not _sha1_repository(git_dir):
+        return False
+    return packed_commits(objects, packed) or readable_commits(objects, packed)
 
 
 def _sha1_repository(git_dir: Path) -> bool:

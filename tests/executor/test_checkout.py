@@ -271,3 +271,19 @@ def test_a_folder_conflict_ends_the_build_with_retry(
     assert result.message == (
         "workspace: cannot write the ref of branch a/b: branch a is in its way"
     )
+
+
+def test_a_commit_found_once_is_not_looked_up_again(tmp_path: Path) -> None:
+    """Every build asks for every branch of the repo state: each commit is read once."""
+    repo = Repo.create(tmp_path / "source")
+    repo.write("README", "text\n")
+    commit = repo.commit()
+    git_dir, objects = repo.path / ".git", repo.path / ".git" / "objects"
+    loose = objects / commit[:2] / commit[2:]
+    assert loose.is_file() and stored_commits(git_dir, objects, [commit])
+
+    loose.rename(tmp_path / "away")  # gone since (git would not prune it: this shows the memo)
+
+    assert stored_commits(git_dir, objects, [commit])
+    assert not stored_commits(git_dir, objects, [commit, "2" * 40])
+    assert not stored_commits(tmp_path / "elsewhere", tmp_path / "elsewhere" / "objects", [commit])

@@ -49,6 +49,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -344,12 +345,27 @@ def stored_commits(git_dir: Path, objects: Path, commits: Collection[str]) -> bo
     """
     if not all(SHA1_HEX.fullmatch(commit) for commit in commits):
         return False
-    packed = [commit for commit in commits if loose_object_kind(objects, commit) != "commit"]
-    if not packed:
-        return True
-    if not _sha1_repository(git_dir):
+    folder, now = str(objects), time.monotonic()
+    unknown = [c for c in commits if _found_commits.get((folder, c), 0.0) <= now]
+    packed = [commit for commit in unknown if loose_object_kind(objects, commit) != "commit"]
+    if packed and not (
+        _sha1_repository(git_dir)
+        and (packed_commits(objects, packed) or readable_commits(objects, packed))
+    ):
         return False
-    return packed_commits(objects, packed) or readable_commits(objects, packed)
+    if len(_found_commits) + len(unknown) > FOUND_COMMITS_MAX:
+        _found_commits.clear()
+    _found_commits.update(dict.fromkeys(((folder, c) for c in unknown), now + FOUND_COMMITS_TTL))
+    return True
+
+
+# A commit found under an objects folder stays there (git prunes only what no
+# ref holds and is two weeks old): (folder, commit) -> until when (monotonic) it
+# is taken as found again without a look. Every build of a project asks for
+# every branch of its repo state, twice (speculation.py, then the checkout).
+_found_commits: dict[tuple[str, str], float] = {}
+FOUND_COMMITS_TTL = 600.0
+FOUND_COMMITS_MAX = 10_000
 
 
 def _sha1_repository(git_dir: Path) -> bool:

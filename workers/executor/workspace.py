@@ -302,9 +302,10 @@ def checkout(
 
 
 def _init_repository(git_dir: Path, branch: str) -> None:
-    """What ``git init --initial-branch=BRANCH`` makes, without its templates."""
+    """What ``git init --initial-branch=BRANCH`` makes, without its templates and empty folders."""
     try:
-        for folder in ("objects/info", "objects/pack", "refs/heads", "refs/tags"):
+        # what git needs to see a repository (it makes the others when it needs them)
+        for folder in ("objects/info", "refs"):
             (git_dir / folder).mkdir(parents=True, exist_ok=True)
         (git_dir / "config").write_text(REPOSITORY_CONFIG)
         (git_dir / "HEAD").write_text(f"ref: refs/heads/{branch}\n")

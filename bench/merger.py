@@ -29,9 +29,14 @@ per merge (every ``Git.run`` and ``Git.popen`` counted: the cat-file
 process is one), and, as the baseline, the CPU of one trivial git process
 spawned the same way, so the figure reads in git processes on any machine.
 
+With ``--history N``, only the **no-op check merge after a long life**
+(``bench/merger_history.py``): the same merge in a cache repo that ``N``
+earlier gate jobs used, beside a cache that none used, so the cost of the
+refs those jobs leave shows.
+
 Not a timed test; run by hand:
 ``.venv/bin/python bench/merger.py [--rounds N] [--trials N] [--mode MODE]
-[--noop-only]``.
+[--noop-only] [--history N [--gate-depth N]]``.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from merger_history import history
 
 from scheduler.settings import ConnectionSettings
 from scheduler.wire.merger import MergeChange, MergeJob, MergeMode
@@ -309,12 +316,29 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--mode", default="merge", choices=[m.value for m in MergeMode])
     parser.add_argument("--noop-only", action="store_true", help="only the no-op check merge")
+    parser.add_argument(
+        "--history", type=int, default=0, help="only the no-op merge after this many gate jobs"
+    )
+    parser.add_argument("--gate-depth", type=int, default=20, help="items per gate burst")
     args = parser.parse_args()
     mode = MergeMode(args.mode)
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
         base = Path(tmp)
         env = git_env(base / "home")
         (base / "home").mkdir()
+        if args.history:
+            remote = build_noop_remote(base, env, args.files)
+            connections = {"git": ConnectionSettings("git", "git", str(remote.parent))}
+            history(
+                args,
+                connections=connections,
+                remote=remote,
+                env=env,
+                state=base / "state",
+                time_noop=time_noop,
+                measured=Measured,
+            )
+            return
         remote = build_remote(base, env, args.files, max(STACKS))
         connections = {"git": ConnectionSettings("git", "git", str(remote.parent))}
         cache = RepoCache(base / "state", connections)

@@ -258,8 +258,10 @@ class ChangeResult(Record):
     """What applying one change produced.
 
     ``commit`` is the change's own commit, ``merged_commit`` the speculative
-    state of its branch after it (kept in the cache under ``merged_ref``),
-    ``files`` what the change touches against its branch's merge-base.
+    state of its branch after it (kept in the merger's cache under
+    ``merged_ref`` while the job is among the repo's last: read it by
+    commit, not by ref), ``files`` what the change touches against its
+    branch's merge-base.
     """
 
     index: int

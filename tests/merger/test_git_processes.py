@@ -143,6 +143,39 @@ def test_a_stack_and_a_gate_take_as_few(
     assert item.changes[-1].files == ("f2", "f3", "one")
 
 
+def test_a_busy_repo_takes_as_few(
+    remotes: Remotes,
+    connections: dict[str, ConnectionSettings],
+    tmp_path: Path,
+    git_processes: list[str],
+) -> None:
+    """Dropping the refs of old jobs rides in the merge's own ref transaction."""
+    a = remotes.create("org/a", CONFIG)
+    state = tmp_path / "state"
+    cache = RepoCache(state, connections, keep_refs=12)
+    warm(cache)
+    for n in range(1, 9):  # beyond the window: each merge drops the oldest job's refs
+        sha = a.change(n, {f"f{n}": "x\n"})
+        git_processes.clear()
+        result = run_merge_job(MergeJob(f"check-{n}", (check_change(n, sha),)), cache)
+        assert result.status is Status.OK, result.failure
+        assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"], n
+    repo = cache.repo_path("git", "org/a")
+    refs = cache.git.text(["for-each-ref", "--format=%(refname)", "refs/sluice/"], repo).split()
+    assert len(refs) == 12
+    # A new process scans the repo's refs once, in-process, among hundreds of old ones.
+    lines = "".join(f"update refs/sluice/jobs/old-{n}/heads/main {sha}\n" for n in range(300))
+    cache.git.run(["update-ref", "--stdin"], repo, stdin=lines.encode())
+    (repo / "sluice-jobs").unlink()
+    later = RepoCache(state, connections, keep_refs=12)
+    warm(later)
+    sha = a.change(9, {"f9": "x\n"})
+    git_processes.clear()
+    result = run_merge_job(MergeJob("check-9", (check_change(9, sha),)), later)
+    assert result.status is Status.OK, result.failure
+    assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"]
+
+
 def test_a_diverged_merge_needs_git_for_the_merge_only(
     remotes: Remotes, cache: RepoCache, git_processes: list[str]
 ) -> None:

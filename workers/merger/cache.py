@@ -56,6 +56,7 @@ from workers.merger.errors import (
     StaleGitLockError,
 )
 from workers.merger.gitcmd import Git, classify, clean_env, redact_url
+from workers.merger.jobrefs import KEEP_REFS, JobRefs
 from workers.merger.objects import ConfigMemo
 from workers.merger.repo import Repo
 
@@ -97,6 +98,7 @@ class RepoCache:
         git_timeout: float = 300.0,
         lock_timeout: float = 600.0,
         extra_env: Mapping[str, str] | None = None,
+        keep_refs: int = KEEP_REFS,
     ) -> None:
         self.root = Path(state_dir) / "git"
         home = self.root / ".home"
@@ -110,6 +112,9 @@ class RepoCache:
         # tree's config entries -> its config files (see Repo).
         self._files_memo: dict[Path, dict[tuple[str, str], list[str]]] = {}
         self._config_memo: dict[Path, ConfigMemo] = {}
+        # Per repo: the jobs whose refs it keeps (the last ones, ``keep_refs`` refs).
+        self.keep_refs = keep_refs
+        self._job_refs: dict[Path, JobRefs] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> RepoCache:
@@ -150,8 +155,14 @@ class RepoCache:
         label = f"{connection}/{project}"
         with self._locked(path, label):
             self._ensure(path, url, label)
-            files_memo = self._files_memo.setdefault(path, {})
-            repo = Repo(path, self.git, label, files_memo, self._config_memo.setdefault(path, {}))
+            repo = Repo(
+                path,
+                self.git,
+                label,
+                files_memo=self._files_memo.setdefault(path, {}),
+                config_memo=self._config_memo.setdefault(path, {}),
+                job_refs=self._job_refs.setdefault(path, JobRefs(path, self.keep_refs)),
+            )
             try:
                 yield repo
             except CorruptRepoError:
@@ -160,6 +171,7 @@ class RepoCache:
                 raise
             finally:
                 repo.close()
+                repo.job_refs.release()
 
     def run(self, connection: str, project: str, work: Callable[[Repo], T]) -> T:
         """``work(repo)`` under the lock, repaired and retried once if need be.

@@ -41,7 +41,11 @@ def run_files_changes_job(job: FilesChangesJob, cache: RepoCache) -> FilesChange
     def work(repo: Repo) -> list[str]:
         ref = source_ref(job.job_id, 0)
         specs = [] if change.commit and repo.commit_of(change.commit) else [f"+{change.rev}:{ref}"]
+        if specs:
+            repo.note_job(job.job_id, len(specs))
         repo.fetch(specs)
+        if specs:
+            repo.drop_overdue_refs()
         source = repo.commit_of(change.commit or ref)
         if source is None:
             raise UnknownRefError(f"{repo.label}: no commit {change.rev}").at(change.rev, 0)
@@ -121,6 +125,8 @@ def prune_job_refs(cache: RepoCache, connection: str, project: str, live: set[st
 
     The merge memo (``refs/sluice/memo/``) is dropped too: it is only a
     cache, rebuilt by the next merges. Returns how many job refs went.
+    Not needed to keep the refs bounded: every merge drops the refs of the
+    jobs beyond the repo's window (:mod:`workers.merger.jobrefs`).
     """
     with cache.open(connection, project) as repo:
         jobs = {ref[len(JOBS_NAMESPACE) :].split("/", 1)[0] for ref in repo.refs(JOBS_NAMESPACE)}

@@ -10,7 +10,8 @@ Per project: one fetch (branches, tags and the changes' refs together, in
 one round trip; skipped when every commit is already in the cache and
 every branch is pinned), then the merges in the repo's worktree, then one
 ref transaction that records each change's commit, each intermediate state
-and each final branch tip under ``refs/sluice/jobs/<job id>/``, then the
+and each final branch tip under ``refs/sluice/jobs/<job id>/`` (and drops
+the refs of the jobs beyond the repo's window: :mod:`.jobrefs`), then the
 config files of the touched branches from the merged trees.
 
 Every failure is a result: a conflict names the change and the files, any
@@ -58,6 +59,7 @@ from workers.merger.names import (
     merged_ref,
     source_ref,
 )
+from workers.merger.objects import freshen_loose_objects
 from workers.merger.repo import Repo
 
 Indexed = list[tuple[int, MergeChange]]
@@ -183,7 +185,7 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
                     repo, applier, change, index=index, tip=tip, source=source, stamps=stamps
                 )
             except MergeConflictError as exc:
-                repo.update_refs(refs)
+                repo.update_job_refs(job.job_id, refs)
                 conflict = _conflict(exc, change, index)
                 return _ProjectOutcome(ProjectState(connection, project), results, [], conflict)
         tips[change.branch] = merged
@@ -196,7 +198,8 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
             )
         )
     refs.update({head_ref(job.job_id, branch): tip for branch, tip in tips.items()})
-    repo.update_refs(refs)
+    repo.update_job_refs(job.job_id, refs)
+    freshen_loose_objects(repo.path / "objects", tips.values())
     state = ProjectState(connection, project, {**heads, **pinned, **tips})
     moved = ProjectState(connection, project, {b: bases[b] for b in tips if tips[b] != bases[b]})
     config = []
@@ -274,6 +277,8 @@ def _fetch_sources(
             specs.append(f"+{change.ref or change.commit}:{source_ref(job.job_id, index)}")
     branches_pinned = all(present.get(pinned.get(item.branch, "")) for _i, item in items)
     if specs or not branches_pinned:
+        if specs:
+            repo.note_job(job.job_id, len(specs))
         try:
             repo.fetch(specs)
         except UnknownRefError as exc:

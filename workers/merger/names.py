@@ -3,7 +3,8 @@
 Everything a job names reaches a git command line, so each name is checked
 before use: no leading ``-`` (never an option), nothing git refuses in a
 ref name. The merger's own refs live under ``refs/sluice/jobs/<job id>/``
-in the cache repos, where executors and later jobs find them.
+and ``refs/sluice/memo/`` in the cache repos, kept for the repo's last
+jobs (:mod:`workers.merger.jobrefs`).
 """
 
 from __future__ import annotations

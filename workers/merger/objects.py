@@ -10,7 +10,8 @@ process instead of a git command each:
 * :func:`read_config_files`: the config files of a tree, as ``git ls-tree
   -r <tree> -- <config paths>`` and ``git cat-file --batch`` read them;
 * :func:`loose_object_kind`: the type of a loose object, from its file
-  (no process at all; packed objects are cat-file's).
+  (no process at all; packed objects are cat-file's);
+  :func:`freshen_loose_objects` makes loose objects young, as git does.
 
 Each answers exactly as git does, or not at all: anything it does not
 handle the way git would (a missing or malformed object, a tree out of
@@ -21,6 +22,8 @@ Trees are read level by level, all the trees of a level in one batch.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import zlib
 from collections.abc import Iterable, MutableMapping
@@ -154,6 +157,20 @@ def loose_object_kind(objects: Path, sha: str) -> str | None:
         return None
     found = _LOOSE_HEADER.match(header)
     return found.group(1).decode() if found is not None else None
+
+
+def freshen_loose_objects(objects: Path, shas: Iterable[str]) -> None:
+    """Make loose objects young again, as git does when it would write them anew.
+
+    A merge may hand out a commit it did not write (a memo hit, a change
+    on its tip already here); once the job's refs are dropped, only its
+    age keeps it from ``gc`` while a build borrows it. A packed object (its
+    pack's age counts) or a missing one is left as it is.
+    """
+    for sha in shas:
+        if _SHA.fullmatch(sha.encode()):
+            with contextlib.suppress(OSError):
+                os.utime(objects / sha[:2] / sha[2:])
 
 
 def _canon_mode(mode: int) -> int:

@@ -27,6 +27,7 @@ from workers.merger.branchrefs import read_heads, read_refs
 from workers.merger.catfile import CatFile, CatFileError
 from workers.merger.errors import CorruptRepoError, GitCommandError, MergerError
 from workers.merger.gitcmd import Git, classify
+from workers.merger.jobrefs import JobRefs
 from workers.merger.objects import (
     CONFIG_DIRS,
     CONFIG_FILES,
@@ -72,8 +73,10 @@ class Repo:
         path: Path,
         git: Git,
         label: str,
+        *,
         files_memo: dict[tuple[str, str], list[str]] | None = None,
         config_memo: ConfigMemo | None = None,
+        job_refs: JobRefs | None = None,
     ) -> None:
         self.path = path
         self.git = git
@@ -84,6 +87,8 @@ class Repo:
         self.files_memo = {} if files_memo is None else files_memo
         # A root tree's config entries -> its config files (objects.py).
         self.config_memo: ConfigMemo = {} if config_memo is None else config_memo
+        # Which jobs' refs the repo keeps (jobrefs.py), kept per process.
+        self.job_refs = JobRefs(path) if job_refs is None else job_refs
         self._objects: CatFile | None = None
         self._objects_failed = False
         self._commits: dict[str, Commit] = {}
@@ -264,11 +269,27 @@ class Repo:
                     pending.append(parent)
         return None
 
-    def update_refs(self, refs: Mapping[str, str]) -> None:
-        """Set every ``ref -> sha`` in one transaction."""
-        if refs:
-            lines = "".join(f"update {ref} {sha}\n" for ref, sha in refs.items())
-            self._run(["update-ref", "--stdin"], "update refs", stdin=lines.encode())
+    def note_job(self, job_id: str, refs: int) -> None:
+        """Before a fetch writes ``refs`` refs of ``job_id``: enter the job in the journal."""
+        self.job_refs.enter(job_id, refs, self.refs)
+
+    def drop_overdue_refs(self) -> None:
+        """Drop the refs of old jobs now if no merge did it for long (jobrefs.py)."""
+        if self.job_refs.overdue(self.refs):
+            self.update_job_refs(None, {})
+
+    def update_job_refs(self, job_id: str | None, refs: Mapping[str, str]) -> None:
+        """Set every ``ref -> sha`` of job ``job_id`` in one transaction (None: only drop).
+
+        The same transaction deletes the refs of the jobs beyond the
+        repo's window, and the memo refs only they wrote (jobrefs.py).
+        """
+        plan = self.job_refs.plan(job_id, refs, self.refs)
+        if plan.lines:
+            self._run(["update-ref", "--stdin"], "update refs", stdin=plan.lines.encode())
+        self.job_refs.done(plan)
+        if plan.deleted:
+            log.debug("%s: %d refs of earlier jobs dropped", self.label, plan.deleted)
 
     def refs(self, prefix: str) -> list[str]:
         """Names of the refs under ``prefix``."""

@@ -8,8 +8,9 @@ out, on ``branch`` if one is given. ``origin`` of the copy points at the
 project's real remote, so a job sees the URL it expects.
 
 The commit must be in this host's cache: a merge job on this host created
-it (it is kept under ``refs/sluice/jobs/<job id>/``), or it is on a branch
-or ref the cache can fetch. An executor on another host re-runs the merge
+it (kept under ``refs/sluice/jobs/<job id>/`` while the job is among the
+repo's last, and by ``gc`` for two weeks after), or it is on a branch or
+ref the cache can fetch. An executor on another host re-runs the merge
 job: merges are deterministic (same input, same commit shas).
 """
 

@@ -238,11 +238,13 @@ def check_system(
     return CheckSystem(phase, refs)
 
 
-def start_workers(check: CheckSystem, executors: int = 1, sweep: str = "") -> None:
+def start_workers(
+    check: CheckSystem, executors: int = 1, sweep: str = "", scheduler_pool: str = "prefork"
+) -> None:
     """A scheduler worker, a merger (with the sweep timer), ``executors`` executors."""
     system = check.phase.system
     env = {"SLUICE_SWEEP_INTERVAL": sweep} if sweep else {}
-    system.start_worker(("scheduler",), concurrency=1, env=env)
+    system.start_worker(("scheduler",), concurrency=1, env=env, pool=scheduler_pool)
     system.start_worker(("merger", "maintenance"), concurrency=1, env=env, beat=bool(sweep))
     for _ in range(executors):
         system.start_worker(("executor",), concurrency=2, env=env)
@@ -262,12 +264,16 @@ def traced_requests() -> Counter[str]:
 
 
 def throughput_run(
-    services: Services, changes: int, jobs: int, pipeline: str = "check"
+    services: Services,
+    changes: int,
+    jobs: int,
+    pipeline: str = "check",
+    scheduler_pool: str = "prefork",
 ) -> dict[str, Any]:
     tag = f"{pipeline}-{changes}x{jobs}-{uuid.uuid4().hex[:6]}"
     check = check_system(services, tag, changes, jobs)
     try:
-        start_workers(check)
+        start_workers(check, scheduler_pool=scheduler_pool)
         warm = check.refs[:1]  # a first change warms imports, connections, caches
         check.enqueue(warm)
         check.wait_reported(warm)
@@ -556,6 +562,9 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 100, 500])
     parser.add_argument("--pipelines", nargs="+", default=["check", "gate"], help="check, gate")
     parser.add_argument(
+        "--scheduler-pool", default="prefork", help="the scheduler worker's pool (prefork, solo)"
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="tiny sizes, one run of every phase (make test runs it; figures not kept)",
@@ -589,7 +598,9 @@ def main() -> None:
                 results = []
                 for _ in range(runs):
                     # one warm-up change more than N (through check): it is not measured
-                    result = throughput_run(services, n + 1, args.jobs, pipeline)
+                    result = throughput_run(
+                        services, n + 1, args.jobs, pipeline, args.scheduler_pool
+                    )
                     result["ratio_celery"] = (
                         result["builds_per_s"] / result["celery_roundtrips_per_s"]
                     )

@@ -158,6 +158,7 @@ class SluiceSystem:
         concurrency: int = 2,
         env: dict[str, str] | None = None,
         beat: bool = False,
+        pool: str = "prefork",
     ) -> WorkerProcess:
         """One worker; ``beat`` runs the sweep timer in it (schedule under the state dir)."""
         extra = {"SLUICE_CONFIG": str(self.config), **(env or {})}
@@ -165,7 +166,7 @@ class SluiceSystem:
         if beat:
             args = ["--beat", "--schedule", str(self.root / f"beat-{len(self.started)}")]
         worker = self.workers.start(
-            list(queues), concurrency=concurrency, extra_env=extra, extra_args=args
+            list(queues), concurrency=concurrency, pool=pool, extra_env=extra, extra_args=args
         )
         self.started.append(worker)
         return worker

@@ -19,7 +19,7 @@ the reapers it forks, bubblewrap, the job). The reapers are the zygote's
 children, not ours: their CPU is read from the zygote's ``/proc`` entry
 (its own and its reaped children's), as ``os.times`` counts ours. Jobs
 run in bubblewrap, the executor's default (``--sandbox none`` to compare). Not run in CI:
-``.venv/bin/python bench/executor.py [--seconds 5] [--sandbox none]``.
+``.venv/bin/python bench/executor.py [--seconds 5] [--sandbox none] [--build-dir tmpfs]``.
 """
 
 from __future__ import annotations
@@ -197,11 +197,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per side")
     parser.add_argument("--sandbox", choices=("none", "bwrap"), default="bwrap")
+    parser.add_argument(
+        "--build-dir",
+        choices=("state", "tmpfs"),
+        default="state",
+        help="workspaces under the state dir or on /dev/shm (executor.build_dir)",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp,
+        tempfile.TemporaryDirectory(prefix="sluice-bench-builds-", dir="/dev/shm") as shm,
+    ):
         base = Path(tmp)
         repo, commit = small_repo(base / "repos")
-        options = RunnerOptions(state_dir=base / "state")
+        build_dir = Path(shm) / "builds" if args.build_dir == "tmpfs" else None
+        options = RunnerOptions(state_dir=base / "state", build_dir=build_dir)
         server = ZooKeeperServer(data_dir=base / "zookeeper", port=free_port())
         server.start()
         try:
@@ -218,7 +228,7 @@ def main() -> None:
                 client.close()
         finally:
             server.stop()
-    print(f"sandbox: {args.sandbox}")
+    print(f"sandbox: {args.sandbox}, workspaces: {args.build_dir}")
     header = f"{'lifecycle':44} {'per s':>7} {'ms each':>8} {'CPU ms':>7} {'children':>8}"
     print(header)
     for name, side in (

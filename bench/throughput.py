@@ -238,12 +238,16 @@ def check_system(
     return CheckSystem(phase, refs)
 
 
+# Set by --build-dir tmpfs: every worker's SLUICE_BUILD_DIR (executor.build_dir).
+WORKER_ENV: dict[str, str] = {}
+
+
 def start_workers(
     check: CheckSystem, executors: int = 1, sweep: str = "", scheduler_pool: str = "prefork"
 ) -> None:
     """A scheduler worker, a merger (with the sweep timer), ``executors`` executors."""
     system = check.phase.system
-    env = {"SLUICE_SWEEP_INTERVAL": sweep} if sweep else {}
+    env = {**WORKER_ENV, **({"SLUICE_SWEEP_INTERVAL": sweep} if sweep else {})}
     system.start_worker(("scheduler",), concurrency=1, env=env, pool=scheduler_pool)
     system.start_worker(("merger", "maintenance"), concurrency=1, env=env, beat=bool(sweep))
     for _ in range(executors):
@@ -503,6 +507,8 @@ def best_and_median(
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"\nload average before: {report['load_before']}, after: {report['load_after']}")
+    where = "on /dev/shm" if report.get("build_dir") == "tmpfs" else "under the state dir"
+    print(f"workspaces (executor.build_dir): {where}")
     for key, runs in report["throughput"].items():
         n = len(runs)
         print(f"\n{key} (N changes x M no-op jobs), {n} run(s): best / median")
@@ -565,6 +571,12 @@ def main() -> None:
         "--scheduler-pool", default="prefork", help="the scheduler worker's pool (prefork, solo)"
     )
     parser.add_argument(
+        "--build-dir",
+        choices=["state", "tmpfs"],
+        default="state",
+        help="workspaces under the state dir (the default) or on /dev/shm (executor.build_dir)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="tiny sizes, one run of every phase (make test runs it; figures not kept)",
@@ -582,11 +594,17 @@ def main() -> None:
         "quick": args.quick,
         "smoke": args.smoke,
         "load_before": loadavg(),
+        "build_dir": args.build_dir,
         "throughput": {},
         "gate_depth": [],
         "recovery": [],
     }
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp,
+        tempfile.TemporaryDirectory(prefix="sluice-bench-builds-", dir="/dev/shm") as shm,
+    ):
+        if args.build_dir == "tmpfs":
+            WORKER_ENV["SLUICE_BUILD_DIR"] = str(Path(shm) / "builds")
         services = Services(Path(tmp))
         try:
             services.start()

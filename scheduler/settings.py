@@ -111,6 +111,9 @@ class ExecutorSettings:
     # even where the merger's cache is readable (an executor on another host
     # does it anyway when the commits are missing: workers/executor/speculation.py)
     merge_here: bool = False
+    # Where builds' workspaces live (None: ``<state_dir>/builds``); scratch
+    # space, removed after each build: a tmpfs suits it (docs/executor.md)
+    build_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -395,6 +398,9 @@ def _read_executor(reader: SettingsReader | None) -> ExecutorSettings:
     listed = reader.get("sandbox_writable", list, [])
     if not all(isinstance(p, str) and os.path.isabs(p) for p in listed):
         raise reader.error("sandbox_writable", "expected a list of absolute paths")
+    build_dir = reader.get("build_dir", str, "")
+    if build_dir and not os.path.isabs(build_dir):
+        raise reader.error("build_dir", f"expected an absolute path, got {build_dir!r}")
     reader.finish()
     return ExecutorSettings(
         poll_interval=poll_interval,
@@ -403,6 +409,7 @@ def _read_executor(reader: SettingsReader | None) -> ExecutorSettings:
         sandbox=sandbox,
         sandbox_writable=tuple(Path(p) for p in listed),
         merge_here=merge_here,
+        build_dir=Path(build_dir) if build_dir else None,
         **counts,
     )
 
@@ -605,6 +612,9 @@ _ENV_OVERRIDES: dict[str, Callable[[Settings, str], Settings]] = {
             s.executor,
             sandbox_writable=tuple(Path(p).resolve() for p in v.split(os.pathsep) if p),
         ),
+    ),
+    "SLUICE_BUILD_DIR": lambda s, v: replace(
+        s, executor=replace(s.executor, build_dir=Path(v).resolve() if v else None)
     ),
     "SLUICE_KEYSTORE_PASSWORD_FILE": lambda s, v: replace(
         s, keystore=KeystoreSettings(read_password_file(Path(v).resolve()), Path(v).resolve())

@@ -107,3 +107,25 @@ def test_the_installation_is_the_running_virtualenv_and_source() -> None:
     venv, source = sandbox.installation()
     assert (venv / "bin" / "ansible-playbook").exists()
     assert (source / "workers" / "executor" / "sandbox.py").exists()
+
+
+def test_a_build_dir_on_a_shared_tmpfs_is_private_and_hides_other_builds() -> None:
+    """``executor.build_dir`` under /dev/shm: the folder is 0700, other workspaces hidden."""
+    shm = Path(tempfile.mkdtemp(prefix="sluice-test-", dir="/dev/shm"))
+    try:
+        state, builds = shm / "state", shm / "builds"
+        layout = BuildLayout.for_build(state, "b1", builds)
+        assert layout.root == builds / "b1" and layout.log_dir == state / "logs" / "b1"
+        create_folders(layout)
+        assert builds.stat().st_mode & 0o777 == 0o700
+        other = BuildLayout.for_build(state, "b2", builds)
+        create_folders(other)
+        (other.root / "theirs.txt").write_text("theirs\n")
+        prefix = bwrap_prefix(layout, state, builds=builds)
+        assert run(prefix, "/bin/cat", str(other.root / "theirs.txt")).returncode != 0
+        assert run(prefix, "/bin/ls", str(builds)).stdout.split() == ["b1"]
+        mine = layout.root / "home" / "mine.txt"
+        assert run(prefix, "/bin/sh", "-c", f"echo mine > {mine}").returncode == 0
+        assert mine.read_text() == "mine\n"
+    finally:
+        shutil.rmtree(shm)

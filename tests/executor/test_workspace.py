@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,30 @@ def test_loose_commits(repo: Repo) -> None:
     assert not loose_commits(objects, ["../../etc/passwd"])
     git(repo.path, "gc", "-q", "--prune=now")
     assert not loose_commits(objects, [commit])  # packed: the caller asks git
+
+
+def test_a_build_dir_outside_the_state_dir_holds_the_workspace(
+    repo: Repo, tmp_path: Path, options: RunnerOptions
+) -> None:
+    """``executor.build_dir``: the job runs there, sandboxed; its logs stay in the state dir."""
+    repo.script(
+        "run.sh",
+        'pwd > "$SLUICE_LOG_DIR/cwd"\n'
+        'ls "$(dirname "$SLUICE_SRC_DIR")/.." > "$SLUICE_LOG_DIR/builds"\n',
+    )
+    commit = repo.commit()
+    spec = make_spec(repo, commit)
+    builds = tmp_path / "shm" / "builds"
+    options = replace(options, build_dir=builds, sandbox="bwrap")
+
+    result = run_build(spec, BaseControl(), options)
+
+    assert result.result is Result.SUCCESS, result.message
+    log_dir = Path(result.log_path).parent
+    assert log_dir == options.state_dir / "logs" / spec.build_uuid
+    assert (log_dir / "cwd").read_text().strip() == str(
+        builds / spec.build_uuid / "src/org/project"
+    )
+    assert (log_dir / "builds").read_text().split() == [spec.build_uuid]
+    assert list(builds.iterdir()) == []  # removed after the build
+    assert not (options.state_dir / "builds").exists()

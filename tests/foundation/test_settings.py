@@ -126,6 +126,17 @@ def test_jobs_are_sandboxed_unless_the_settings_say_otherwise(tmp_path: Path) ->
     assert loaded == (tmp_path / "a", tmp_path / "b")
 
 
+def test_workspaces_live_under_the_state_dir_unless_build_dir_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    assert parse_settings("", "sluice.yaml", tmp_path).executor.build_dir is None
+    text = "executor:\n  build_dir: /dev/shm/sluice-builds\n"
+    executor = parse_settings(text, "sluice.yaml", tmp_path).executor
+    assert executor.build_dir == Path("/dev/shm/sluice-builds")
+    environ = {"SLUICE_BUILD_DIR": str(tmp_path / "builds")}
+    assert load_settings(None, environ=environ).executor.build_dir == tmp_path / "builds"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -135,6 +146,10 @@ def test_jobs_are_sandboxed_unless_the_settings_say_otherwise(tmp_path: Path) ->
             "sluice.yaml:3: executor.kill_grace: poll_interval + kill_grace must stay below 2",
         ),
         ("executor:\n  tail_lines: -1\n", "sluice.yaml:2: executor.tail_lines: must be at least 0"),
+        (
+            "executor:\n  build_dir: builds\n",
+            "sluice.yaml:2: executor.build_dir: expected an absolute path, got 'builds'",
+        ),
         (
             "executor:\n  sandbox_writable: [cache]\n",
             "sluice.yaml:2: executor.sandbox_writable: expected a list of absolute paths",

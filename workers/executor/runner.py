@@ -104,6 +104,8 @@ class RunnerOptions:
     merge_here: bool = False
     # the node key playbooks log in with (through a per-build ssh-agent)
     node_key: Path | None = None
+    # where workspaces live (None: <state_dir>/builds; executor.build_dir)
+    build_dir: Path | None = None
     # where projects are fetched from when this executor merges an item's
     # changes again (workers/executor/speculation.py)
     connections: Mapping[str, ConnectionSettings] = field(
@@ -160,7 +162,9 @@ class BuildRun:
     unreachable: StepRun | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.layout = BuildLayout.for_build(self.options.state_dir, self.spec.build_uuid)
+        self.layout = BuildLayout.for_build(
+            self.options.state_dir, self.spec.build_uuid, self.options.build_dir
+        )
         self.redact = Redactor(decrypted_strings(self.spec, self.secrets))
 
     # -- the steps ---------------------------------------------------------
@@ -239,6 +243,7 @@ class BuildRun:
         return bwrap_prefix(
             self.layout,
             state,
+            builds=self.layout.root.parent,
             readable=[state / "git"],
             writable=(*self.options.sandbox_writable, *sockets),
             hidden=self.options.hidden,

@@ -54,6 +54,7 @@ def bwrap_prefix(
     layout: BuildLayout,
     state_dir: Path,
     *,
+    builds: Path | None = None,
     readable: Iterable[Path] = (),
     writable: Iterable[Path] = (),
     hidden: Iterable[Path] = (),
@@ -62,7 +63,8 @@ def bwrap_prefix(
 
     ``writable`` folders (``executor.sandbox_writable``) are bound before the
     state dir is hidden, so a writable folder holding the state dir still
-    shows none of it.
+    shows none of it. ``builds``, the folder of all workspaces, is hidden
+    like the state dir when it lies outside it (``executor.build_dir``).
     """
     argv = [
         bwrap_path(),
@@ -82,6 +84,8 @@ def bwrap_prefix(
         if path.is_dir():
             argv += ["--bind", str(path), str(path)]
     argv += ["--tmpfs", str(state_dir)]
+    if builds is not None and not builds.is_relative_to(state_dir):
+        argv += ["--tmpfs", str(builds)]
     for path in readable:
         if path.exists():
             argv += ["--ro-bind", str(path), str(path)]

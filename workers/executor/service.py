@@ -148,6 +148,7 @@ def runner_options(settings: Settings) -> RunnerOptions:
         keystore_password=settings.keystore.password,
         connections=settings.connections,
         merge_here=executor.merge_here,
+        build_dir=executor.build_dir,
         node_key=node_key_path(settings),
     )
 
@@ -357,7 +358,9 @@ def _execute_claimed(
         result = _run_claimed(queue, claimed, options, hooks)
         held = result.held_workspace
         if held and not _record_hold(queue, claimed.request, held):
-            remove_workspace(BuildLayout.for_build(options.state_dir, claimed.uuid))
+            remove_workspace(
+                BuildLayout.for_build(options.state_dir, claimed.uuid, options.build_dir)
+            )
             result = replace(result, held_workspace=None)
         started.cancel()  # the completion's nudge brings the start with it
         outcome = _complete(queue, claimed, result)

@@ -96,9 +96,13 @@ class BuildLayout:
     log_dir: Path
 
     @classmethod
-    def for_build(cls, state_dir: Path, build_uuid: str) -> BuildLayout:
+    def for_build(
+        cls, state_dir: Path, build_uuid: str, build_dir: Path | None = None
+    ) -> BuildLayout:
+        """The build's layout: its workspace under ``build_dir`` (default
+        ``<state_dir>/builds``), its logs under ``<state_dir>/logs``."""
         return cls(
-            root=state_dir / "builds" / build_uuid,
+            root=builds_folder(state_dir, build_dir) / build_uuid,
             log_dir=state_dir / "logs" / build_uuid,
         )
 
@@ -130,10 +134,24 @@ class BuildLayout:
         return self.src_dir / project
 
 
+def builds_folder(state_dir: Path, build_dir: Path | None = None) -> Path:
+    """The folder that holds every workspace: ``executor.build_dir`` or ``<state_dir>/builds``."""
+    return build_dir if build_dir is not None else state_dir / "builds"
+
+
 def create_folders(layout: BuildLayout) -> None:
-    """Make the workspace's folders; a leftover workspace of the same uuid is replaced."""
+    """Make the workspace's folders; a leftover workspace of the same uuid is replaced.
+
+    The folder of all workspaces is made private (0700) when it is made: a
+    ``build_dir`` on a shared tmpfs (``/dev/shm``) must not show builds to
+    other users.
+    """
     if layout.root.exists():
         remove_workspace(layout)
+    builds = layout.root.parent
+    if not builds.is_dir():
+        builds.parent.mkdir(parents=True, exist_ok=True)
+        builds.mkdir(mode=0o700, exist_ok=True)
     for folder in (layout.src_dir, layout.home_dir, layout.tmp_dir, layout.vars_file.parent):
         folder.mkdir(parents=True, exist_ok=True)
     layout.log_dir.mkdir(parents=True, exist_ok=True)
@@ -155,13 +173,15 @@ def remove_workspace(layout: BuildLayout) -> None:
         shutil.rmtree(layout.root, onerror=make_writable_and_retry)
 
 
-def remove_stale_workspaces(state_dir: Path, keep: Collection[str]) -> list[str]:
+def remove_stale_workspaces(
+    state_dir: Path, keep: Collection[str], build_dir: Path | None = None
+) -> list[str]:
     """Remove the workspace of every build not in ``keep``; the uuids removed.
 
     For a worker's start-up (a worker killed mid-build leaves its workspaces
     behind): ``keep`` names the builds still running or held.
     """
-    builds = state_dir / "builds"
+    builds = builds_folder(state_dir, build_dir)
     removed = []
     for folder in sorted(builds.iterdir()) if builds.is_dir() else []:
         if folder.is_dir() and folder.name not in keep:

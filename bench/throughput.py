@@ -60,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _system import Phase, Services, cpu_seconds, epoch, worker_pids
 from gate_depth import TENANT, gate_depth, print_rows
 
+from cli.stack.workers import EXECUTOR_CONCURRENCY
 from scheduler import dispatch, tasknames
 from scheduler.model.change import Change
 from scheduler.settings import load_settings
@@ -240,6 +241,8 @@ def check_system(
 
 # Set by --build-dir tmpfs: every worker's SLUICE_BUILD_DIR (executor.build_dir).
 WORKER_ENV: dict[str, str] = {}
+# Processes of each executor worker (--executor-concurrency; the stack's default).
+EXECUTOR_PROCESSES = [EXECUTOR_CONCURRENCY]
 
 
 def start_workers(
@@ -251,7 +254,7 @@ def start_workers(
     system.start_worker(("scheduler",), concurrency=1, env=env, pool=scheduler_pool)
     system.start_worker(("merger", "maintenance"), concurrency=1, env=env, beat=bool(sweep))
     for _ in range(executors):
-        system.start_worker(("executor",), concurrency=2, env=env)
+        system.start_worker(("executor",), concurrency=EXECUTOR_PROCESSES[0], env=env)
     system.sluice("reconfigure")
 
 
@@ -351,7 +354,7 @@ def throughput_run(
 def measure_ceilings(services: Services, check: CheckSystem) -> dict[str, float]:
     """Celery round trips/s (batch) and bare ZooKeeper request lifecycles/s.
 
-    Both Celery tasks go to the executor worker (concurrency 2) over the
+    Both Celery tasks go to the executor worker (``--executor-concurrency``) over the
     run's Redis: Celery's own no-op ``celery.accumulate`` and Sluice's
     ``roundtrip`` (one small ZooKeeper read and write in the worker).
     """
@@ -508,7 +511,8 @@ def best_and_median(
 def print_table(report: dict[str, Any]) -> None:
     print(f"\nload average before: {report['load_before']}, after: {report['load_after']}")
     where = "on /dev/shm" if report.get("build_dir") == "tmpfs" else "under the state dir"
-    print(f"workspaces (executor.build_dir): {where}")
+    print(f"workspaces (executor.build_dir): {where}", end="; ")
+    print(f"executor worker processes: {report.get('executor_concurrency', 2)}")
     for key, runs in report["throughput"].items():
         n = len(runs)
         print(f"\n{key} (N changes x M no-op jobs), {n} run(s): best / median")
@@ -571,6 +575,12 @@ def main() -> None:
         "--scheduler-pool", default="prefork", help="the scheduler worker's pool (prefork, solo)"
     )
     parser.add_argument(
+        "--executor-concurrency",
+        type=int,
+        default=EXECUTOR_CONCURRENCY,
+        help="processes of each executor worker (default: the local stack's)",
+    )
+    parser.add_argument(
         "--build-dir",
         choices=["state", "tmpfs"],
         default="state",
@@ -595,6 +605,7 @@ def main() -> None:
         "smoke": args.smoke,
         "load_before": loadavg(),
         "build_dir": args.build_dir,
+        "executor_concurrency": args.executor_concurrency,
         "throughput": {},
         "gate_depth": [],
         "recovery": [],
@@ -603,6 +614,7 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp,
         tempfile.TemporaryDirectory(prefix="sluice-bench-builds-", dir="/dev/shm") as shm,
     ):
+        EXECUTOR_PROCESSES[0] = args.executor_concurrency
         if args.build_dir == "tmpfs":
             WORKER_ENV["SLUICE_BUILD_DIR"] = str(Path(shm) / "builds")
         services = Services(Path(tmp))

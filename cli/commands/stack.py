@@ -8,6 +8,7 @@ import click
 
 from cli.commands.common import clear_errors, settings
 from cli.stack.local import LocalStack, describe
+from cli.stack.workers import EXECUTOR_CONCURRENCY
 from scheduler import dispatch
 from scheduler.reconfiguration import (
     ReconfigurationError,
@@ -30,12 +31,20 @@ def stack() -> None:
 
 @stack.command()
 @click.option("--concurrency", default=2, show_default=True, help="Processes per worker.")
+@click.option(
+    "--executor-concurrency",
+    default=EXECUTOR_CONCURRENCY,
+    show_default=True,
+    help="Processes of the executor worker: builds it runs at once.",
+)
 @click.option("--flower", is_flag=True, help="Also start Flower (its login is printed once).")
 @clear_errors
-def up(concurrency: int, flower: bool) -> None:
+def up(concurrency: int, executor_concurrency: int, flower: bool) -> None:
     """Start every missing component and wait until all answer."""
     conf = settings()
-    local = LocalStack(conf, worker_concurrency=concurrency)
+    local = LocalStack(
+        conf, worker_concurrency=concurrency, executor_concurrency=executor_concurrency
+    )
     local.up(flower=flower)
     for note in local.notes:
         click.echo(f"note: {note}", err=True)

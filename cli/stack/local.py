@@ -79,9 +79,15 @@ class StackEntryStatus:
 class LocalStack:
     """The local stack described by ``settings`` and recorded in its stack file."""
 
-    def __init__(self, settings: Settings, worker_concurrency: int = 2) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        worker_concurrency: int = 2,
+        executor_concurrency: int = workers.EXECUTOR_CONCURRENCY,
+    ) -> None:
         self.settings = settings
         self.worker_concurrency = worker_concurrency
+        self.executor_concurrency = executor_concurrency
         self.stack_file = settings.run_dir / "stack.json"
         # user:password of a Flower that ``up`` started just now (printed once)
         self.flower_login: str | None = None
@@ -187,7 +193,8 @@ class LocalStack:
 
     def _start_supervisor(self) -> StackEntry:
         log = self.settings.log_dir / "supervisor.log"
-        argv = [sys.executable, "-m", "cli.stack.supervisor", str(self.worker_concurrency)]
+        argv = [sys.executable, "-m", "cli.stack.supervisor"]
+        argv += [str(self.worker_concurrency), str(self.executor_concurrency)]
         proc = process.spawn(argv, log, env=self._worker_env(), cwd=PROJECT_ROOT)
         return StackEntry(SUPERVISOR, "supervisor", proc.pid, "-", str(log))
 
@@ -293,9 +300,8 @@ class LocalStack:
             # The timer for periodic sweeps runs beside the maintenance worker.
             schedule = self.settings.run_dir / "celerybeat-schedule"
             extra = ["--beat", "--schedule", str(schedule)]
-        argv = workers.worker_command(
-            [queue], node, concurrency=self.worker_concurrency, extra=extra
-        )
+        concurrency = self.executor_concurrency if queue == "executor" else self.worker_concurrency
+        argv = workers.worker_command([queue], node, concurrency=concurrency, extra=extra)
         proc = process.spawn(argv, log, env=self._worker_env())
         return StackEntry(name, "worker", proc.pid, node, str(log), queue)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from cli.stack import process
 from cli.stack.local import LocalStack, StackEntry
+from cli.stack.workers import EXECUTOR_CONCURRENCY
 from scheduler.settings import Settings, load_settings
 
 log = logging.getLogger("sluice.supervisor")
@@ -50,8 +51,13 @@ def _exit_text(status: int) -> str:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, worker_concurrency: int = 2) -> None:
-        self.stack = LocalStack(settings, worker_concurrency)
+    def __init__(
+        self,
+        settings: Settings,
+        worker_concurrency: int = 2,
+        executor_concurrency: int = EXECUTOR_CONCURRENCY,
+    ) -> None:
+        self.stack = LocalStack(settings, worker_concurrency, executor_concurrency)
         self.watches: dict[str, Watch] = {}
         # pid -> how it ended, for the workers this process started (its children)
         self.exits: dict[int, str] = {}
@@ -128,7 +134,8 @@ def main() -> None:
         level=logging.INFO, format="[%(asctime)s: %(levelname)s/supervisor] %(message)s"
     )
     concurrency = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    Supervisor(load_settings(), concurrency).run()
+    executors = int(sys.argv[2]) if len(sys.argv) > 2 else EXECUTOR_CONCURRENCY
+    Supervisor(load_settings(), concurrency, executors).run()
 
 
 if __name__ == "__main__":

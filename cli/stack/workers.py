@@ -12,6 +12,12 @@ from celery import Celery
 # in the local stack.
 STACK_QUEUES = ("scheduler", "merger", "executor", "maintenance")
 
+# Processes of the local stack's executor worker: a build mostly waits (on
+# its job's processes, its nodes, the sandbox's set-up and tear-down), so an
+# executor runs more builds at once than the host has cores, as Zuul's
+# executors do. The other workers run the stack's --concurrency.
+EXECUTOR_CONCURRENCY = 4
+
 
 def node_name(prefix: str) -> str:
     return f"{prefix}@{socket.gethostname()}"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cli.stack import process
 from cli.stack.redis import probe as redis_probe
+from cli.stack.workers import EXECUTOR_CONCURRENCY
 from tests.e2e.system import Repos
 from tests.fixtures.waiting import wait_until
 
@@ -49,6 +50,15 @@ def pids_in(statuses: str) -> list[int]:
         if cell.isdigit():
             pids.append(int(cell))
     return pids
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (a prefork worker's pool), from ``/proc``."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
 
 
 def test_stack_up_status_demo_down(tmp_path: Path) -> None:
@@ -120,6 +130,12 @@ def test_stack_up_status_demo_down(tmp_path: Path) -> None:
         (killed,) = [
             int(line.split()[1]) for line in status.stdout.splitlines() if "worker-executor" in line
         ]
+        # builds mostly wait: the executor runs EXECUTOR_CONCURRENCY at once, the others 2
+        (merger,) = [
+            int(line.split()[1]) for line in status.stdout.splitlines() if "worker-merger" in line
+        ]
+        wait_until(lambda: len(children(killed)) == EXECUTOR_CONCURRENCY, 30, "executor pool")
+        wait_until(lambda: len(children(merger)) == 2, 30, "merger pool")
         os.kill(killed, signal.SIGKILL)
 
         def restarted() -> bool:
@@ -131,6 +147,14 @@ def test_stack_up_status_demo_down(tmp_path: Path) -> None:
         now = sluice(config, "stack", "status").stdout
         pids = pids_in(now)
         assert killed not in pids and len(pids) == 9
+        (restarted_pid,) = [
+            int(line.split()[1]) for line in now.splitlines() if line.startswith("worker-executor")
+        ]
+        wait_until(
+            lambda: len(children(restarted_pid)) == EXECUTOR_CONCURRENCY,
+            30,
+            "the restarted executor's pool",
+        )
         shown = up.stdout + up.stderr + status.stdout + again.stdout + demo.stdout + now
         logs = [p.read_text(errors="replace") for p in (tmp_path / "state").rglob("*.log")]
         assert broker_password not in shown + "".join(logs)  # never printed nor logged

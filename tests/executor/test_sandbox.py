@@ -93,7 +93,7 @@ def test_an_installation_under_tmp_stays_readable_and_its_state_dir_hidden(
         layout = BuildLayout.for_build(state, "b1")
         create_folders(layout)
         (state / "sluice.sqlite").write_text("history\n")
-        monkeypatch.setattr(sandbox, "installation", lambda: [checkout / "venv", checkout])
+        monkeypatch.setattr(sandbox, "installation", lambda: (checkout / "venv", checkout))
         prefix = bwrap_prefix(layout, state, hidden=[secret])
         assert run(prefix, str(tool)).stdout == "tool ran\n"
         assert run(prefix, "/bin/cat", str(state / "sluice.sqlite")).returncode != 0

@@ -260,8 +260,9 @@ class BuildRun:
         """Run a phase's executables in order; stop at the first failure unless ``keep_going``."""
         steps = self.spec.steps(phase.value)
         end = _PhaseEnd()
-        if steps:
-            _call_hook("on_phase", self.control.on_phase, phase)
+        if not steps:
+            return end
+        _call_hook("on_phase", self.control.on_phase, phase)
         env = job_environment(
             self.spec, self.layout, phase, success=success, pass_env=self.options.pass_env
         )

@@ -19,6 +19,7 @@ cancels and the clean-up of a step's tree work as without a sandbox.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
@@ -39,7 +40,8 @@ def bwrap_path() -> str:
     return found
 
 
-def installation() -> list[Path]:
+@functools.cache
+def installation() -> tuple[Path, ...]:
     """Where Sluice runs from: its virtualenv and its source (an editable install).
 
     A playbook step runs ``ansible-playbook`` from the virtualenv inside the
@@ -47,7 +49,7 @@ def installation() -> list[Path]:
     they live under ``/tmp`` (a CI checkout), which the job sees empty. A
     state dir or secret inside them is still hidden (bound later).
     """
-    return [Path(sys.prefix), Path(__file__).resolve().parents[2]]
+    return (Path(sys.prefix), Path(__file__).resolve().parents[2])
 
 
 def bwrap_prefix(

@@ -52,6 +52,7 @@ import subprocess
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 from scheduler.wire.build_spec import BuildSpec, JobStep
@@ -106,27 +107,28 @@ class BuildLayout:
             log_dir=state_dir / "logs" / build_uuid,
         )
 
-    @property
+    # Each path is made once per build (a build asks for them dozens of times).
+    @cached_property
     def src_dir(self) -> Path:
         return self.root / "src"
 
-    @property
+    @cached_property
     def home_dir(self) -> Path:
         return self.root / "home"
 
-    @property
+    @cached_property
     def tmp_dir(self) -> Path:
         return self.root / "tmp"
 
-    @property
+    @cached_property
     def vars_file(self) -> Path:
         return self.root / "sluice" / "vars.json"
 
-    @property
+    @cached_property
     def result_file(self) -> Path:
         return self.root / "sluice" / "result.json"
 
-    @property
+    @cached_property
     def log_file(self) -> Path:
         return self.log_dir / "job-output.txt"
 

@@ -39,7 +39,9 @@ from workers.merger import (
 )
 from workers.merger import repo as repo_module
 from workers.merger.catfile import CatFileError
+from workers.merger.errors import GitCommandError
 from workers.merger.gitcmd import Git
+from workers.merger.repo import MAINTENANCE_EVERY
 
 CONFIG = {
     "README": "r\n",
@@ -330,3 +332,52 @@ def test_a_corrupt_config_blob_is_found_and_the_repo_cloned_again(
     assert result.status is Status.OK, result.failure
     assert not marker.exists(), "the damaged repo was replaced by a fresh clone"
     assert result.config[0].files == {"zuul.yaml": lines}
+
+
+def test_git_maintenance_runs_on_the_first_fetch_and_every_25th(
+    remotes: Remotes,
+    connections: dict[str, ConnectionSettings],
+    tmp_path: Path,
+    git_processes: list[str],
+) -> None:
+    """A fetch starts no ``git maintenance run --auto`` of its own; the merger asks for it."""
+    a = remotes.create("org/a", CONFIG)
+    state = tmp_path / "state"
+    cache = RepoCache(state, connections)
+    warm(cache)  # the clone and this process's first fetch
+    assert git_processes.count("maintenance") == 1
+    repo = cache.repo_path("git", "org/a")
+    assert cache.git.text(["config", "maintenance.auto"], repo) == "false"
+    for n in range(1, MAINTENANCE_EVERY + 1):
+        git_processes.clear()
+        sha = a.change(n, {f"f{n}": "x\n"})
+        result = run_merge_job(MergeJob(f"check-{n}", (check_change(n, sha),)), cache)
+        assert result.status is Status.OK, result.failure
+        assert git_processes.count("maintenance") == (1 if n == MAINTENANCE_EVERY else 0), n
+    # A repo an older version cloned (auto maintenance on) is set once per process.
+    cache.git.run(["config", "maintenance.auto", "true"], repo)
+    git_processes.clear()
+    warm(RepoCache(state, connections))
+    assert cache.git.text(["config", "maintenance.auto"], repo) == "false"
+    assert git_processes.count("maintenance") == 1
+
+
+def test_a_failed_maintenance_is_logged_not_the_jobs(
+    remotes: Remotes,
+    cache: RepoCache,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    a = remotes.create("org/a", CONFIG)
+    real_run = Git.run
+
+    def run(self: Git, args: Any, *rest: Any, **kw: Any) -> Any:
+        if args[0] == "maintenance":
+            raise GitCommandError(list(args), 128, "fatal: cannot lock ref")
+        return real_run(self, args, *rest, **kw)
+
+    monkeypatch.setattr(Git, "run", run)
+    sha = a.change(1, {"one": "1\n"})  # the first fetch: maintenance is due
+    result = run_merge_job(MergeJob("check", (check_change(1, sha),)), cache)
+    assert result.status is Status.OK, result.failure
+    assert "org/a: git maintenance failed" in caplog.text

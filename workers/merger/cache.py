@@ -58,7 +58,7 @@ from workers.merger.errors import (
 from workers.merger.gitcmd import Git, classify, clean_env, redact_url
 from workers.merger.jobrefs import KEEP_REFS, JobRefs
 from workers.merger.objects import ConfigMemo
-from workers.merger.repo import Repo
+from workers.merger.repo import Repo, Upkeep
 
 T = TypeVar("T")
 
@@ -67,11 +67,14 @@ log = logging.getLogger(__name__)
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 # Config of every cache repo. gc runs in the foreground (under our lock)
-# instead of racing our ref updates in the background; uploadpack lets an
-# executor fetch a speculative commit by sha.
+# instead of racing our ref updates in the background, and only when we ask
+# (maintenance.auto off: repo.py, Upkeep); uploadpack lets an executor fetch
+# a speculative commit by sha.
+_MAINTENANCE_OFF = ("maintenance.auto", "false")
 _REPO_CONFIG = (
     ("remote.origin.fetch", "+refs/heads/*:refs/heads/*"),
     ("gc.autoDetach", "false"),
+    _MAINTENANCE_OFF,
     ("core.logAllRefUpdates", "false"),
     ("uploadpack.allowAnySHA1InWant", "true"),
 )
@@ -115,6 +118,7 @@ class RepoCache:
         # Per repo: the jobs whose refs it keeps (the last ones, ``keep_refs`` refs).
         self.keep_refs = keep_refs
         self._job_refs: dict[Path, JobRefs] = {}
+        self._upkeep: dict[Path, Upkeep] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> RepoCache:
@@ -162,6 +166,7 @@ class RepoCache:
                 files_memo=self._files_memo.setdefault(path, {}),
                 config_memo=self._config_memo.setdefault(path, {}),
                 job_refs=self._job_refs.setdefault(path, JobRefs(path, self.keep_refs)),
+                upkeep=self._upkeep.setdefault(path, Upkeep()),
             )
             try:
                 yield repo
@@ -229,6 +234,8 @@ class RepoCache:
             return
         if path.exists():
             if self._is_sound(path):
+                # a repo cloned by an older version still runs git's auto maintenance
+                self.git.run(["config", *_MAINTENANCE_OFF], path)
                 self._checked.add(path)
                 return
             self._discard(path)

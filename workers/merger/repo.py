@@ -59,6 +59,28 @@ _OPERATION_STATE = (
 )
 _OPERATION_DIRS = ("rebase-merge", "rebase-apply", "sequencer")
 
+# Cache repos run with git's auto maintenance off (``maintenance.auto``,
+# cache.py): a fetch would otherwise start ``git maintenance run --auto``
+# after itself, every time, only to find nothing to do. This process asks
+# for it (gc when loose objects or packs pile up) after its first fetch of
+# a repo and after every MAINTENANCE_EVERY-th one.
+MAINTENANCE_EVERY = 25
+
+
+class Upkeep:
+    """When a repo's auto maintenance is due, counted per repo and process."""
+
+    def __init__(self, every: int = MAINTENANCE_EVERY) -> None:
+        self.every = every
+        self.fetches = 0
+
+    def due(self) -> bool:
+        """Count a fetch; True for the first and every ``every``-th after it."""
+        due = self.fetches % self.every == 0
+        self.fetches += 1
+        return due
+
+
 # Entries of a repo's memo of changed files before it starts over.
 _FILES_MEMO_SIZE = 10_000
 # Commits kept per repo and lock (parsed headers, for dates and ancestry).
@@ -77,6 +99,7 @@ class Repo:
         files_memo: dict[tuple[str, str], list[str]] | None = None,
         config_memo: ConfigMemo | None = None,
         job_refs: JobRefs | None = None,
+        upkeep: Upkeep | None = None,
     ) -> None:
         self.path = path
         self.git = git
@@ -89,6 +112,7 @@ class Repo:
         self.config_memo: ConfigMemo = {} if config_memo is None else config_memo
         # Which jobs' refs the repo keeps (jobrefs.py), kept per process.
         self.job_refs = JobRefs(path) if job_refs is None else job_refs
+        self.upkeep = Upkeep() if upkeep is None else upkeep
         self._objects: CatFile | None = None
         self._objects_failed = False
         self._commits: dict[str, Commit] = {}
@@ -143,6 +167,19 @@ class Repo:
         if branches:
             args.append("--prune")
         self._run([*args, "origin", *specs], "fetch")
+        if self.upkeep.due():
+            self.maintain()
+
+    def maintain(self) -> None:
+        """git's auto maintenance (a gc if the repo needs one), under our lock.
+
+        A failure is logged, never the job's: the repo works without it,
+        and the next operation finds a repo that is really broken.
+        """
+        try:
+            self._run(["maintenance", "run", "--auto", "--quiet"], "maintenance")
+        except MergerError as exc:
+            log.warning("%s: git maintenance failed: %s", self.label, exc)
 
     # ------------------------------------------------------------------
     # Refs and objects

@@ -336,14 +336,12 @@ def test_a_corrupt_config_blob_is_found_and_the_repo_cloned_again(
 
 def test_git_maintenance_runs_on_the_first_fetch_and_every_25th(
     remotes: Remotes,
+    cache: RepoCache,
     connections: dict[str, ConnectionSettings],
-    tmp_path: Path,
     git_processes: list[str],
 ) -> None:
     """A fetch starts no ``git maintenance run --auto`` of its own; the merger asks for it."""
     a = remotes.create("org/a", CONFIG)
-    state = tmp_path / "state"
-    cache = RepoCache(state, connections)
     warm(cache)  # the clone and this process's first fetch
     assert git_processes.count("maintenance") == 1
     repo = cache.repo_path("git", "org/a")
@@ -357,7 +355,7 @@ def test_git_maintenance_runs_on_the_first_fetch_and_every_25th(
     # A repo an older version cloned (auto maintenance on) is set once per process.
     cache.git.run(["config", "maintenance.auto", "true"], repo)
     git_processes.clear()
-    warm(RepoCache(state, connections))
+    warm(RepoCache(cache.root.parent, connections))  # another process, as it were
     assert cache.git.text(["config", "maintenance.auto"], repo) == "false"
     assert git_processes.count("maintenance") == 1
 

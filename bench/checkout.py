@@ -31,6 +31,9 @@ from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _slices import Side as Slices
 
 from workers.executor import treecheckout, workspace
 
@@ -40,15 +43,8 @@ WORDS = ("alpha", "beta", "gamma", "delta", "build", "merge", "queue", "change",
 
 
 @dataclass
-class Side:
-    count: int = 0
-    wall: float = 0.0
-    cpu_self: float = 0.0
-    cpu_children: float = 0.0
-    git: int = 0
-
-    def ms(self, seconds: float) -> float:
-        return 1000 * seconds / max(self.count, 1)
+class Side(Slices):
+    git: int = 0  # git processes started
 
 
 def make_repo(base: Path, files: int, tree: str, loose: bool = False) -> tuple[Path, str]:

@@ -32,10 +32,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _slices import Side
 
 from cli.stack import process
 from cli.stack.process import free_port
@@ -88,23 +91,6 @@ def small_repo(base: Path) -> tuple[Path, str]:
     git("add", "-A")
     git("commit", "--quiet", "-m", "bench")
     return repo, git("rev-parse", "HEAD")
-
-
-@dataclass
-class Side:
-    """One side's lifecycles, wall time and CPU (this process; its child processes)."""
-
-    count: int = 0
-    wall: float = 0.0
-    cpu_self: float = 0.0
-    cpu_children: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return self.count / self.wall
-
-    def ms(self, seconds: float) -> float:
-        return 1000 * seconds / self.count
 
 
 def zygote_cpu() -> tuple[int | None, float]:

@@ -24,7 +24,6 @@ from scheduler.wire.merger import FilesChangesJob, MergeChange, MergeJob, MergeM
 from tests.merger.gitrepos import Remote, Remotes
 from workers.merger import RepoCache, delete_job_refs, run_files_changes_job, run_merge_job
 from workers.merger.jobrefs import DROP_AT_ONCE, JOURNAL, JobRefs
-from workers.merger.modes import Applier
 from workers.merger.replay import replay_job
 
 
@@ -108,19 +107,11 @@ def test_the_gate_still_merges_only_its_own_change(
     remotes: Remotes,
     tmp_path: Path,
     connections: dict[str, ConnectionSettings],
-    monkeypatch: pytest.MonkeyPatch,
+    applied: list[str],
 ) -> None:
     """Item n finds the items ahead in the memo, with check merges in between."""
     a = project(remotes, 6)
     cache = RepoCache(tmp_path / "state", connections, keep_refs=48)
-    applied: list[str] = []
-    real_apply = Applier.apply
-
-    def counting_apply(self: Applier, mode: MergeMode, tip: str, commit: str, **kw: Any) -> str:
-        applied.append(commit)
-        return real_apply(self, mode, tip, commit, **kw)
-
-    monkeypatch.setattr(Applier, "apply", counting_apply)
     for burst in range(3):  # 18 gate jobs and 72 check merges: far beyond the window
         for n in range(1, 7):
             for k in range(4):

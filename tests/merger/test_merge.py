@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,7 +21,7 @@ from scheduler.wire.merger import (
 from tests.merger.gitrepos import Remote, Remotes
 from tests.merger.httpgit import http_git_server
 from workers.merger import RepoCache, run_merge_job
-from workers.merger.modes import Applier, identity_env
+from workers.merger.modes import identity_env
 
 
 def change(
@@ -407,21 +406,13 @@ def test_items_behind_reuse_the_merges_ahead(
     cache: RepoCache,
     tmp_path: Path,
     connections: dict[str, ConnectionSettings],
-    monkeypatch: pytest.MonkeyPatch,
+    applied: list[str],
 ) -> None:
     """A gate: item n merges changes 1..n; with the memo it only merges change n."""
     a = remotes.create("org/a", {"shared": "a\nb\nc\n"})
     for n in (1, 2, 3):
         a.change(n, {f"file{n}": f"{n}\n"})
     a.advance("main", {"upstream": "u\n"})
-    applied: list[str] = []
-    real_apply = Applier.apply
-
-    def counting_apply(self: Applier, mode: MergeMode, tip: str, commit: str, **kw: Any) -> str:
-        applied.append(commit)
-        return real_apply(self, mode, tip, commit, **kw)
-
-    monkeypatch.setattr(Applier, "apply", counting_apply)
     for mode in (MergeMode.MERGE, MergeMode.CHERRY_PICK):
         results = []
         for n in (1, 2, 3):

@@ -315,23 +315,18 @@ def _delta_size(delta: bytes, position: int) -> tuple[int, int]:
 
 
 def _copy_range(delta: bytes, op: int, position: int) -> tuple[int, int, int]:
-    """A copy instruction's offset and size: the bytes present are those ``op``'s bits name."""
-    start = length = 0
-    if op & 0x01:
-        start, position = delta[position], position + 1
-    if op & 0x02:
-        start, position = start | delta[position] << 8, position + 1
-    if op & 0x04:
-        start, position = start | delta[position] << 16, position + 1
-    if op & 0x08:
-        start, position = start | delta[position] << 24, position + 1
-    if op & 0x10:
-        length, position = delta[position], position + 1
-    if op & 0x20:
-        length, position = length | delta[position] << 8, position + 1
-    if op & 0x40:
-        length, position = length | delta[position] << 16, position + 1
-    return start, length or 0x10000, position
+    """A copy instruction's offset and size: the bytes present are those ``op``'s bits name.
+
+    Bits 0-3 say which of the offset's four little-endian bytes follow,
+    bits 4-6 which of the size's three; a size of 0 means 0x10000.
+    """
+    values = [0, 0]
+    for bit in range(7):
+        if op & (1 << bit):
+            field, byte = (0, bit) if bit < 4 else (1, bit - 4)
+            values[field] |= delta[position] << (8 * byte)
+            position += 1
+    return values[0], values[1] or 0x10000, position
 
 
 def apply_delta(base: bytes, delta: bytes, size_max: int = OBJECT_SIZE_MAX) -> bytes:

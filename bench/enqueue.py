@@ -24,9 +24,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench._system import Services
-from bench.throughput import TENANT, check_system, start_workers
+from _checksystem import check_system, start_workers
+from _system import Services
+from gate_depth import TENANT
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
 

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _checksystem import check_system, percentile, start_workers
 from _system import Services, epoch
-from throughput import check_system, percentile, start_workers
 
 
 def one_round_trip_ms(services: Services, count: int) -> float:

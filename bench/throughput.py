@@ -50,25 +50,28 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _system import Phase, Services, cpu_seconds, epoch, worker_pids
-from gate_depth import TENANT, gate_depth, print_rows
+from _checksystem import (
+    CheckSystem,
+    WorkerSetup,
+    check_system,
+    percentile,
+    start_workers,
+)
+from _system import Services, cpu_seconds, epoch, worker_pids
+from gate_depth import gate_depth, print_rows
 
 from cli.stack.workers import EXECUTOR_CONCURRENCY
-from scheduler import dispatch, tasknames
-from scheduler.model.change import Change
+from scheduler import tasknames
 from scheduler.settings import load_settings
 from scheduler.zk import paths, trace
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
-from scheduler.zk.management import wait_for_result
 from scheduler.zk.trace import TRACE_ENV
 from tests.fixtures.waiting import wait_until
 
@@ -83,180 +86,6 @@ FSYNCS = "zk_cnt_fsynctime"
 # Celery's own trivial task (returns its argument): a no-op round trip.
 NOOP_TASK = "celery.accumulate"
 RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
-
-MAIN_YAML = """
-- tenant:
-    name: bench
-    source:
-      local:
-        config-projects:
-          - config
-        untrusted-projects:
-          - app
-"""
-
-CONFIG = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: check
-            manager: independent
-            trigger:
-              local:
-                - event: ref-updated
-                  ref: ^refs/heads/never$
-        - pipeline:
-            name: gate
-            manager: dependent
-            trigger:
-              local:
-                - event: ref-updated
-                  ref: ^refs/heads/never$
-        - job:
-            name: base
-            parent: null
-            timeout: 120
-        """,
-}
-
-
-def app_files(jobs: int, script: str) -> dict[str, str]:
-    names = [f"noop{j}" for j in range(jobs)]
-    stanzas = "".join(
-        f"""
-        - job:
-            name: {name}
-            run: ci/job.sh
-        """
-        for name in names
-    )
-    project = f"""
-        - project:
-            check:
-              jobs: [{", ".join(names)}]
-            gate:
-              jobs: [{", ".join(names)}]
-        """
-    return {".zuul.yaml": stanzas + project, "ci/job.sh": script, "src/app.py": "x = 0\n"}
-
-
-NOOP = """
-    #!/bin/sh
-    exec true
-    """
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = q * (len(ordered) - 1)
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-# ----------------------------------------------------------------- a check system
-
-
-@dataclass
-class CheckSystem:
-    """A check pipeline over ``app`` with ``refs`` ready to enqueue, workers up."""
-
-    phase: Phase
-    refs: list[str]
-
-    @property
-    def client_settings(self) -> Any:
-        return load_settings()
-
-    def enqueue(
-        self, refs: list[str], timeout: float = 120, pipeline: str = "check"
-    ) -> dict[str, float]:
-        """Put one enqueue event per ref, nudge once, wait for every outcome.
-
-        Returns when each event was put (time.time()).
-        """
-        system = self.phase.system
-        conf = load_settings()
-        client = connect(conf.zookeeper)
-        sent: dict[str, float] = {}
-        try:
-            queue = EventQueue(client, paths.tenant_management_queue(TENANT))
-            ids = []
-            for ref in refs:
-                commit = system.repos.git("app", "rev-parse", f"refs/heads/{ref}")
-                change = Change("local", "app", "main", ref, commit)
-                result_id = uuid.uuid4().hex
-                sent[ref] = time.time()
-                queue.put(
-                    {
-                        "type": "enqueue",
-                        "change": change.to_dict(),
-                        "pipeline": pipeline,
-                        "result_id": result_id,
-                    }
-                )
-                ids.append(result_id)
-            dispatch.send(tasknames.PROCESS_TENANT, TENANT, settings=conf)
-            for result_id in ids:
-                outcome = wait_for_result(client, result_id, timeout)
-                assert outcome is not None and "item" in outcome, outcome
-        finally:
-            client.stop()
-            client.close()
-        return sent
-
-    def wait_reported(self, refs: list[str], timeout: float = 300) -> None:
-        """Until every ref has a reported buildset (polls SQL only, not ZooKeeper)."""
-
-        def done() -> bool:
-            _builds, sets = self.phase.rows()
-            reported = {s["ref"] for s in sets if s["result"] is not None}
-            return set(refs) <= reported
-
-        wait_until(done, timeout, f"{len(refs)} buildsets reported", interval=0.1)
-
-
-def check_system(
-    services: Services,
-    tag: str,
-    changes: int,
-    jobs: int,
-    *,
-    script: str = NOOP,
-    session_timeout: float = 10.0,
-) -> CheckSystem:
-    phase = services.system(tag, session_timeout=session_timeout)
-    phase.use_environment()
-    system = phase.system
-    system.tenant(MAIN_YAML)
-    system.repos.commit("config", "main", CONFIG)
-    base = system.repos.commit("app", "main", app_files(jobs, script))
-    refs = [f"c{n}" for n in range(changes)]
-    for ref in refs:
-        system.repos.commit("app", ref, {f"src/{ref}.py": f"{ref} = 1\n"}, base=base)
-    system.repos.git("app", "checkout", "-q", "--detach")
-    return CheckSystem(phase, refs)
-
-
-# Set by --build-dir tmpfs: every worker's SLUICE_BUILD_DIR (executor.build_dir).
-WORKER_ENV: dict[str, str] = {}
-# Processes of each executor worker (--executor-concurrency; the stack's default).
-EXECUTOR_PROCESSES = [EXECUTOR_CONCURRENCY]
-
-
-def start_workers(
-    check: CheckSystem, executors: int = 1, sweep: str = "", scheduler_pool: str = "prefork"
-) -> None:
-    """A scheduler worker, a merger (with the sweep timer), ``executors`` executors."""
-    system = check.phase.system
-    env = {**WORKER_ENV, **({"SLUICE_SWEEP_INTERVAL": sweep} if sweep else {})}
-    system.start_worker(("scheduler",), concurrency=1, env=env, pool=scheduler_pool)
-    system.start_worker(("merger", "maintenance"), concurrency=1, env=env, beat=bool(sweep))
-    for _ in range(executors):
-        system.start_worker(("executor",), concurrency=EXECUTOR_PROCESSES[0], env=env)
-    system.sluice("reconfigure")
-
 
 # ------------------------------------------------------------------- 1. throughput
 
@@ -274,13 +103,13 @@ def throughput_run(
     services: Services,
     changes: int,
     jobs: int,
-    pipeline: str = "check",
-    scheduler_pool: str = "prefork",
+    pipeline: str,
+    setup: WorkerSetup,
 ) -> dict[str, Any]:
     tag = f"{pipeline}-{changes}x{jobs}-{uuid.uuid4().hex[:6]}"
     check = check_system(services, tag, changes, jobs)
     try:
-        start_workers(check, scheduler_pool=scheduler_pool)
+        start_workers(check, setup)
         warm = check.refs[:1]  # a first change warms imports, connections, caches
         check.enqueue(warm)
         check.wait_reported(warm)
@@ -428,14 +257,14 @@ SLOW = """
     """
 
 
-def recovery_run(services: Services) -> dict[str, float]:
+def recovery_run(services: Services, setup: WorkerSetup) -> dict[str, float]:
     tag = f"recovery-{uuid.uuid4().hex[:6]}"
     running = services.base / tag / "running"
     check = check_system(
         services, tag, 3, 1, script=SLOW.replace("RUNNING", str(running)), session_timeout=4.0
     )
     try:
-        start_workers(check, executors=2, sweep="1")
+        start_workers(check, setup, executors=2, sweep="1")
         system = check.phase.system
         executors = [w for w in system.started if w.queues == ("executor",)]
         check.enqueue(check.refs)
@@ -614,9 +443,12 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp,
         tempfile.TemporaryDirectory(prefix="sluice-bench-builds-", dir="/dev/shm") as shm,
     ):
-        EXECUTOR_PROCESSES[0] = args.executor_concurrency
-        if args.build_dir == "tmpfs":
-            WORKER_ENV["SLUICE_BUILD_DIR"] = str(Path(shm) / "builds")
+        build_dir = {"SLUICE_BUILD_DIR": str(Path(shm) / "builds")}
+        setup = WorkerSetup(
+            scheduler_pool=args.scheduler_pool,
+            executor_concurrency=args.executor_concurrency,
+            env=build_dir if args.build_dir == "tmpfs" else {},
+        )
         services = Services(Path(tmp))
         try:
             services.start()
@@ -628,9 +460,7 @@ def main() -> None:
                 results = []
                 for _ in range(runs):
                     # one warm-up change more than N (through check): it is not measured
-                    result = throughput_run(
-                        services, n + 1, args.jobs, pipeline, args.scheduler_pool
-                    )
+                    result = throughput_run(services, n + 1, args.jobs, pipeline, setup)
                     result["ratio_celery"] = (
                         result["builds_per_s"] / result["celery_roundtrips_per_s"]
                     )
@@ -641,7 +471,7 @@ def main() -> None:
                     print(f"throughput {key}: {result['builds_per_s']:.2f} builds/s", flush=True)
                 report["throughput"][key] = results
             for _ in range(runs):
-                report["recovery"].append(recovery_run(services))
+                report["recovery"].append(recovery_run(services, setup))
                 print("recovery: done", flush=True)
         finally:
             services.stop()

@@ -1,0 +1,206 @@
+"""The benchmarks' check system: a tenant whose check and gate run M no-op jobs
+per change, N changes ready to enqueue, and the workers of the local stack.
+
+Used by bench/throughput.py and bench/latency.py.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from _system import Phase, Services
+from gate_depth import TENANT
+
+from cli.stack.workers import EXECUTOR_CONCURRENCY
+from scheduler import dispatch, tasknames
+from scheduler.model.change import Change
+from scheduler.settings import load_settings
+from scheduler.zk import paths
+from scheduler.zk.client import connect
+from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.management import wait_for_result
+from tests.fixtures.waiting import wait_until
+
+MAIN_YAML = """
+- tenant:
+    name: bench
+    source:
+      local:
+        config-projects:
+          - config
+        untrusted-projects:
+          - app
+"""
+
+CONFIG = {
+    "zuul.d/pipelines.yaml": """
+        - pipeline:
+            name: check
+            manager: independent
+            trigger:
+              local:
+                - event: ref-updated
+                  ref: ^refs/heads/never$
+        - pipeline:
+            name: gate
+            manager: dependent
+            trigger:
+              local:
+                - event: ref-updated
+                  ref: ^refs/heads/never$
+        - job:
+            name: base
+            parent: null
+            timeout: 120
+        """,
+}
+
+
+def app_files(jobs: int, script: str) -> dict[str, str]:
+    names = [f"noop{j}" for j in range(jobs)]
+    stanzas = "".join(
+        f"""
+        - job:
+            name: {name}
+            run: ci/job.sh
+        """
+        for name in names
+    )
+    project = f"""
+        - project:
+            check:
+              jobs: [{", ".join(names)}]
+            gate:
+              jobs: [{", ".join(names)}]
+        """
+    return {".zuul.yaml": stanzas + project, "ci/job.sh": script, "src/app.py": "x = 0\n"}
+
+
+NOOP = """
+    #!/bin/sh
+    exec true
+    """
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = q * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass
+class CheckSystem:
+    """A check pipeline over ``app`` with ``refs`` ready to enqueue, workers up."""
+
+    phase: Phase
+    refs: list[str]
+
+    @property
+    def client_settings(self) -> Any:
+        return load_settings()
+
+    def enqueue(
+        self, refs: list[str], timeout: float = 120, pipeline: str = "check"
+    ) -> dict[str, float]:
+        """Put one enqueue event per ref, nudge once, wait for every outcome.
+
+        Returns when each event was put (time.time()).
+        """
+        system = self.phase.system
+        conf = load_settings()
+        client = connect(conf.zookeeper)
+        sent: dict[str, float] = {}
+        try:
+            queue = EventQueue(client, paths.tenant_management_queue(TENANT))
+            ids = []
+            for ref in refs:
+                commit = system.repos.git("app", "rev-parse", f"refs/heads/{ref}")
+                change = Change("local", "app", "main", ref, commit)
+                result_id = uuid.uuid4().hex
+                sent[ref] = time.time()
+                queue.put(
+                    {
+                        "type": "enqueue",
+                        "change": change.to_dict(),
+                        "pipeline": pipeline,
+                        "result_id": result_id,
+                    }
+                )
+                ids.append(result_id)
+            dispatch.send(tasknames.PROCESS_TENANT, TENANT, settings=conf)
+            for result_id in ids:
+                outcome = wait_for_result(client, result_id, timeout)
+                assert outcome is not None and "item" in outcome, outcome
+        finally:
+            client.stop()
+            client.close()
+        return sent
+
+    def wait_reported(self, refs: list[str], timeout: float = 300) -> None:
+        """Until every ref has a reported buildset (polls SQL only, not ZooKeeper)."""
+
+        def done() -> bool:
+            _builds, sets = self.phase.rows()
+            reported = {s["ref"] for s in sets if s["result"] is not None}
+            return set(refs) <= reported
+
+        wait_until(done, timeout, f"{len(refs)} buildsets reported", interval=0.1)
+
+
+def check_system(
+    services: Services,
+    tag: str,
+    changes: int,
+    jobs: int,
+    *,
+    script: str = NOOP,
+    session_timeout: float = 10.0,
+) -> CheckSystem:
+    phase = services.system(tag, session_timeout=session_timeout)
+    phase.use_environment()
+    system = phase.system
+    system.tenant(MAIN_YAML)
+    system.repos.commit("config", "main", CONFIG)
+    base = system.repos.commit("app", "main", app_files(jobs, script))
+    refs = [f"c{n}" for n in range(changes)]
+    for ref in refs:
+        system.repos.commit("app", ref, {f"src/{ref}.py": f"{ref} = 1\n"}, base=base)
+    system.repos.git("app", "checkout", "-q", "--detach")
+    return CheckSystem(phase, refs)
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """How the benchmark's workers run: the local stack's defaults unless asked otherwise."""
+
+    scheduler_pool: str = "prefork"
+    # processes of each executor worker (sluice stack up --executor-concurrency)
+    executor_concurrency: int = EXECUTOR_CONCURRENCY
+    # more environment for every worker (SLUICE_BUILD_DIR: executor.build_dir)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def start_workers(
+    check: CheckSystem,
+    setup: WorkerSetup | None = None,
+    *,
+    executors: int = 1,
+    sweep: str = "",
+) -> None:
+    """A scheduler worker, a merger (with the sweep timer), ``executors`` executors."""
+    setup = setup or WorkerSetup()
+    system = check.phase.system
+    env = {**setup.env, **({"SLUICE_SWEEP_INTERVAL": sweep} if sweep else {})}
+    system.start_worker(("scheduler",), concurrency=1, env=env, pool=setup.scheduler_pool)
+    system.start_worker(("merger", "maintenance"), concurrency=1, env=env, beat=bool(sweep))
+    for _ in range(executors):
+        system.start_worker(("executor",), concurrency=setup.executor_concurrency, env=env)
+    system.sluice("reconfigure")

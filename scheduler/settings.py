@@ -21,7 +21,7 @@ Environment variables override the file (for containers and tests):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from scheduler import exposure
 from scheduler.errors import SettingsError
 from scheduler.image_settings import ImageSettings, read_images
 from scheduler.node_settings import NodeSettings, read_nodes
+from scheduler.settings_env import apply_environment, check_log_format
 from scheduler.settings_yaml import SettingsReader, load_mapping, read_password_file, resolve_path
 
 CONFIG_ENV = "SLUICE_CONFIG"
@@ -529,7 +530,7 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
     sweep_interval = reader.get("sweep_interval", float, 10.0)
     visibility_timeout = reader.get("visibility_timeout", float, 3600.0)
     executor = _read_executor(reader.sub("executor"))
-    log_format = _log_format(reader.get("log_format", str, "text"), f"{where}: log_format")
+    log_format = check_log_format(reader.get("log_format", str, "text"), f"{where}: log_format")
     web = _read_web(reader.sub("web"), base)
     keystore = _read_keystore(reader.sub("keystore"), base)
     broker = _read_broker(reader.sub("broker"), base, broker_url)
@@ -555,77 +556,6 @@ def _from_mapping(data: dict[str, Any], where: str, base: Path) -> Settings:
         images=images,
         nodes=nodes,
     )
-
-
-LOG_FORMATS = ("text", "json")
-
-
-def _log_format(value: str, where: str) -> str:
-    if value not in LOG_FORMATS:
-        raise SettingsError(f"{where}: expected one of {', '.join(LOG_FORMATS)}, got {value!r}")
-    return value
-
-
-_TRUE_WORDS = ("1", "true", "yes", "on")
-_FALSE_WORDS = ("0", "false", "no", "off")
-
-
-def _bool_env(name: str, value: str) -> bool:
-    word = value.strip().lower()
-    if word not in _TRUE_WORDS + _FALSE_WORDS:
-        raise SettingsError(f"environment {name}: expected 1 or 0 (true/false), got {value!r}")
-    return word in _TRUE_WORDS
-
-
-def _float_env(name: str, value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise SettingsError(f"environment {name}: expected a number, got {value!r}") from None
-
-
-_ENV_OVERRIDES: dict[str, Callable[[Settings, str], Settings]] = {
-    "SLUICE_ZK_HOSTS": lambda s, v: replace(s, zookeeper=replace(s.zookeeper, hosts=v)),
-    "SLUICE_ZK_ROOT": lambda s, v: replace(s, zookeeper=replace(s.zookeeper, root=v)),
-    "SLUICE_ZK_SESSION_TIMEOUT": lambda s, v: replace(
-        s,
-        zookeeper=replace(
-            s.zookeeper,
-            session_timeout=_float_env("SLUICE_ZK_SESSION_TIMEOUT", v),
-            call_timeout=_float_env("SLUICE_ZK_SESSION_TIMEOUT", v),
-        ),
-    ),
-    "SLUICE_BROKER_URL": lambda s, v: replace(s, broker_url=v),
-    "SLUICE_DATABASE_URL": lambda s, v: replace(s, database_url=v),
-    "SLUICE_STATE_DIR": lambda s, v: replace(s, state_dir=Path(v).resolve()),
-    "SLUICE_TENANT_CONFIG": lambda s, v: replace(s, tenant_config=Path(v).resolve()),
-    "SLUICE_LOG_FORMAT": lambda s, v: replace(
-        s, log_format=_log_format(v, "environment SLUICE_LOG_FORMAT")
-    ),
-    "SLUICE_WEB_LISTEN": lambda s, v: replace(s, web=replace(s.web, listen=v)),
-    "SLUICE_SWEEP_INTERVAL": lambda s, v: replace(
-        s, sweep_interval=_float_env("SLUICE_SWEEP_INTERVAL", v)
-    ),
-    "SLUICE_SANDBOX_WRITABLE": lambda s, v: replace(
-        s,
-        executor=replace(
-            s.executor,
-            sandbox_writable=tuple(Path(p).resolve() for p in v.split(os.pathsep) if p),
-        ),
-    ),
-    "SLUICE_BUILD_DIR": lambda s, v: replace(
-        s, executor=replace(s.executor, build_dir=Path(v).resolve() if v else None)
-    ),
-    "SLUICE_KEYSTORE_PASSWORD_FILE": lambda s, v: replace(
-        s, keystore=KeystoreSettings(read_password_file(Path(v).resolve()), Path(v).resolve())
-    ),
-    "SLUICE_BROKER_PASSWORD_FILE": lambda s, v: replace(
-        s, broker=replace(s.broker, password="", password_file=Path(v).resolve())
-    ),
-    "SLUICE_FAST_SEND": lambda s, v: replace(
-        s, broker=replace(s.broker, fast_send=_bool_env("SLUICE_FAST_SEND", v))
-    ),
-}
 
 
 def find_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -661,8 +591,4 @@ def load_settings(
     else:
         settings = parse_settings(path.read_text(), str(path), path.parent)
         settings = replace(settings, source=path)
-    for name, apply in _ENV_OVERRIDES.items():
-        value = environ.get(name)
-        if value:
-            settings = apply(settings, value)
-    return exposure.with_broker_password(settings)
+    return exposure.with_broker_password(apply_environment(settings, environ))

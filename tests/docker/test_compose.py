@@ -23,7 +23,7 @@ from celery.bin.celery import celery as celery_cli
 from sqlalchemy.engine import make_url
 
 from cli.main import cli as sluice_cli
-from scheduler import dispatch, settings
+from scheduler import dispatch, settings, settings_env
 from scheduler.config import parse_tenant_config
 from tests.docker.deployment import (
     COMPOSE_FILE,
@@ -479,7 +479,7 @@ def test_every_sluice_service_mounts_the_shared_config_read_only(
 def test_every_environment_variable_is_read_by_something(compose: dict[str, Any]) -> None:
     from flower.options import options as flower_options
 
-    sluice_env = {settings.CONFIG_ENV, *settings._ENV_OVERRIDES}
+    sluice_env = {settings.CONFIG_ENV, *settings_env.ENV_OVERRIDES}
     for name, service in services(compose).items():
         env = environment(service)
         if is_sluice(service):

@@ -107,18 +107,20 @@ ZK_MAY_IMPORT = (
     "scheduler.errors",
     "scheduler.settings",
     "scheduler.settings_yaml",
+    "scheduler.settings_env",
     "scheduler.image_settings",
     "scheduler.node_settings",
     "scheduler.exposure",
     "scheduler.processlocal",
     "scheduler.crypto",
 )
-# The settings are four leaves that may use one another: the settings, the
-# reader of sluice.yaml, the broker URL helpers that complete them, and the
-# images section.
+# The settings are leaves that may use one another: the settings, the
+# reader of sluice.yaml, the environment's overrides, the broker URL helpers
+# that complete them, and the images and nodes sections.
 SETTINGS_LEAVES = {
     "scheduler.settings",
     "scheduler.settings_yaml",
+    "scheduler.settings_env",
     "scheduler.exposure",
     "scheduler.image_settings",
     "scheduler.node_settings",

@@ -73,7 +73,9 @@ _MEMO_PER_STRAY_ENTRY = 100
 _MEMO_KEY = re.compile(r"[0-9a-f]{64}")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # The lines of the journal's entries: a job (or NO_JOB), its ref count, its memo keys.
-_ENTRIES = re.compile(r"(?:(?:-|[A-Za-z0-9][A-Za-z0-9._-]{0,127}) [0-9]+(?: [0-9a-f]{64})*\n)*")
+_ENTRIES = re.compile(
+    rf"(?:(?:{re.escape(NO_JOB)}|{_JOB_ID.pattern}) [0-9]+(?: {_MEMO_KEY.pattern})*\n)*"
+)
 
 # Names of the refs under a prefix, from git (for-each-ref).
 ListRefs = Callable[[str], list[str]]

@@ -145,12 +145,10 @@ class CheckSystem:
         return sent
 
     def wait_reported(self, refs: list[str], timeout: float = 300) -> None:
-        """Until every ref has a reported buildset (polls SQL only, not ZooKeeper)."""
+        """Until every ref has a reported buildset (polls SQL with one count, not ZooKeeper)."""
 
         def done() -> bool:
-            _builds, sets = self.phase.rows()
-            reported = {s["ref"] for s in sets if s["result"] is not None}
-            return set(refs) <= reported
+            return self.phase.reported(refs) == len(set(refs))
 
         wait_until(done, timeout, f"{len(refs)} buildsets reported", interval=0.1)
 

@@ -11,6 +11,7 @@ their full timestamps (the CLI prints them to the second).
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -120,6 +121,30 @@ class Phase:
     @property
     def database(self) -> Path:
         return self.system.environment.state_dir / "sluice.db"
+
+    def reported(self, refs: Iterable[str]) -> int:
+        """How many of ``refs`` have a reported buildset: one cheap query.
+
+        The benchmarks poll this while they measure, so it must not take the
+        CPU the system under test needs: plain sqlite3, read-only, one
+        count, where :meth:`rows` builds an engine and decodes every row.
+        """
+        wanted = sorted(set(refs))
+        if not self.database.exists() or not wanted:
+            return 0
+        marks = ", ".join("?" * len(wanted))
+        query = (
+            f"SELECT COUNT(DISTINCT ref) FROM {BuildsetRow.__tablename__}"
+            f" WHERE result IS NOT NULL AND ref IN ({marks})"
+        )
+        try:
+            conn = sqlite3.connect(f"{self.database.as_uri()}?mode=ro", uri=True)
+            try:
+                return int(conn.execute(query, wanted).fetchone()[0])
+            finally:
+                conn.close()
+        except sqlite3.OperationalError:  # no tables yet, or the file is being made
+            return 0
 
     def rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every build and buildset reported so far (empty before the first report)."""

@@ -126,8 +126,11 @@ def throughput_run(
         cpu_before = cpu_seconds(pids)
         service_cpu_before = cpu_seconds(services.pids())
         started = time.time()
+        # markers for a profiler started from outside (perf record -p, py-spy)
+        print(f"measuring {pipeline}: started", flush=True)
         sent = check.enqueue(refs, pipeline=pipeline)
         check.wait_reported(refs)
+        print(f"measuring {pipeline}: done", flush=True)
         after = services.mntr()
         traced = traced_requests() - traced_before
         cpu_after = cpu_seconds(pids)

@@ -22,8 +22,13 @@ lint:
 typecheck:
 	$(VENV)/mypy celeryconfig.py tasks scheduler workers web cli
 
+# Two processes, each with its own ZooKeeper and Redis; a test file stays in
+# one of them (module fixtures are made once). Most tests wait on workers,
+# so two processes halve the run even on two cores.
+PYTEST_WORKERS ?= 2
+
 pytest:
-	$(VENV)/pytest
+	$(VENV)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 # Nightly-style: a gate across three network namespaces losing one (root only);
 # SIGINT on timeout, so the fixtures still remove the namespaces.

@@ -81,17 +81,28 @@ class Record:
     def from_dict(cls, data: dict[str, Any]) -> Self:
         """Build from ``to_dict()`` output; malformed data raises :class:`InvalidRecordError`."""
         try:
-            hints = typing.get_type_hints(cls)
-            kwargs = {
-                f.name: _load(hints[f.name], data[f.name])
-                for f in dataclasses.fields(cls)
-                if f.name in data
-            }
+            kwargs = {name: _load(hint, data[name]) for name, hint in _fields(cls) if name in data}
             return cls(**kwargs)
         except InvalidRecordError:
             raise
         except (AttributeError, KeyError, TypeError, ValueError, StopIteration) as exc:
             raise InvalidRecordError(f"malformed {cls.__name__}: {exc!r}") from None
+
+
+def _fields(cls: type[Record]) -> tuple[tuple[str, Any], ...]:
+    """Each field's name and type, resolved once per class.
+
+    ``typing.get_type_hints`` evaluates every string annotation anew on each
+    call: it was an eighth of a pipeline pass that applies a merge result.
+    """
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        hints = typing.get_type_hints(cls)
+        fields = _FIELDS[cls] = tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+    return fields
+
+
+_FIELDS: dict[type[Record], tuple[tuple[str, Any], ...]] = {}
 
 
 def _dump(value: Any) -> Any:

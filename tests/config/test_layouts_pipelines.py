@@ -1,0 +1,65 @@
+"""Pipeline and queue objects in a layout.
+
+Pipeline options (manager, precedence, supercedes, triggers, reporters,
+window, require/reject) and the lookup of a project's shared queue.
+"""
+
+from __future__ import annotations
+
+from tests.config.builders import with_base
+
+
+def test_pipeline_objects() -> None:
+    extra = """
+    - pipeline:
+        name: post
+        manager: supercedent
+        precedence: low
+        supercedes: [check]
+        trigger:
+          timer:
+            - time: '0 0 * * *'
+        success:
+          sql: {}
+    - pipeline:
+        name: merge
+        manager: dependent
+        window: 10
+        window-floor: 2
+        window-increase-type: exponential
+        window-decrease-factor: 3
+        require:
+          github: {open: true, label: ready}
+        reject:
+          gitlab: {merged: true}
+        failure:
+          github: {comment: true}
+    """
+    result = with_base(extra)
+    assert result.errors == ()
+    post = result.layout.pipelines["post"]
+    assert (post.manager, post.precedence, post.supercedes) == ("supercedent", "low", ("check",))
+    assert post.trigger == {"timer": ({"time": "0 0 * * *"},)}
+    merge = result.layout.pipelines["merge"]
+    assert merge.window is not None
+    assert (merge.window.window, merge.window.floor, merge.window.increase_type) == (
+        10,
+        2,
+        "exponential",
+    )
+    assert merge.window.decrease_factor == 3 and merge.window.decrease_type == "exponential"
+    assert merge.require == {"github": {"open": True, "label": "ready"}}
+    assert result.layout.pipelines["check"].dequeue_on_new_patchset is True
+
+
+def test_queue_lookup() -> None:
+    extra = "- queue: {name: integrated, per-branch: true}\n"
+    app = {
+        "main": {
+            "zuul.yaml": "- job: {name: x}\n- project: {queue: integrated, gate: {jobs: [x]}}\n"
+        }
+    }
+    result = with_base(extra, app=app)
+    assert result.errors == ()
+    assert result.layout.queue_for("app", "main", "gate") == ("integrated", True)
+    assert result.layout.queue_for("lib", "main", "gate") is None

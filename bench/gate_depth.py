@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _system import Services
 
-from scheduler.manager.base import PipelineSettings
 from scheduler.manager.dependent import DependentManager
+from scheduler.manager.settings import PipelineSettings
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.item import QueueItem
@@ -73,7 +73,7 @@ WRITES = "zk_cnt_updatelatency"
 
 class OneJob:
     def freeze(self, item: Any, outcome: Any) -> Any:
-        from scheduler.manager.base import FreezeResult
+        from scheduler.manager.settings import FreezeResult
 
         return FreezeResult((JobInfo("unit"),))
 

@@ -46,9 +46,10 @@ from scheduler.config.model import Dependency
 from scheduler.layouts.cache import TenantLayout, TenantLayouts
 from scheduler.layouts.errors import UnsupportedManagerError
 from scheduler.manager import manager_class
-from scheduler.manager.base import FreezeResult, PipelineManager, PipelineSettings
+from scheduler.manager.base import PipelineManager
 from scheduler.manager.events import MergeOutcome
 from scheduler.manager.retiring import NoLayout, RetiringManager
+from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.item import QueueItem
@@ -129,7 +130,7 @@ def _proposed(
 
 
 class LayoutFreezer:
-    """The :class:`~scheduler.manager.base.LayoutProvider` of one pipeline."""
+    """The :class:`~scheduler.manager.settings.LayoutProvider` of one pipeline."""
 
     def __init__(self, layout: TenantLayout, pipeline: str) -> None:
         self.tenant_layout = layout

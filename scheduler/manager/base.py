@@ -2,10 +2,11 @@
 
 A manager is pure: it changes a :class:`~scheduler.model.item.PipelineState`
 in memory and records what must happen outside (merge and build requests,
-cancels, reports) as :class:`Intents`. The processing layer
-(:mod:`scheduler.processing`) commits the changed state and the requests in
-one fenced ZooKeeper transaction, then sends the nudges and runs the
-reporters. Nothing here does I/O, so every rule is unit-tested directly.
+cancels, reports) as :class:`~scheduler.manager.intents.Intents`. The
+processing layer (:mod:`scheduler.processing`) commits the changed state and
+the requests in one fenced ZooKeeper transaction, then sends the nudges and
+runs the reporters. Nothing here does I/O, so every rule is unit-tested
+directly.
 
 Reporting is two-phase so no report is lost to a crash: an item that
 finished gets its result and stays in the pipeline; the processor runs the
@@ -29,6 +30,11 @@ cancels the item's other builds and fails the item at once.
 
 Subclasses (independent, dependent, serial, supercedent) change how items
 are queued and which changes a merge stacks; the rest is shared.
+
+What a manager is given (its :class:`PipelineSettings`, a layout provider,
+a semaphore ledger) is in :mod:`scheduler.manager.settings`; the merge,
+build and node events that answer its requests are applied by
+:mod:`scheduler.manager.answers`.
 """
 
 from __future__ import annotations
@@ -36,14 +42,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
 
+from scheduler.manager import answers, settling
 from scheduler.manager import events as ev
-from scheduler.manager import settling
-from scheduler.manager.window import WindowSettings
-from scheduler.model.build import Build, BuildState, JobInfo, JobState
+from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
+from scheduler.manager.settings import LayoutProvider, PipelineSettings, SemaphoreLedger
+from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import (
     BuildSet,
@@ -53,7 +58,6 @@ from scheduler.model.item import (
     PushState,
     QueueItem,
 )
-from scheduler.model.nodeset import NodeNames
 from scheduler.model.results import Result
 
 log = logging.getLogger(__name__)
@@ -68,147 +72,9 @@ REPORT_RETRY_FIRST = 2.0
 REPORT_RETRY_MAX = 60.0
 
 
-# (project, branch) -> (shared queue name, per branch), None for a project of its own
-QueueNamer = Callable[[str, str], "tuple[str, bool] | None"]
-
-
-def no_shared_queues(project: str, branch: str) -> tuple[str, bool] | None:
-    return None
-
-
 def needed(change: Change) -> tuple[Change, ...]:
     """The changes ``change`` depends on, deepest first, without itself (a cycle)."""
     return tuple(n for n in change.needs if n.key != change.key)
-
-
-@dataclass(frozen=True)
-class PipelineSettings:
-    """What a manager needs of its pipeline's configuration."""
-
-    name: str
-    manager: str = "independent"
-    dequeue_on_new_patchset: bool = True
-    # dependent pipelines: the window of each shared queue
-    window: WindowSettings = field(default_factory=WindowSettings)
-    # gating: which shared queue a project's items join (Layout.queue_for)
-    queue_for: QueueNamer = no_shared_queues
-    # a success reporter says ``merge: true``: a passed head item is pushed first
-    merge_on_success: bool = False
-    # whether the queue of (project, branch) allows circular dependencies
-    allows_cycles: Callable[[str, str], bool] = lambda project, branch: False
-    # the (name, label) nodes a job's nodeset asks of a launcher; empty: the
-    # build request is submitted at once (always so without node providers);
-    # the int picks one of the nodeset's alternatives (scheduler.model.nodeset)
-    nodes_for: Callable[[JobInfo, int], NodeNames] = lambda job, choice: ()
-    # how many alternatives the job's nodeset has (1: none)
-    node_choices: Callable[[JobInfo], int] = lambda job: 1
-    # node name -> the nodeset groups it is in (the inventory's groups)
-    groups_for: Callable[[JobInfo, int], Mapping[str, tuple[str, ...]]] = lambda job, choice: {}
-    # the priority of its node requests (Zuul's precedence: high 100, normal 200, low 300)
-    node_priority: int = 200
-
-
-@dataclass(frozen=True)
-class FreezeResult:
-    """Frozen jobs for an item, or the configuration errors that prevent them."""
-
-    jobs: tuple[JobInfo, ...] = ()
-    errors: tuple[str, ...] = ()
-    # the project's ``fail-fast`` in this pipeline (the last stanza that sets it)
-    fail_fast: bool = False
-
-
-class LayoutProvider(Protocol):
-    def freeze(self, item: QueueItem, outcome: ev.MergeOutcome) -> FreezeResult:
-        """The job graph of ``item`` under the (possibly speculative) layout."""
-
-
-class SemaphoreLedger(Protocol):
-    def try_acquire(self, name: str, holder: str) -> bool:
-        """Take one slot of semaphore ``name`` for ``holder`` if one is free."""
-
-    def release(self, name: str, holder: str) -> None:
-        """Give back ``holder``'s slot (harmless if it holds none)."""
-
-
-@dataclass(frozen=True)
-class MergeIntent:
-    item: str
-    buildset: str
-    request: str
-    changes: tuple[Change, ...]
-    # projects to report besides the changes' (names in the tenant)
-    required: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class BuildIntent:
-    item: str
-    buildset: str
-    build: Build
-    job: JobInfo
-    parent_data: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class NodeIntent:
-    """A build that needs nodes first: the pass submits its node request."""
-
-    item: str
-    buildset: str
-    build: Build
-    job: str
-    nodes: NodeNames
-
-
-@dataclass(frozen=True)
-class CancelIntent:
-    build: str
-    zone: str = ""
-
-
-@dataclass
-class Intents:
-    """What the pass asks of the outside world, in the order it was decided."""
-
-    merges: list[MergeIntent] = field(default_factory=list)
-    builds: list[BuildIntent] = field(default_factory=list)
-    cancels: list[CancelIntent] = field(default_factory=list)
-    # paused builds whose dependents finished: set their ``resume`` flag
-    resumes: list[CancelIntent] = field(default_factory=list)
-    reports: list[str] = field(default_factory=list)
-    # uuids of head items whose tested merge the processing layer must push,
-    # answering each with merge_pushed or merge_failed (see the module docstring)
-    merges_to_push: list[str] = field(default_factory=list)
-    # builds whose node request the pass submits (it records the request's id)
-    node_requests: list[NodeIntent] = field(default_factory=list)
-    # node requests to delete after the commit (their builds were cancelled)
-    node_deletes: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(
-            self.merges
-            or self.builds
-            or self.node_requests
-            or self.node_deletes
-            or self.cancels
-            or self.resumes
-            or self.reports
-            or self.merges_to_push
-        )
-
-    def size(self) -> int:
-        """How many intents there are (a step that decided nothing leaves it as it was)."""
-        return (
-            len(self.merges)
-            + len(self.builds)
-            + len(self.node_requests)
-            + len(self.node_deletes)
-            + len(self.cancels)
-            + len(self.resumes)
-            + len(self.reports)
-            + len(self.merges_to_push)
-        )
 
 
 def new_uuid() -> str:
@@ -274,13 +140,13 @@ class PipelineManager:
         elif isinstance(event, ev.Promote):
             self.promote(state, event.changes)
         elif isinstance(event, ev.MergeCompleted):
-            self._merge_completed(state, event)
+            answers.merge_completed(self, state, event)
         elif isinstance(event, ev.BuildStarted | ev.BuildPaused):
-            self._build_progress(state, event)
+            answers.build_progress(state, event)
         elif isinstance(event, ev.NodesAnswered):
-            self._nodes_answered(state, event)
+            answers.nodes_answered(self, state, event)
         else:
-            self._build_completed(state, event)
+            answers.build_completed(self, state, event)
 
     def enqueue(self, state: PipelineState, change: Change, event_id: str = "") -> QueueItem:
         """Add ``change``; an identical live item is returned instead of a second one."""
@@ -364,166 +230,6 @@ class PipelineManager:
             build.result = Result.ABORTED
             build.end_time = self.clock()
         self._release_semaphores(item, job)
-
-    def _item_and_buildset(
-        self, state: PipelineState, item_uuid: str, buildset_uuid: str
-    ) -> QueueItem | None:
-        item = state.items.get(item_uuid)
-        if item is None or item.buildset.uuid != buildset_uuid or item.dequeued:
-            return None  # a stale event for a reset buildset or a finished item
-        return item
-
-    def _merge_completed(self, state: PipelineState, event: ev.MergeCompleted) -> None:
-        item = self._item_and_buildset(state, event.item, event.buildset)
-        if item is None or item.buildset.merge_state is not MergeState.PENDING:
-            return
-        buildset = item.buildset
-        if buildset.merge_request != event.request:
-            return
-        outcome = event.outcome
-        if outcome.lost:
-            log.warning("%s: merge %s was lost; merging again", self.settings.name, event.request)
-            buildset.merge_state = MergeState.NEW
-            buildset.merge_request = None
-            return
-        buildset.merge_state = MergeState.COMPLETE
-        if not outcome.ok:
-            buildset.merge_error = outcome.error or "merge failed"
-            return
-        buildset.repo_state = dict(outcome.repo_state)
-        buildset.base_state = {p: dict(b) for p, b in outcome.base_state.items()}
-        buildset.files = list(outcome.files)
-        frozen = self.layouts.freeze(item, outcome)
-        if frozen.errors:
-            buildset.config_errors = list(frozen.errors)
-            return
-        missing = sorted({p for job in frozen.jobs for p in job.projects} - set(outcome.repo_state))
-        if missing and not set(missing) <= set(buildset.required):
-            # A job needs a project the merge did not report (a speculative
-            # config added it): merge again with it, Zuul's second repo-state step.
-            buildset.required = sorted({*buildset.required, *missing})
-            buildset.merge_state = MergeState.NEW
-            buildset.merge_request = None
-            return
-        buildset.fail_fast = frozen.fail_fast
-        buildset.jobs = {job.name: JobState(info=job) for job in frozen.jobs}
-        if not frozen.jobs:
-            # Zuul's rule: a change with no jobs in this pipeline is not reported.
-            log.info("%s: no jobs for %s; dequeued", self.settings.name, item.change.key)
-            self.dequeue(state, item, "no jobs to run", report=False)
-
-    def _find_build(
-        self, state: PipelineState, event: ev.BuildStarted | ev.BuildPaused | ev.BuildCompleted
-    ) -> tuple[QueueItem, JobState, Build] | None:
-        item = self._item_and_buildset(state, event.item, event.buildset)
-        if item is None or item.buildset.jobs is None:
-            return None
-        job = item.buildset.jobs.get(event.job)
-        if job is None:
-            return None
-        for build in job.builds:
-            if build.uuid == event.build:
-                return item, job, build
-        return None
-
-    def _build_progress(
-        self, state: PipelineState, event: ev.BuildStarted | ev.BuildPaused
-    ) -> None:
-        found = self._find_build(state, event)
-        if found is None or found[2].done:
-            return
-        _, _, build = found
-        if isinstance(event, ev.BuildStarted):
-            build.state = BuildState.RUNNING
-            build.start_time = event.time
-            build.worker = event.worker
-        else:
-            build.state = BuildState.PAUSED
-            build.result_data = dict(event.result_data)
-
-    def _build_completed(self, state: PipelineState, event: ev.BuildCompleted) -> None:
-        found = self._find_build(state, event)
-        if found is None or found[2].done:
-            return  # duplicate or stale
-        item, job, build = found
-        was_paused = build.paused
-        build.state = BuildState.COMPLETED
-        build.result = event.result
-        build.message = event.message
-        build.start_time = event.start_time or build.start_time
-        build.end_time = event.end_time or self.clock()
-        build.result_data = dict(event.result_data)
-        build.log_path = event.log_path
-        self._release_semaphores(item, job)
-        if was_paused and job.needs_retry:
-            self._rerun_dependents(item, job)
-
-    def _nodes_answered(self, state: PipelineState, event: ev.NodesAnswered) -> None:
-        """The build's nodes are ready (submit it) or cannot be had (NODE_FAILURE)."""
-        item = self._item_and_buildset(state, event.item, event.buildset)
-        if item is None or item.buildset.jobs is None:
-            return
-        job = item.buildset.jobs.get(event.job)
-        build = job.current if job is not None else None
-        if job is None or build is None or build.node_request != event.request:
-            # stale: the build was cancelled or reset. The pass that did so
-            # deletes its request after committing; if that pass's worker died
-            # in between, this answer is the last word on the request: delete it
-            # (else its nodes stay allocated to nobody, counted against quotas).
-            self.intents.node_deletes.append(event.request)
-            return
-        if not build.waiting_for_nodes:
-            return  # duplicate
-        if not event.fulfilled:
-            if self._next_alternative(item, job, build, event.request):
-                return
-            build.state = BuildState.COMPLETED
-            build.result = Result.NODE_FAILURE
-            build.message = event.reason or "NODE_FAILURE"
-            if build.node_choice:
-                build.message += f" (the last of {build.node_choice + 1} alternatives)"
-            build.start_time = build.end_time = self.clock()
-            self._release_semaphores(item, job)
-            return
-        names = [name for name, _ in self.settings.nodes_for(job.info, build.node_choice)]
-        groups = self.settings.groups_for(job.info, build.node_choice)
-        build.nodes = []
-        for n, node in enumerate(event.nodes):
-            name = names[n] if n < len(names) else str(node.get("label", ""))
-            named = {**dict(node), "name": name}
-            if groups.get(name):
-                named["groups"] = list(groups[name])
-            build.nodes.append(named)
-        parent_data = item.buildset.graph.parent_data(job)
-        self.intents.builds.append(
-            BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data)
-        )
-
-    def _next_alternative(self, item: QueueItem, job: JobState, build: Build, failed: str) -> bool:
-        """Ask for the nodeset's next alternative after ``failed``; False if none is left."""
-        choice = build.node_choice + 1
-        while choice < self.settings.node_choices(job.info):
-            wanted = self.settings.nodes_for(job.info, choice)
-            if wanted:
-                build.node_choice = choice
-                self.intents.node_deletes.append(failed)
-                self.intents.node_requests.append(
-                    NodeIntent(item.uuid, item.buildset.uuid, build, job.name, wanted)
-                )
-                return True
-            choice += 1  # an alternative without labelled nodes asks for nothing
-        return False
-
-    def _rerun_dependents(self, item: QueueItem, job: JobState) -> None:
-        """A paused job is retried (its build was lost): so is every job that depends on it.
-
-        Zuul's rule (TestJobPause.test_job_pause_retry): their builds are
-        cancelled (ABORTED) and they run again, from their first try, once the
-        new build of ``job`` has paused or succeeded.
-        """
-        for dependent in item.buildset.graph.dependents(job.name):
-            self._abort_job(item, dependent)
-            dependent.reset()
 
     # -- advancing ---------------------------------------------------------------
 

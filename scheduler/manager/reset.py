@@ -6,7 +6,7 @@ item are those whose ``ahead`` names it; they form a tree, so resetting one
 item resets its whole subtree. A reset aborts the item's builds (cancel
 intents, semaphores released), gives it a new :class:`BuildSet` with a new
 uuid (so every merge and build event of the old one is stale and ignored,
-see ``PipelineManager._item_and_buildset``) and forgets its result: the
+see :mod:`scheduler.manager.answers`) and forgets its result: the
 item is merged and tested again from the start.
 """
 

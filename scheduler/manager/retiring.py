@@ -11,7 +11,8 @@ enqueued).
 from __future__ import annotations
 
 from scheduler.manager import events as ev
-from scheduler.manager.base import FreezeResult, PipelineManager
+from scheduler.manager.base import PipelineManager
+from scheduler.manager.settings import FreezeResult
 from scheduler.model.change import Change
 from scheduler.model.item import ChangeQueue, PipelineState, QueueItem
 

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from scheduler.manager.base import BuildIntent, MergeIntent, PipelineManager
+from scheduler.manager.base import PipelineManager
 from scheduler.manager.events import MergeOutcome
+from scheduler.manager.intents import BuildIntent, MergeIntent
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
 from scheduler.zk.client import ZooKeeperClient

@@ -16,8 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler.config import FrozenJob
-from scheduler.manager.base import BuildIntent, MergeIntent
 from scheduler.manager.events import MergeOutcome
+from scheduler.manager.intents import BuildIntent, MergeIntent
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result

@@ -44,13 +44,14 @@ from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state import codec
 from scheduler.state.store import PipelineStore
 from scheduler.wire import events as wire_events
-from scheduler.zk import flags, locks, multiread, paths, stored, timings
+from scheduler.zk import flags, locks, multiread, paths, paths_nodepool, stored, timings
 from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.doctree import DocTree
 from scheduler.zk.event_queue import Event, EventQueue
 from scheduler.zk.job_requests import JobRequestQueue, RequestEvent, RequestMessage
 from scheduler.zk.ledger import TxnLedger
-from scheduler.zk.nodes import NodeRequestMessage, NodeRequestState, NodeStore, PipelineRequestor
+from scheduler.zk.node_records import NodeRequestMessage, NodeRequestState, PipelineRequestor
+from scheduler.zk.nodes import NodeStore
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class PipelinePass:
         try:
             tree = self.commit(store, tree, state, txn)
         except OpFailedError as exc:
-            if not (ledger.guards(exc.path) or paths.is_node_request(exc.path)):
+            if not (ledger.guards(exc.path) or paths_nodepool.is_node_request(exc.path)):
                 raise
             # A reconfiguration replaced the layout, or another pipeline took or
             # freed a semaphore slot, or another requestor took the id of a node

@@ -19,7 +19,7 @@ a queue.
 * ``request-started``, ``-paused``, ``-completed``:
   :class:`~scheduler.zk.job_requests.RequestMessage`, put by the job request
   queues, read by the pipeline pass;
-* ``node-request``: :class:`~scheduler.zk.nodes.NodeRequestMessage`, put by a
+* ``node-request``: :class:`~scheduler.zk.node_records.NodeRequestMessage`, put by a
   launcher (in the transaction that fulfils or fails a node request a
   pipeline job made), read by the pipeline pass.
 
@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from scheduler.manager.events import Dequeue, Enqueue, MalformedEventError, Promote
 from scheduler.model.change import Change
 from scheduler.zk.job_requests import JobResult, RequestEvent, RequestMessage
-from scheduler.zk.nodes import FINAL_REQUEST_STATES, NODE_REQUEST_EVENT, NodeRequestMessage
+from scheduler.zk.node_records import FINAL_REQUEST_STATES, NODE_REQUEST_EVENT, NodeRequestMessage
 
 __all__ = [
     "Dequeue",

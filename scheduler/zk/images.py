@@ -45,7 +45,7 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from scheduler.zk import flags, locks, paths, stored
+from scheduler.zk import flags, locks, paths, paths_nodepool, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import EXISTS, NO_NODE, OpFailedError
 from scheduler.zk.errors import ConflictError, ZooKeeperError
@@ -87,7 +87,7 @@ class ImageBuild:
 
     @property
     def path(self) -> str:
-        return paths.image_build(self.image, self.id)
+        return paths_nodepool.image_build(self.image, self.id)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,7 +131,7 @@ class ImageUpload:
 
     @property
     def path(self) -> str:
-        return paths.provider_upload(self.image, self.build_id, self.provider, self.id)
+        return paths_nodepool.provider_upload(self.image, self.build_id, self.provider, self.id)
 
     def to_dict(self) -> dict[str, Any]:
         return {"external_id": self.external_id, "state": self.state, "state_time": self.state_time}
@@ -172,29 +172,33 @@ class ImageStore:
     def images(self) -> list[str]:
         """Images that have a node (built, building or requested)."""
         try:
-            return sorted(paths.unsegment(c) for c in self.client.get_children(paths.images_root()))
+            return sorted(
+                paths.unsegment(c) for c in self.client.get_children(paths_nodepool.images_root())
+            )
         except NoNodeError:
             return []
 
     def builds(self, image: str) -> list[ImageBuild]:
         """Every build of ``image``, oldest first."""
         try:
-            ids = _sequence_ids(self.client.get_children(paths.image_builds(image)))
+            ids = _sequence_ids(self.client.get_children(paths_nodepool.image_builds(image)))
         except NoNodeError:
             return []
-        pending = [(i, self.client.kazoo.get_async(paths.image_build(image, i))) for i in ids]
+        pending = [
+            (i, self.client.kazoo.get_async(paths_nodepool.image_build(image, i))) for i in ids
+        ]
         found = []
         for build_id, result in pending:
             try:
                 raw, stat = self.client.wait(result)
             except NoNodeError:
                 continue
-            data = stored.decode(raw, paths.image_build(image, build_id))
+            data = stored.decode(raw, paths_nodepool.image_build(image, build_id))
             found.append(ImageBuild.from_dict(image, build_id, data, int(stat.version)))
         return found
 
     def build(self, image: str, build_id: str) -> ImageBuild | None:
-        path = paths.image_build(image, build_id)
+        path = paths_nodepool.image_build(image, build_id)
         try:
             raw, stat = self.client.get(path)
         except NoNodeError:
@@ -204,20 +208,25 @@ class ImageStore:
     def providers(self, image: str, build_id: str) -> list[str]:
         """Providers the build has an ``images/`` node for."""
         try:
-            names = self.client.get_children(paths.image_build_providers(image, build_id))
+            names = self.client.get_children(paths_nodepool.image_build_providers(image, build_id))
         except NoNodeError:
             return []
         return sorted(paths.unsegment(n) for n in names)
 
     def uploads(self, image: str, build_id: str, provider: str) -> list[ImageUpload]:
         """Uploads of the build to ``provider``, oldest first."""
-        parent = paths.provider_uploads(image, build_id, provider)
+        parent = paths_nodepool.provider_uploads(image, build_id, provider)
         try:
             ids = _sequence_ids(self.client.get_children(parent))
         except NoNodeError:
             return []
         pending = [
-            (i, self.client.kazoo.get_async(paths.provider_upload(image, build_id, provider, i)))
+            (
+                i,
+                self.client.kazoo.get_async(
+                    paths_nodepool.provider_upload(image, build_id, provider, i)
+                ),
+            )
             for i in ids
         ]
         found = []
@@ -257,16 +266,16 @@ class ImageStore:
 
     def request_build(self, image: str) -> None:
         """Raise ``request-build``: the next builder that looks builds ``image``."""
-        flags.raise_flag(self.client, paths.image_request_build(image))
+        flags.raise_flag(self.client, paths_nodepool.image_request_build(image))
 
     def build_requested(self, image: str) -> bool:
-        return flags.is_raised(self.client, paths.image_request_build(image))
+        return flags.is_raised(self.client, paths_nodepool.image_request_build(image))
 
     def lock_builds(self, image: str, builder: str, *, timeout: float = 0.0) -> HeldLock | None:
         """Take ``image``'s build lock (None when another builder holds it)."""
         return locks.acquire(
             self.client,
-            paths.image_build_lock(image),
+            paths_nodepool.image_build_lock(image),
             identifier=builder,
             timeout=timeout,
             blocking=timeout > 0,
@@ -274,7 +283,7 @@ class ImageStore:
 
     def build_lock_holders(self, image: str) -> list[str]:
         """Builders holding or waiting for ``image``'s build lock (empty: nobody builds it)."""
-        return locks.contenders(self.client, paths.image_build_lock(image))
+        return locks.contenders(self.client, paths_nodepool.image_build_lock(image))
 
     # ------------------------------------------------------------ the build lifecycle
 
@@ -293,9 +302,9 @@ class ImageStore:
         """
         now = time.time()
         draft = ImageBuild(image, "", builder, "", ImageBuildState.BUILDING, now, image_format, now)
-        flag = paths.image_request_build(image)
+        flag = paths_nodepool.image_request_build(image)
         for _ in CONFLICT.tries():
-            build_id = self._next_id(paths.image_builds(image))
+            build_id = self._next_id(paths_nodepool.image_builds(image))
             txn = held.context.transaction()
             build = replace(draft, id=build_id, filename=f"{image}-{build_id}")
             txn.create(build.path, stored.encode(build.to_dict()))
@@ -363,12 +372,12 @@ class ImageStore:
     # ------------------------------------------------------------ uploads
 
     def lock_upload(self, build: ImageBuild, provider: str, builder: str) -> HeldLock | None:
-        path = paths.provider_upload_lock(build.image, build.id, provider)
+        path = paths_nodepool.provider_upload_lock(build.image, build.id, provider)
         return locks.acquire(self.client, path, identifier=builder, blocking=False)
 
     def upload_lock_holders(self, build: ImageBuild, provider: str) -> list[str]:
         """Builders holding or waiting for the upload lock (empty: no upload in progress)."""
-        path = paths.provider_upload_lock(build.image, build.id, provider)
+        path = paths_nodepool.provider_upload_lock(build.image, build.id, provider)
         return locks.contenders(self.client, path)
 
     def start_upload(self, held: HeldLock, build: ImageBuild, provider: str) -> ImageUpload:
@@ -378,7 +387,9 @@ class ImageStore:
             build.image, build.id, provider, "", "", ImageUploadState.UPLOADING, now
         )
         for _ in CONFLICT.tries():
-            upload_id = self._next_id(paths.provider_uploads(build.image, build.id, provider))
+            upload_id = self._next_id(
+                paths_nodepool.provider_uploads(build.image, build.id, provider)
+            )
             upload = replace(draft, id=upload_id)
             txn = held.context.transaction()
             txn.create(upload.path, stored.encode(upload.to_dict()))

@@ -24,7 +24,8 @@ import pytest
 from scheduler.node_settings import NodeSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore
-from scheduler.zk.nodes import NodeState, NodeStore
+from scheduler.zk.node_records import NodeState
+from scheduler.zk.nodes import NodeStore
 from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 from tests.fixtures.services import missing_service
 from tests.fixtures.waiting import wait_until

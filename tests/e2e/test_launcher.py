@@ -22,7 +22,8 @@ import pytest
 from scheduler.node_settings import NodeSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
-from scheduler.zk.nodes import NodeRequest, NodeRequestState, NodeState, NodeStore
+from scheduler.zk.node_records import NodeRequest, NodeRequestState, NodeState
+from scheduler.zk.nodes import NodeStore
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import WorkerProcess

@@ -30,7 +30,8 @@ from scheduler.node_settings import NodeSettings
 from scheduler.processing import testhooks
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
-from scheduler.zk.nodes import NodeRequest, NodeRequestState, NodeStore
+from scheduler.zk.node_records import NodeRequest, NodeRequestState
+from scheduler.zk.nodes import NodeStore
 from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 from tests.fixtures.services import missing_service
 from tests.fixtures.sshd import SshHost, ssh_options

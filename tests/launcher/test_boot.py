@@ -27,7 +27,7 @@ import pytest
 
 from scheduler.node_settings import NodeProviderSettings, NodeSettings
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.nodes import Node
+from scheduler.zk.node_records import Node
 from tests.fixtures.services import missing_service
 from tests.fixtures.sshd import ssh_options
 from tests.fixtures.waiting import wait_until
@@ -258,7 +258,7 @@ import socket, sys, time
 from pathlib import Path
 from typing import cast
 from scheduler.node_settings import NodeProviderSettings, NodeSettings
-from scheduler.zk.nodes import Node
+from scheduler.zk.node_records import Node
 from workers.launcher.addresses import AddressPool
 from workers.launcher.providers import LocalProvider
 tmp, image = Path(sys.argv[1]), sys.argv[2]

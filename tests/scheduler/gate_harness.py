@@ -15,15 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from scheduler.manager import events as ev
-from scheduler.manager.base import (
-    BuildIntent,
-    FreezeResult,
-    Intents,
-    MergeIntent,
-    PipelineManager,
-    PipelineSettings,
-)
+from scheduler.manager.base import PipelineManager
 from scheduler.manager.dependent import DependentManager
+from scheduler.manager.intents import BuildIntent, Intents, MergeIntent
+from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import MergeState, PipelineState, QueueItem

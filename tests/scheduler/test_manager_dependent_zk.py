@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.manager.base import PipelineManager, PipelineSettings
+from scheduler.manager.base import PipelineManager
 from scheduler.manager.dependent import DependentManager
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from scheduler.manager import events as ev
-from scheduler.manager.base import PipelineSettings
 from scheduler.manager.dependent import DependentManager
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model.change import Change
 from scheduler.model.results import Result
 from tests.scheduler.gate_harness import Gate, change

@@ -10,8 +10,9 @@ import pytest
 
 from scheduler.config.model import Dependency
 from scheduler.manager import events as ev
-from scheduler.manager.base import FreezeResult, Intents, PipelineSettings
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.intents import Intents
+from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model.build import BuildState, JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.manager.base import PipelineSettings
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model.item import PushState, QueueItem
 from scheduler.model.results import Result
 from tests.scheduler.gate_harness import Gate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.manager import events as ev
-from scheduler.manager.base import PipelineSettings
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model.results import Result
 from scheduler.wire.events import decode
 from tests.scheduler.gate_harness import Gate, change

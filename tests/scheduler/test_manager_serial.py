@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler.manager.base import PipelineSettings
 from scheduler.manager.serial import SerialManager
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model.results import Result
 from tests.scheduler.gate_harness import Gate
 

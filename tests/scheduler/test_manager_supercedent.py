@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.manager import events as ev
-from scheduler.manager.base import PipelineSettings
+from scheduler.manager.settings import PipelineSettings
 from scheduler.manager.supercedent import SupercedentManager
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem

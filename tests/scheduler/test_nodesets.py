@@ -11,13 +11,10 @@ from collections.abc import Sequence
 
 from scheduler import tasknames
 from scheduler.manager import events as ev
-from scheduler.manager.base import (
-    FreezeResult,
-    Intents,
-    PipelineManager,
-    PipelineSettings,
-)
+from scheduler.manager.base import PipelineManager
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.intents import Intents
+from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model.build import Build, BuildState, JobInfo, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
@@ -33,7 +30,8 @@ from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.ledger import TxnLedger
-from scheduler.zk.nodes import Node, NodeRequestState, NodeStore
+from scheduler.zk.node_records import Node, NodeRequestState
+from scheduler.zk.nodes import NodeStore
 from tests.scheduler.world import World
 
 UBUNTU = {

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler import tasknames
-from scheduler.manager.base import FreezeResult, PipelineSettings
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.results import Result
 from scheduler.processing import pipeline as processing

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.manager.base import PipelineSettings
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model.build import Build, BuildState, JobInfo, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import BuildSet, PipelineState, PushState, QueueItem

@@ -9,14 +9,10 @@ import pytest
 
 from scheduler.config.model import Dependency
 from scheduler.manager import events as ev
-from scheduler.manager.base import (
-    BuildIntent,
-    FreezeResult,
-    MergeIntent,
-    PipelineManager,
-    PipelineSettings,
-)
+from scheduler.manager.base import PipelineManager
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.intents import BuildIntent, MergeIntent
+from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result

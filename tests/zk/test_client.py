@@ -10,7 +10,7 @@ import pytest
 
 from cli.stack.process import free_port
 from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings
-from scheduler.zk import locks, paths, stored
+from scheduler.zk import locks, paths, paths_nodepool, stored
 from scheduler.zk.client import ConnectionState, ZooKeeperClient, attach, connect
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import (
@@ -85,7 +85,7 @@ def test_every_seed_path_builds(zk: ZooKeeperClient) -> None:
         paths.pipeline_trigger_queue("t", "gate"),
         paths.request_flag(paths.executor_queue("zone/a"), "u", "cancel"),
         paths.request_child(paths.merger_queue(), "waiters", "u"),
-        paths.launcher_stats_election(),
+        paths_nodepool.launcher_stats_election(),
         paths.layout_state("t"),
         paths.layout_data("l1"),
         paths.connection_lock("gerrit", "poller"),
@@ -94,7 +94,7 @@ def test_every_seed_path_builds(zk: ZooKeeperClient) -> None:
         paths.management_queue_lock("t"),
         paths.tenant_lock("t"),
         paths.ltime(),
-        paths.nodepool_election(),
+        paths_nodepool.nodepool_election(),
         paths.management_result("e1"),
         paths.timer_election(),
         paths.scheduler_stats_election(),
@@ -107,12 +107,12 @@ def test_every_seed_path_builds(zk: ZooKeeperClient) -> None:
         paths.repo_state(ref),
         paths.build_parameters(ref, "tox/py3", "b1"),
         paths.provider_config("t", "cloud"),
-        paths.nodeset_request("n1"),
-        paths.nodeset_lock("n1"),
-        paths.node("n1"),
-        paths.node_lock("n1"),
-        paths.image_artifact("a1"),
-        paths.image_upload("img", "b1", "ep"),
+        paths_nodepool.nodeset_request("n1"),
+        paths_nodepool.nodeset_lock("n1"),
+        paths_nodepool.node("n1"),
+        paths_nodepool.node_lock("n1"),
+        paths_nodepool.image_artifact("a1"),
+        paths_nodepool.image_upload("img", "b1", "ep"),
     ]
     assert len(set(built)) == len(built)
     txn_paths = [p for p in built if not p.endswith("-")]

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from scheduler.zk import paths, stored
+from scheduler.zk import paths_nodepool, stored
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.errors import FencedWriteError, LockLostError
 from scheduler.zk.images import (
@@ -42,7 +42,7 @@ def test_builds_are_sequence_nodes_beside_the_lock_with_the_seeds_fields(
     first = _ready_build(store, "ubuntu")
     second = _ready_build(store, "ubuntu")
     assert int(second.id) == int(first.id) + 1 and len(first.id) == 10
-    children = zk.get_children(paths.image_builds("ubuntu"))
+    children = zk.get_children(paths_nodepool.image_builds("ubuntu"))
     assert sorted(children) == sorted(["lock", first.id, second.id])
     raw, _ = zk.get("/nodepool/image/ubuntu/builds/" + first.id)
     data = stored.decode(raw)

@@ -10,7 +10,8 @@ from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.nodes import Node, NodeRequestState, NodeState, NodeStore, PipelineRequestor
+from scheduler.zk.node_records import Node, NodeRequestState, NodeState, PipelineRequestor
+from scheduler.zk.nodes import NodeStore
 from tests.fixtures.waiting import wait_until
 from workers.launcher.launcher import Launcher, RequestNudges
 

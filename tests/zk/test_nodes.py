@@ -10,22 +10,22 @@ import redis
 from scheduler.settings import load_settings
 from scheduler.sweep import node_steps
 from scheduler.wire.events import decode
-from scheduler.zk import paths, stored
+from scheduler.zk import paths, paths_nodepool, stored
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.errors import FencedWriteError, LockLostError
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.locks import HeldLock
-from scheduler.zk.nodes import (
+from scheduler.zk.node_records import (
     Node,
     NodeRequest,
     NodeRequestMessage,
     NodeRequestState,
     NodeState,
-    NodeStore,
     NodeStoreError,
     PipelineRequestor,
 )
+from scheduler.zk.nodes import NodeStore
 from tests.fixtures.waiting import wait_until
 
 
@@ -181,7 +181,7 @@ def test_ready_nodes_of_a_deleted_request_become_used(zk: ZooKeeperClient) -> No
         store.fulfil(held, request, nodes)
     assert store.recover().nodes_used == []
     store.delete_request(request_id)
-    assert zk.exists(paths.node_request_lock(request_id)) is None
+    assert zk.exists(paths_nodepool.node_request_lock(request_id)) is None
     assert store.recover().nodes_used == [nodes[0].id]
 
 

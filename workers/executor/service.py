@@ -75,7 +75,8 @@ from scheduler.zk.errors import (
 )
 from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
 from scheduler.zk.keystore import KeyStore
-from scheduler.zk.nodes import HeldNode, NodeStore, NodeStoreError
+from scheduler.zk.node_records import NodeStoreError
+from scheduler.zk.nodes import HeldNode, NodeStore
 from workers import claims
 from workers.claims import Delivery, briefly_suspended
 from workers.executor import speculation

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.image_settings import DiskImageSettings
-from scheduler.zk import paths
+from scheduler.zk import paths_nodepool
 from scheduler.zk.images import ImageBuild, ImageBuildState, ImageUploadState
 from workers.images.builder import ImageBuilder, build_due, remove_incomplete
 from workers.images.uploads import remove_upload, upload_to
@@ -176,7 +176,7 @@ def delete_build(builder: ImageBuilder, build: ImageBuild) -> bool:
     """Remove a ``delete`` build of this builder: uploads, files, node. False if not now."""
     store = builder.store
     for provider in store.providers(build.image, build.id):
-        lock = paths.provider_upload_lock(build.image, build.id, provider)
+        lock = paths_nodepool.provider_upload_lock(build.image, build.id, provider)
         held = store.lock_upload(build, provider, builder.builder_id)
         if held is None:
             log.info("image %s: build %s: %s is busy, deleting later", build.image, build.id, lock)

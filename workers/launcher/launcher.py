@@ -40,15 +40,15 @@ from scheduler.settings import Settings
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import ZooKeeperError
 from scheduler.zk.locks import HeldLock
-from scheduler.zk.nodes import (
+from scheduler.zk.node_records import (
     FINAL_REQUEST_STATES,
     Node,
     NodeRequest,
     NodeRequestState,
     NodeState,
-    NodeStore,
     NodeStoreError,
 )
+from scheduler.zk.nodes import NodeStore
 from workers.launcher.errors import LaunchError
 from workers.launcher.providers import NodeProvider, make_providers
 from workers.nodekey import node_key_path

@@ -34,7 +34,7 @@ from pathlib import Path
 from scheduler.node_settings import NodeProviderSettings, NodeSettings
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.images import ImageStore
-from scheduler.zk.nodes import Node
+from scheduler.zk.node_records import Node
 from workers.launcher.addresses import AddressPool
 from workers.launcher.boot import boot_node, shutdown_node
 from workers.launcher.errors import LaunchError

@@ -1,0 +1,78 @@
+"""What a pipeline manager is given: its settings and the services it asks.
+
+:class:`PipelineSettings` is what a manager needs of its pipeline's
+configuration (the layouts build it, :mod:`scheduler.layouts.source`); a
+:class:`LayoutProvider` freezes an item's jobs under the (possibly
+speculative) layout into a :class:`FreezeResult`; a :class:`SemaphoreLedger`
+hands out semaphore slots. All are plain values or protocols: a manager
+stays pure, and the tests give it fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scheduler.manager import events as ev
+from scheduler.manager.window import WindowSettings
+from scheduler.model.build import JobInfo
+from scheduler.model.item import QueueItem
+from scheduler.model.nodeset import NodeNames
+
+# (project, branch) -> (shared queue name, per branch), None for a project of its own
+QueueNamer = Callable[[str, str], "tuple[str, bool] | None"]
+
+
+def no_shared_queues(project: str, branch: str) -> tuple[str, bool] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """What a manager needs of its pipeline's configuration."""
+
+    name: str
+    manager: str = "independent"
+    dequeue_on_new_patchset: bool = True
+    # dependent pipelines: the window of each shared queue
+    window: WindowSettings = field(default_factory=WindowSettings)
+    # gating: which shared queue a project's items join (Layout.queue_for)
+    queue_for: QueueNamer = no_shared_queues
+    # a success reporter says ``merge: true``: a passed head item is pushed first
+    merge_on_success: bool = False
+    # whether the queue of (project, branch) allows circular dependencies
+    allows_cycles: Callable[[str, str], bool] = lambda project, branch: False
+    # the (name, label) nodes a job's nodeset asks of a launcher; empty: the
+    # build request is submitted at once (always so without node providers);
+    # the int picks one of the nodeset's alternatives (scheduler.model.nodeset)
+    nodes_for: Callable[[JobInfo, int], NodeNames] = lambda job, choice: ()
+    # how many alternatives the job's nodeset has (1: none)
+    node_choices: Callable[[JobInfo], int] = lambda job: 1
+    # node name -> the nodeset groups it is in (the inventory's groups)
+    groups_for: Callable[[JobInfo, int], Mapping[str, tuple[str, ...]]] = lambda job, choice: {}
+    # the priority of its node requests (Zuul's precedence: high 100, normal 200, low 300)
+    node_priority: int = 200
+
+
+@dataclass(frozen=True)
+class FreezeResult:
+    """Frozen jobs for an item, or the configuration errors that prevent them."""
+
+    jobs: tuple[JobInfo, ...] = ()
+    errors: tuple[str, ...] = ()
+    # the project's ``fail-fast`` in this pipeline (the last stanza that sets it)
+    fail_fast: bool = False
+
+
+class LayoutProvider(Protocol):
+    def freeze(self, item: QueueItem, outcome: ev.MergeOutcome) -> FreezeResult:
+        """The job graph of ``item`` under the (possibly speculative) layout."""
+
+
+class SemaphoreLedger(Protocol):
+    def try_acquire(self, name: str, holder: str) -> bool:
+        """Take one slot of semaphore ``name`` for ``holder`` if one is free."""
+
+    def release(self, name: str, holder: str) -> None:
+        """Give back ``holder``'s slot (harmless if it holds none)."""

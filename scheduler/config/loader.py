@@ -30,7 +30,7 @@ from scheduler.config.checks import check_layout
 from scheduler.config.errors import ConfigError
 from scheduler.config.files import select_config_files
 from scheduler.config.layout import Layout, LayoutResult
-from scheduler.config.model import JobVariant, ProjectConfig, Secret, SourceContext
+from scheduler.config.model import NOOP_JOB, JobVariant, ProjectConfig, Secret, SourceContext
 from scheduler.config.parser import ParsedConfig, parse_config_text
 from scheduler.config.regex import matches_any
 from scheduler.config.schema import Where
@@ -141,10 +141,7 @@ def _implied(project: TenantProject, branch_count: int) -> bool:
     return not project.trusted and branch_count > 1
 
 
-# Zuul's built-in job: every tenant has it, it needs no definition, no
-# executor and no node, and it always succeeds (the scheduler completes its
-# build itself). It may not be defined again.
-NOOP_JOB = "noop"
+# the built-in noop job's definition (scheduler.config.model.NOOP_JOB)
 _NOOP = JobVariant(
     name=NOOP_JOB,
     source=SourceContext(project="", branch="", path="<built-in>", line=0, trusted=True),

@@ -18,6 +18,10 @@ from typing import Any
 
 MANAGERS = ("independent", "dependent", "serial", "supercedent")
 PRECEDENCES = ("high", "normal", "low")
+# Zuul's built-in job: every tenant has it, it needs no definition, no
+# executor and no node, and it always succeeds (the scheduler completes its
+# build itself: scheduler.manager.base). It may not be defined again.
+NOOP_JOB = "noop"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
+from scheduler.config.model import NOOP_JOB
 from scheduler.manager import answers, settling
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
@@ -65,8 +66,6 @@ log = logging.getLogger(__name__)
 # job results that are not a failure (None: not ended yet)
 PASSED = frozenset({None, Result.SUCCESS, Result.SKIPPED})
 
-# The built-in job that needs no build request (scheduler.config.loader.NOOP_JOB).
-NOOP_JOB = "noop"
 # Seconds before the first retry of a report that did not land, doubling to the max.
 REPORT_RETRY_FIRST = 2.0
 REPORT_RETRY_MAX = 60.0

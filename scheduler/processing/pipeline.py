@@ -19,38 +19,37 @@ pass
    crash in between repeats the idempotent reports, never loses one).
 
 Request events name a request and its buildset; a completed request's
-result is read from its queue here, so the event stays small.
+result is read from its queue when the event is decoded
+(:mod:`scheduler.processing.decoding`), so the event stays small.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
 
 from scheduler import dispatch, reconfiguration, scope, tasklabels, tasknames
 from scheduler.manager import events as ev
 from scheduler.manager import settling
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
-from scheduler.model.item import PipelineState, QueueItem
+from scheduler.model.item import PipelineState
 from scheduler.model.results import Result
 from scheduler.processing import quiet, testhooks
 from scheduler.processing.coalesce import run_exclusive
+from scheduler.processing.decoding import EventDecoder, PushOutcome, push_request_uuid
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state import codec
 from scheduler.state.store import PipelineStore
-from scheduler.wire import events as wire_events
 from scheduler.zk import flags, locks, multiread, paths, paths_nodepool, stored, timings
 from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.doctree import DocTree
 from scheduler.zk.event_queue import Event, EventQueue
-from scheduler.zk.job_requests import JobRequestQueue, RequestEvent, RequestMessage
+from scheduler.zk.job_requests import JobRequestQueue
 from scheduler.zk.ledger import TxnLedger
-from scheduler.zk.node_records import NodeRequestMessage, NodeRequestState, PipelineRequestor
+from scheduler.zk.node_records import PipelineRequestor
 from scheduler.zk.nodes import NodeStore
 
 log = logging.getLogger(__name__)
@@ -115,6 +114,11 @@ class PipelinePass:
     node_deletes: list[str] = field(default_factory=list)
     # the state was at rest (scheduler.processing.quiet): the pass runs only to verify
     skippable: bool = False
+    # the result events into the manager's (it notes stale node requests in node_deletes)
+    decoder: EventDecoder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.decoder = EventDecoder(self.env, self.pipeline, self.node_deletes)
 
     def run(self) -> bool:
         """One pass in named steps; True if another pass may find something.
@@ -317,7 +321,7 @@ class PipelinePass:
         for queue, batch in events:
             for event in batch:
                 self.consumed.append((queue, event))
-                decoded = self._decode(state, event)
+                decoded = self.decoder.decode(state, event)
                 if isinstance(decoded, PushOutcome):
                     if decoded.pushed:
                         manager.merge_pushed(state, decoded.item)
@@ -351,111 +355,6 @@ class PipelinePass:
             key = "dequeued" if isinstance(event, ev.Dequeue) else "promoted"
             outcome = {key: affected}
         self.outcomes[event.result_id] = outcome
-
-    def _decode(self, state: PipelineState, event: Event) -> ev.PipelineEvent | PushOutcome | None:
-        try:
-            decoded = wire_events.decode(event.payload)
-        except ev.MalformedEventError as exc:
-            log.error("%s: dropping malformed event %s: %s", self.pipeline, event.path, exc)
-            return None
-        if isinstance(decoded, RequestMessage):
-            return self._request_event(state, decoded)
-        if isinstance(decoded, NodeRequestMessage):
-            return self._nodes_event(state, decoded)
-        if isinstance(decoded, ev.Enqueue | ev.Dequeue | ev.Promote):
-            return decoded
-        log.error("%s: dropping %s, not a pipeline event: %s", self.pipeline, event.path, decoded)
-        return None
-
-    def _request_event(
-        self, state: PipelineState, message: RequestMessage
-    ) -> ev.PipelineEvent | PushOutcome | None:
-        queue_root = message.queue
-        request = message.request
-        buildset = message.buildset
-        item = _item_of_buildset(state.items.peek_values(), buildset)  # (read only)
-        if item is None:
-            return None  # the buildset was reset or the item left: stale
-        kind = message.kind
-        requests = JobRequestQueue(self.env.client, queue_root)
-        if queue_root == paths.merger_queue():
-            return self._merge_event(requests, message, item)
-        job = message.job
-        if kind is RequestEvent.STARTED:
-            started = message.moment or time.time()  # the claim's moment (applied late)
-            return ev.BuildStarted(request, item.uuid, buildset, job, started, message.worker)
-        if kind is RequestEvent.PAUSED:
-            data = requests.paused_data(request)
-            return ev.BuildPaused(request, item.uuid, buildset, job, data)
-        result = message.outcome or requests.get_result(request)
-        if result is None:
-            return None
-        outcome = self.env.formats.build_outcome(result)
-        return ev.BuildCompleted(
-            request,
-            item.uuid,
-            buildset,
-            job,
-            outcome.result,
-            outcome.message,
-            outcome.start_time,
-            outcome.end_time,
-            outcome.result_data,
-            outcome.log_path,
-        )
-
-    def _nodes_event(
-        self, state: PipelineState, message: NodeRequestMessage
-    ) -> ev.NodesAnswered | None:
-        """A node request's outcome; a fulfilled one carries its nodes as read now."""
-        item = _item_of_buildset(state.items.peek_values(), message.buildset)  # (read only)
-        if item is None:
-            self.node_deletes.append(message.request)  # stale: nobody will accept its nodes
-            return None
-        answered = partial(
-            ev.NodesAnswered, message.request, item.uuid, message.buildset, message.job
-        )
-        if message.state != NodeRequestState.FULFILLED:
-            self.node_deletes.append(message.request)  # answered: the requestor deletes it
-            return answered(False, message.reason or "NODE_FAILURE")
-        store = NodeStore(self.env.client)
-        request = store.request(message.request)
-        if request is None or request.state != NodeRequestState.FULFILLED:
-            return answered(False, f"NODE_FAILURE: node request {message.request} is gone")
-        found = {node.id: node for node in store.nodes(request.nodes)}
-        if len(found) != len(request.nodes):
-            return answered(False, f"NODE_FAILURE: nodes of {message.request} are gone")
-        nodes = tuple(
-            {
-                "id": node.id,
-                "label": node.label,
-                "host": node.host,
-                "connection": dict(node.connection),
-            }
-            for node in (found[i] for i in request.nodes)
-        )
-        return answered(True, nodes=nodes)
-
-    def _merge_event(
-        self, requests: JobRequestQueue, message: RequestMessage, item: QueueItem
-    ) -> ev.PipelineEvent | PushOutcome | None:
-        if message.kind is not RequestEvent.COMPLETED:
-            return None
-        request = message.request
-        result = message.outcome or requests.get_result(request)
-        if result is None:
-            return None
-        if request == push_request_uuid(item):
-            if result.lost:
-                return PushOutcome(item.uuid, False, "the merger pushing it was lost")
-            pushed, why = self.env.formats.push_outcome(result)
-            return PushOutcome(item.uuid, pushed, why)
-        outcome = (
-            ev.MergeOutcome(ok=False, lost=True)
-            if result.lost
-            else self.env.formats.merge_outcome(result)
-        )
-        return ev.MergeCompleted(item.uuid, item.buildset.uuid, request, outcome)
 
     # -- requests and reports -----------------------------------------------
 
@@ -582,27 +481,3 @@ def _named_items(state: PipelineState, event: ev.PipelineEvent) -> list[str]:
     for change in changes:
         found += [i.uuid for i in state.find_for_dequeue(change) if i.uuid not in found]
     return found
-
-
-@dataclass(frozen=True)
-class PushOutcome:
-    """The answer to an item's merge push (applied with merge_pushed / merge_failed)."""
-
-    item: str
-    pushed: bool
-    message: str = ""
-
-
-_PUSH_NAMESPACE = uuid.UUID("6f1d9a4e-54a3-4d3c-9c0e-2b7f1c5d9a10")
-
-
-def push_request_uuid(item: QueueItem) -> str:
-    """The push request of an item's buildset: one per buildset, whatever the passes."""
-    return uuid.uuid5(_PUSH_NAMESPACE, item.buildset.uuid).hex
-
-
-def _item_of_buildset(items: Iterable[QueueItem], buildset: str) -> QueueItem | None:
-    for item in items:
-        if item.buildset.uuid == buildset:
-            return item
-    return None

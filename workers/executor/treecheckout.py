@@ -50,7 +50,7 @@ from workers.executor.errors import ObjectReadError, WorkspaceError
 from workers.executor.gitindex import CacheTree, IndexEntry, write_index
 from workers.executor.objectstore import OBJ_BLOB, OBJ_COMMIT, OBJ_TREE, ObjectStore
 from workers.executor.packindex import HASH_SIZE
-from workers.merger.objects import parse_commit, parse_tree
+from workers.gitobjects import parse_commit, parse_tree
 
 log = logging.getLogger(__name__)
 

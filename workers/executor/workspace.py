@@ -60,7 +60,7 @@ from workers.executor.errors import BuildCancelledError, RefusedError, Workspace
 from workers.executor.objectstore import readable_commits
 from workers.executor.packindex import packed_commits
 from workers.executor.treecheckout import checkout_commit
-from workers.merger.objects import loose_object_kind
+from workers.gitobjects import loose_object_kind
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 GIT_TIMEOUT = 300.0

@@ -39,6 +39,7 @@ from scheduler.wire.merger import (
     ProjectState,
     Status,
 )
+from workers.gitobjects import freshen_loose_objects
 from workers.merger.cache import RepoCache
 from workers.merger.errors import (
     GitCommandError,
@@ -59,7 +60,6 @@ from workers.merger.names import (
     merged_ref,
     source_ref,
 )
-from workers.merger.objects import freshen_loose_objects
 from workers.merger.repo import Repo
 
 Indexed = list[tuple[int, MergeChange]]

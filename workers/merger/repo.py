@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from workers.gitobjects import Commit, loose_object_kind, parse_commit
 from workers.merger.branchrefs import read_heads, read_refs
 from workers.merger.catfile import CatFile, CatFileError
 from workers.merger.errors import CorruptRepoError, GitCommandError, MergerError
@@ -31,12 +32,9 @@ from workers.merger.jobrefs import JobRefs
 from workers.merger.objects import (
     CONFIG_DIRS,
     CONFIG_FILES,
-    Commit,
     ConfigMemo,
     changed_paths,
     is_config_path,
-    loose_object_kind,
-    parse_commit,
     read_config_files,
 )
 

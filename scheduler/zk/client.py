@@ -40,7 +40,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -337,6 +337,21 @@ class ZooKeeperClient:
 
     def get(self, path: str, watch: Any = None) -> tuple[bytes, Any]:
         return self.wait(self.kazoo.get_async(path, watch=watch))  # type: ignore[no-any-return]
+
+    def get_each(self, paths: Sequence[str]) -> list[tuple[bytes, Any] | None]:
+        """Each path's data and stat, None where it does not exist, in order.
+
+        Pipelined: every read is sent before the first answer is awaited,
+        one round trip for all (unlike a multiRead, no reply-size bound).
+        """
+        pending = [self.kazoo.get_async(path) for path in paths]
+        found: list[tuple[bytes, Any] | None] = []
+        for result in pending:
+            try:
+                found.append(self.wait(result))
+            except NoNodeError:
+                found.append(None)
+        return found
 
     def exists(self, path: str, watch: Any = None) -> Any:
         return self.wait(self.kazoo.exists_async(path, watch=watch))

@@ -184,17 +184,12 @@ class ImageStore:
             ids = _sequence_ids(self.client.get_children(paths_nodepool.image_builds(image)))
         except NoNodeError:
             return []
-        pending = [
-            (i, self.client.kazoo.get_async(paths_nodepool.image_build(image, i))) for i in ids
-        ]
+        wanted = {paths_nodepool.image_build(image, i): i for i in ids}
         found = []
-        for build_id, result in pending:
-            try:
-                raw, stat = self.client.wait(result)
-            except NoNodeError:
-                continue
-            data = stored.decode(raw, paths_nodepool.image_build(image, build_id))
-            found.append(ImageBuild.from_dict(image, build_id, data, int(stat.version)))
+        for path, read in zip(wanted, self.client.get_each(list(wanted)), strict=True):
+            if read is not None:
+                data, stat = stored.decode(read[0], path), read[1]
+                found.append(ImageBuild.from_dict(image, wanted[path], data, int(stat.version)))
         return found
 
     def build(self, image: str, build_id: str) -> ImageBuild | None:
@@ -220,24 +215,13 @@ class ImageStore:
             ids = _sequence_ids(self.client.get_children(parent))
         except NoNodeError:
             return []
-        pending = [
-            (
-                i,
-                self.client.kazoo.get_async(
-                    paths_nodepool.provider_upload(image, build_id, provider, i)
-                ),
-            )
-            for i in ids
-        ]
+        wanted = {paths_nodepool.provider_upload(image, build_id, provider, i): i for i in ids}
         found = []
-        for upload_id, result in pending:
-            try:
-                raw, stat = self.client.wait(result)
-            except NoNodeError:
-                continue
-            data = stored.decode(raw, parent)
-            where = (image, build_id, provider, upload_id)
-            found.append(ImageUpload.from_dict(where, data, int(stat.version)))
+        for path, read in zip(wanted, self.client.get_each(list(wanted)), strict=True):
+            if read is not None:
+                data, stat = stored.decode(read[0], parent), read[1]
+                where = (image, build_id, provider, wanted[path])
+                found.append(ImageUpload.from_dict(where, data, int(stat.version)))
         return found
 
     def all_uploads(self, build: ImageBuild) -> list[ImageUpload]:

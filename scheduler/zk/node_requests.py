@@ -125,16 +125,12 @@ class NodeRequestQueue:
             return []
 
     def requests(self) -> list[NodeRequest]:
-        ids = self.request_ids()
-        pending = [(i, self.client.kazoo.get_async(paths_nodepool.node_request(i))) for i in ids]
+        wanted = {paths_nodepool.node_request(i): i for i in self.request_ids()}
         found = []
-        for request_id, result in pending:
-            try:
-                raw, stat = self.client.wait(result)
-            except NoNodeError:
-                continue
-            data = stored.decode(raw, paths_nodepool.node_request(request_id))
-            found.append(NodeRequest.from_dict(request_id, data, int(stat.version)))
+        for path, read in zip(wanted, self.client.get_each(list(wanted)), strict=True):
+            if read is not None:
+                data, stat = stored.decode(read[0], path), read[1]
+                found.append(NodeRequest.from_dict(wanted[path], data, int(stat.version)))
         return found
 
     def wait(self, request_id: str, timeout: float) -> NodeRequest:

@@ -106,15 +106,12 @@ class NodeStore(NodeRequestQueue):
             except NoNodeError:
                 return []
             ids = sorted(n for n in names if n.isdigit())
-        pending = [(i, self.client.kazoo.get_async(paths_nodepool.nodepool_node(i))) for i in ids]
+        wanted = {paths_nodepool.nodepool_node(i): i for i in ids}
         found = []
-        for node_id, result in pending:
-            try:
-                raw, stat = self.client.wait(result)
-            except NoNodeError:
-                continue
-            data = stored.decode(raw, paths_nodepool.nodepool_node(node_id))
-            found.append(Node.from_dict(node_id, data, int(stat.version)))
+        for path, read in zip(wanted, self.client.get_each(list(wanted)), strict=True):
+            if read is not None:
+                data, stat = stored.decode(read[0], path), read[1]
+                found.append(Node.from_dict(wanted[path], data, int(stat.version)))
         return found
 
     def lock_provider(self, provider: str, launcher: str, timeout: float = 10.0) -> HeldLock | None:

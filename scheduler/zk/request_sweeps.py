@@ -102,15 +102,11 @@ class RequestSweeps:
             return set()
 
     def _read(self, names: Iterable[str]) -> list[JobRequest]:
-        pending = [(n, self.client.kazoo.get_async(self._path("requests", n))) for n in names]
+        wanted = [self._path("requests", n) for n in names]
         requests = []
-        for name, result in pending:
-            try:
-                raw, stat = self.client.wait(result)
-            except NoNodeError:
-                continue
-            path = self._path("requests", name)
-            requests.append(JobRequest.from_dict(stored.decode(raw, path), stat.version))
+        for path, read in zip(wanted, self.client.get_each(wanted), strict=True):
+            if read is not None:
+                requests.append(JobRequest.from_dict(stored.decode(read[0], path), read[1].version))
         return requests
 
     def _read_all(self) -> list[JobRequest]:

@@ -64,6 +64,16 @@ def test_bad_names_become_nodes_without_breaking_the_client(zk: ZooKeeperClient)
     assert zk.get("/after")[0] == b"ok"
 
 
+def test_get_each_reads_in_order_and_gives_none_for_the_missing(zk: ZooKeeperClient) -> None:
+    zk.create("/each/a", b"1", makepath=True)
+    zk.create("/each/c", b"3", makepath=True)
+    zk.set("/each/c", b"33")
+    found = zk.get_each(["/each/c", "/each/b", "/each/a"])
+    assert [None if f is None else f[0] for f in found] == [b"33", None, b"1"]
+    assert found[0] is not None and found[0][1].version == 1
+    assert zk.get_each([]) == []
+
+
 def test_every_seed_path_builds(zk: ZooKeeperClient) -> None:
     ref = paths.BuildsetRef("tenant/a", "gate", "item-1", "bs-1")
     built = [

@@ -184,13 +184,11 @@ class ImageStore:
             ids = _sequence_ids(self.client.get_children(paths_nodepool.image_builds(image)))
         except NoNodeError:
             return []
-        wanted = {paths_nodepool.image_build(image, i): i for i in ids}
-        found = []
-        for path, read in zip(wanted, self.client.get_each(list(wanted)), strict=True):
-            if read is not None:
-                data, stat = stored.decode(read[0], path), read[1]
-                found.append(ImageBuild.from_dict(image, wanted[path], data, int(stat.version)))
-        return found
+        wanted = {i: paths_nodepool.image_build(image, i) for i in ids}
+        return [
+            ImageBuild.from_dict(image, build_id, data, version)
+            for build_id, data, version in stored.decode_each(self.client, wanted)
+        ]
 
     def build(self, image: str, build_id: str) -> ImageBuild | None:
         path = paths_nodepool.image_build(image, build_id)
@@ -215,14 +213,11 @@ class ImageStore:
             ids = _sequence_ids(self.client.get_children(parent))
         except NoNodeError:
             return []
-        wanted = {paths_nodepool.provider_upload(image, build_id, provider, i): i for i in ids}
-        found = []
-        for path, read in zip(wanted, self.client.get_each(list(wanted)), strict=True):
-            if read is not None:
-                data, stat = stored.decode(read[0], parent), read[1]
-                where = (image, build_id, provider, wanted[path])
-                found.append(ImageUpload.from_dict(where, data, int(stat.version)))
-        return found
+        wanted = {i: paths_nodepool.provider_upload(image, build_id, provider, i) for i in ids}
+        return [
+            ImageUpload.from_dict((image, build_id, provider, upload_id), data, version)
+            for upload_id, data, version in stored.decode_each(self.client, wanted)
+        ]
 
     def all_uploads(self, build: ImageBuild) -> list[ImageUpload]:
         return [

@@ -125,13 +125,11 @@ class NodeRequestQueue:
             return []
 
     def requests(self) -> list[NodeRequest]:
-        wanted = {paths_nodepool.node_request(i): i for i in self.request_ids()}
-        found = []
-        for path, read in zip(wanted, self.client.get_each(list(wanted)), strict=True):
-            if read is not None:
-                data, stat = stored.decode(read[0], path), read[1]
-                found.append(NodeRequest.from_dict(wanted[path], data, int(stat.version)))
-        return found
+        wanted = {i: paths_nodepool.node_request(i) for i in self.request_ids()}
+        return [
+            NodeRequest.from_dict(request_id, data, version)
+            for request_id, data, version in stored.decode_each(self.client, wanted)
+        ]
 
     def wait(self, request_id: str, timeout: float) -> NodeRequest:
         """The request once ``fulfilled`` or ``failed`` (NodeStoreError if gone or too slow)."""

@@ -106,13 +106,11 @@ class NodeStore(NodeRequestQueue):
             except NoNodeError:
                 return []
             ids = sorted(n for n in names if n.isdigit())
-        wanted = {paths_nodepool.nodepool_node(i): i for i in ids}
-        found = []
-        for path, read in zip(wanted, self.client.get_each(list(wanted)), strict=True):
-            if read is not None:
-                data, stat = stored.decode(read[0], path), read[1]
-                found.append(Node.from_dict(wanted[path], data, int(stat.version)))
-        return found
+        wanted = {i: paths_nodepool.nodepool_node(i) for i in ids}
+        return [
+            Node.from_dict(node_id, data, version)
+            for node_id, data, version in stored.decode_each(self.client, wanted)
+        ]
 
     def lock_provider(self, provider: str, launcher: str, timeout: float = 10.0) -> HeldLock | None:
         """The provider's allocation lock (quotas are counted and spent under it)."""

@@ -102,12 +102,11 @@ class RequestSweeps:
             return set()
 
     def _read(self, names: Iterable[str]) -> list[JobRequest]:
-        wanted = [self._path("requests", n) for n in names]
-        requests = []
-        for path, read in zip(wanted, self.client.get_each(wanted), strict=True):
-            if read is not None:
-                requests.append(JobRequest.from_dict(stored.decode(read[0], path), read[1].version))
-        return requests
+        wanted = {n: self._path("requests", n) for n in names}
+        return [
+            JobRequest.from_dict(data, version)
+            for _name, data, version in stored.decode_each(self.client, wanted)
+        ]
 
     def _read_all(self) -> list[JobRequest]:
         return self._read(self._names("requests"))

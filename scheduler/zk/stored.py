@@ -28,11 +28,12 @@ import json
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.exceptions import NoNodeError
 
 from scheduler.zk import sharding
+from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import (
     MAX_TRANSACTION_BYTES,
     NO_NODE,
@@ -51,6 +52,9 @@ SCHEMA_VERSION = 2
 BASE_SCHEMA = 1
 COMPRESS_THRESHOLD = 16 * 1024
 SCHEMA_FIELD = "schema"
+
+
+K = TypeVar("K")
 
 
 def encode(obj: Mapping[str, Any], schema: int = BASE_SCHEMA) -> bytes:
@@ -205,6 +209,22 @@ def save_all(
             client.ensure_path(exc.path.rsplit("/", 1)[0] or "/")
     for blob in prepared:
         blob.cleanup(client, results)
+
+
+def decode_each(
+    client: ZooKeeperClient, paths: Mapping[K, str]
+) -> list[tuple[K, dict[str, Any], int]]:
+    """Each object of ``paths`` (by key) decoded, with its version; absent ones left out.
+
+    One pipelined round of reads (:meth:`ZooKeeperClient.get_each`), for
+    plain objects (no shards, no placeholders: :func:`load_many` has those).
+    """
+    reads = client.get_each(list(paths.values()))
+    return [
+        (key, decode(read[0], path), int(read[1].version))
+        for (key, path), read in zip(paths.items(), reads, strict=True)
+        if read is not None
+    ]
 
 
 def load_many(context: LockContext, paths: Sequence[str]) -> dict[str, Stored]:

@@ -110,15 +110,14 @@ class PipelinePass:
     config_merged: list[str] = field(default_factory=list)
     # node requests this pass submits (a launcher is nudged after the commit)
     node_requests: list[str] = field(default_factory=list)
-    # node requests to delete after the commit (cancelled builds, stale answers)
-    node_deletes: list[str] = field(default_factory=list)
     # the state was at rest (scheduler.processing.quiet): the pass runs only to verify
     skippable: bool = False
-    # the result events into the manager's (it notes stale node requests in node_deletes)
+    # the result events into the manager's; it keeps the node requests of stale or
+    # failed answers, deleted after the commit with the manager's (cancelled builds)
     decoder: EventDecoder = field(init=False)
 
     def __post_init__(self) -> None:
-        self.decoder = EventDecoder(self.env, self.pipeline, self.node_deletes)
+        self.decoder = EventDecoder(self.env, self.pipeline)
 
     def run(self) -> bool:
         """One pass in named steps; True if another pass may find something.
@@ -430,7 +429,7 @@ class PipelinePass:
         for request_id in self.node_requests:
             self.env.nudge(tasknames.LAUNCH, (request_id,), LAUNCHER_QUEUE)
         store = NodeStore(self.env.client)
-        for request_id in [*manager.intents.node_deletes, *self.node_deletes]:
+        for request_id in [*manager.intents.node_deletes, *self.decoder.node_deletes]:
             store.delete_request(request_id)  # its nodes, if any, are recovered as used
 
     def _report(

@@ -75,7 +75,7 @@ def test_refs_stay_within_the_window(
     for n in range(40):
         merged(cache, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
         refs = sluice_refs(cache)
-        # each job: source/0, merged/0, heads/main and its memo ref
+        # each job: source-0, merged-0, head-main and its memo ref
         assert len(refs) <= 24 and len(refs) == 4 * min(n + 1, 6), n
         assert jobs_of(refs) == {f"check-{k}" for k in range(max(0, n - 5), n + 1)}
     # A job run again under its id becomes the newest, once; its memo of the run before goes.
@@ -86,6 +86,28 @@ def test_refs_stay_within_the_window(
     assert len(set(after) - set(before)) == 1 and len(set(before) - set(after)) == 1
     merged(cache, MergeJob("check-40", (change(1, "1,40"),)))
     assert jobs_of(sluice_refs(cache)) == {f"check-{k}" for k in (35, 36, 37, 38, 39, 40)}
+
+
+def test_a_jobs_refs_share_one_folder(
+    remotes: Remotes, tmp_path: Path, connections: dict[str, ConnectionSettings]
+) -> None:
+    """A job adds one folder to the repo, not one per kind of ref: each is an inode on a disk."""
+    a = project(remotes, 1)
+    a.git("update-ref", "refs/heads/stable/1.0", a.rev("refs/heads/main"))
+    a.change(2, {"file2": "2\n"}, branch="stable/1.0")
+    cache = RepoCache(tmp_path / "state", connections)
+    two = MergeChange("git", "org/a", "stable/1.0", ref="refs/changes/2", change_id="2,1")
+    merged(cache, MergeJob("job-1", (change(1), two)))
+    folder = cache.repo_path("git", "org/a") / "refs" / "sluice" / "jobs" / "job-1"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "head-main",
+        "head-stable%2F1.0",
+        "merged-0",
+        "merged-1",
+        "source-0",
+        "source-1",
+    ]
+    assert set(sluice_refs(cache)) >= {f"refs/sluice/jobs/job-1/{p.name}" for p in folder.iterdir()}
 
 
 def test_results_equal_those_of_a_fresh_cache(
@@ -175,7 +197,7 @@ def test_thousands_of_old_refs_are_cleaned_a_few_hundred_at_a_time(
     project(remotes, 1)
     merged(cache, MergeJob("first", (change(1, "1,first"),)))
     (cache.repo_path("git", "org/a") / JOURNAL).unlink()  # as an earlier version left it
-    legacy_refs(cache, 600, sluice_refs(cache)["refs/sluice/jobs/first/source/0"])
+    legacy_refs(cache, 600, sluice_refs(cache)["refs/sluice/jobs/first/source-0"])
     counts = [len(sluice_refs(cache))]
     assert counts[0] == 4 + 600 * 4
     for n in range(20):
@@ -283,7 +305,7 @@ def test_a_plan_deletes_nothing_it_writes(tmp_path: Path) -> None:
     key = "a" * 64
     memo = {f"refs/sluice/memo/{key}": "1" * 40}
     for n in range(6):
-        writes = {f"refs/sluice/jobs/job-{n}/heads/main": "1" * 40, **memo}
+        writes = {f"refs/sluice/jobs/job-{n}/head-main": "1" * 40, **memo}
         plan = refs.plan(f"job-{n}", writes, lambda prefix: [])
         names = [line.split(" ")[1] for line in plan.lines.splitlines()]
         assert len(names) == len(set(names)) and f"refs/sluice/memo/{key}" not in names[2:]

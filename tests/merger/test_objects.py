@@ -55,7 +55,7 @@ def test_heads_packed_only_loose_and_with_slashes(remotes: Remotes, repo: Repo) 
     remote.git("update-ref", "refs/heads0/x", main)  # and just after
     remote.git("pack-refs", "--all")
     # A packed-refs full of job refs, as gc leaves it: the heads are bisected.
-    jobs = "".join(f"{main} refs/sluice/jobs/job{n:05d}/merged/0\n" for n in range(3000))
+    jobs = "".join(f"{main} refs/sluice/jobs/job{n:05d}/merged-0\n" for n in range(3000))
     packed = repo.path / "packed-refs"
     header, _, body = packed.read_text().partition("\n")
     lines = sorted((body + jobs).splitlines(), key=lambda line: line.split(" ")[1].encode())

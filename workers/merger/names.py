@@ -63,19 +63,25 @@ def job_prefix(job_id: str) -> str:
     return f"{JOBS_NAMESPACE}{job_id}/"
 
 
+# A job's refs sit side by side in its one folder (``source-0``, not
+# ``source/0``): git makes a folder for every level of a loose ref's name
+# and removes it with the last ref in it, and on a disk each new folder is
+# a new inode, the dearest step of writing a ref (docs/merger.md).
+
+
 def source_ref(job_id: str, index: int) -> str:
     """Where the commit of change ``index`` is kept."""
-    return f"{job_prefix(job_id)}source/{index}"
+    return f"{job_prefix(job_id)}source-{index}"
 
 
 def merged_ref(job_id: str, index: int) -> str:
     """Where the speculative state after change ``index`` is kept."""
-    return f"{job_prefix(job_id)}merged/{index}"
+    return f"{job_prefix(job_id)}merged-{index}"
 
 
 def head_ref(job_id: str, branch: str) -> str:
     """Where the final speculative state of ``branch`` is kept (branch name encoded)."""
-    return f"{job_prefix(job_id)}heads/{quote(branch, safe='')}"
+    return f"{job_prefix(job_id)}head-{quote(branch, safe='')}"
 
 
 def memo_ref(key: str) -> str:

@@ -75,9 +75,9 @@ def test_refs_stay_within_the_window(
     for n in range(40):
         merged(cache, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
         refs = sluice_refs(cache)
-        # each job: source-0, merged-0, head-main and its memo ref
-        assert len(refs) <= 24 and len(refs) == 4 * min(n + 1, 6), n
-        assert jobs_of(refs) == {f"check-{k}" for k in range(max(0, n - 5), n + 1)}
+        # each job: source-0, merged-0 and its memo ref
+        assert len(refs) <= 24 and len(refs) == 3 * min(n + 1, 8), n
+        assert jobs_of(refs) == {f"check-{k}" for k in range(max(0, n - 7), n + 1)}
     # A job run again under its id becomes the newest, once; its memo of the run before goes.
     before = sluice_refs(cache)
     merged(cache, MergeJob("check-36", (change(1, "1,again"),)))
@@ -85,13 +85,16 @@ def test_refs_stay_within_the_window(
     assert len(after) == 24 and jobs_of(after) == jobs_of(before)
     assert len(set(after) - set(before)) == 1 and len(set(before) - set(after)) == 1
     merged(cache, MergeJob("check-40", (change(1, "1,40"),)))
-    assert jobs_of(sluice_refs(cache)) == {f"check-{k}" for k in (35, 36, 37, 38, 39, 40)}
+    assert jobs_of(sluice_refs(cache)) == {f"check-{k}" for k in range(33, 41)}
 
 
 def test_a_jobs_refs_share_one_folder(
     remotes: Remotes, tmp_path: Path, connections: dict[str, ConnectionSettings]
 ) -> None:
-    """A job adds one folder to the repo, not one per kind of ref: each is an inode on a disk."""
+    """A job adds one folder to the repo, not one per kind of ref: each is an inode on a disk.
+
+    No ref names a branch's final tip: it is the branch's last ``merged-<i>``.
+    """
     a = project(remotes, 1)
     a.git("update-ref", "refs/heads/stable/1.0", a.rev("refs/heads/main"))
     a.change(2, {"file2": "2\n"}, branch="stable/1.0")
@@ -100,8 +103,6 @@ def test_a_jobs_refs_share_one_folder(
     merged(cache, MergeJob("job-1", (change(1), two)))
     folder = cache.repo_path("git", "org/a") / "refs" / "sluice" / "jobs" / "job-1"
     assert sorted(p.name for p in folder.iterdir()) == [
-        "head-main",
-        "head-stable%2F1.0",
         "merged-0",
         "merged-1",
         "source-0",
@@ -167,7 +168,7 @@ def test_a_replay_in_a_busy_cache(
     again = run_merge_job(replay, executor)
     assert again.ok, again.failure
     assert again.repo_state == result.repo_state
-    assert delete_job_refs(executor, "git", "org/a", "build-x") == 2 + 2 + 1
+    assert delete_job_refs(executor, "git", "org/a", "build-x") == 2 + 2
     for n in range(12):  # the journal still names the deleted job: no harm
         merged(executor, MergeJob(f"build-new-{n}", (change(3, f"3,new{n}"),)))
     assert jobs_of(sluice_refs(executor)) <= {f"build-new-{n}" for n in range(12)}
@@ -199,13 +200,13 @@ def test_thousands_of_old_refs_are_cleaned_a_few_hundred_at_a_time(
     (cache.repo_path("git", "org/a") / JOURNAL).unlink()  # as an earlier version left it
     legacy_refs(cache, 600, sluice_refs(cache)["refs/sluice/jobs/first/source-0"])
     counts = [len(sluice_refs(cache))]
-    assert counts[0] == 4 + 600 * 4
+    assert counts[0] == 3 + 600 * 4
     for n in range(20):
         merged(cache, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
         counts.append(len(sluice_refs(cache)))
         if counts[-1] <= cache.keep_refs:
             break
-    dropped = [before + 4 - after for before, after in itertools.pairwise(counts)]
+    dropped = [before + 3 - after for before, after in itertools.pairwise(counts)]
     assert counts[-1] <= cache.keep_refs and len(counts) <= 2 + 2400 // DROP_AT_ONCE, counts
     # a few hundred per merge: one entry more at most (a hundred memo refs)
     assert all(0 < d <= DROP_AT_ONCE + 100 for d in dropped[:-1]), dropped
@@ -216,7 +217,7 @@ def test_a_lost_or_garbled_journal_is_rebuilt(
     remotes: Remotes, tmp_path: Path, connections: dict[str, ConnectionSettings]
 ) -> None:
     project(remotes, 1)
-    cache = RepoCache(tmp_path / "state", connections, keep_refs=12)
+    cache = RepoCache(tmp_path / "state", connections, keep_refs=9)
     journal = cache.repo_path("git", "org/a") / JOURNAL
     for n in range(30):
         if n == 10:
@@ -224,9 +225,9 @@ def test_a_lost_or_garbled_journal_is_rebuilt(
         if n == 20:
             journal.write_text("# sluice job refs 1\nnot a job line at all\n")
         merged(cache, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
-        assert len(sluice_refs(cache)) <= 12 or n in (10, 20), n
+        assert len(sluice_refs(cache)) <= 9 or n in (10, 20), n
     assert jobs_of(sluice_refs(cache)) == {f"check-{n}" for n in (27, 28, 29)}
-    assert journal.read_text().startswith("# sluice job refs 1\ncheck-27 3 ")
+    assert journal.read_text().startswith("# sluice job refs 1\ncheck-27 2 ")
 
 
 def test_two_processes_share_the_window(
@@ -235,10 +236,10 @@ def test_two_processes_share_the_window(
     """Worker processes of one host share a cache: each drops what the other wrote."""
     project(remotes, 1)
     state = tmp_path / "state"
-    caches = [RepoCache(state, connections, keep_refs=16) for _ in range(2)]
+    caches = [RepoCache(state, connections, keep_refs=12) for _ in range(2)]
     for n in range(20):
         merged(caches[n % 2], MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
-        assert len(sluice_refs(caches[0])) <= 16
+        assert len(sluice_refs(caches[0])) <= 12
     assert jobs_of(sluice_refs(caches[0])) == {f"check-{n}" for n in range(16, 20)}
 
 
@@ -271,15 +272,15 @@ def test_refs_of_a_process_killed_before_its_journal_are_found(
         patch.setattr(JobRefs, "done", lambda self, plan: None)
         merged(cache, MergeJob("killed", (change(1, "1,killed"),)))
     killed = {ref for ref in sluice_refs(cache) if "/killed/" in ref}
-    assert len(killed) == 3  # its job refs: entered in the journal before its fetch
+    assert len(killed) == 2  # its job refs: entered in the journal before its fetch
     orphan = set(sluice_refs(cache)) - killed - set(before)
     (memo,) = orphan
     assert memo.startswith("refs/sluice/memo/")
     # The next process finds the memo ref no journal entry names, and drops it.
-    after = RepoCache(state, connections, keep_refs=12)
+    after = RepoCache(state, connections, keep_refs=9)
     for n in range(1, 8):
         merged(after, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
-    assert len(sluice_refs(after)) == 12
+    assert len(sluice_refs(after)) == 9
     assert not (killed | {memo}) & set(sluice_refs(after))
 
 
@@ -305,7 +306,7 @@ def test_a_plan_deletes_nothing_it_writes(tmp_path: Path) -> None:
     key = "a" * 64
     memo = {f"refs/sluice/memo/{key}": "1" * 40}
     for n in range(6):
-        writes = {f"refs/sluice/jobs/job-{n}/head-main": "1" * 40, **memo}
+        writes = {f"refs/sluice/jobs/job-{n}/merged-0": "1" * 40, **memo}
         plan = refs.plan(f"job-{n}", writes, lambda prefix: [])
         names = [line.split(" ")[1] for line in plan.lines.splitlines()]
         assert len(names) == len(set(names)) and f"refs/sluice/memo/{key}" not in names[2:]

@@ -70,7 +70,7 @@ def test_stacked_changes_on_one_branch(remotes: Remotes, cache: RepoCache) -> No
         tree_file(cache, "org/a", second, "file3")
     # The speculative commits stay fetchable under the job's refs.
     repo = cache.repo_path("git", "org/a")
-    assert cache.git.text(["rev-parse", "refs/sluice/jobs/job-1/head-main"], repo) == tip
+    assert cache.git.text(["rev-parse", result.changes[-1].merged_ref], repo) == tip
     assert cache.git.text(["rev-parse", result.changes[0].merged_ref], repo) == (
         result.changes[0].merged_commit
     )

@@ -58,8 +58,9 @@ log = logging.getLogger(__name__)
 # refs they wrote), always those of the newest job. Every ref costs each
 # later merge some 50 µs of CPU, most of it in the fetch (docs/merger.md).
 # A gate's item n finds the memo of the items ahead in the job of item
-# n - 1 (3n refs): 128 keep it for a gate twenty deep while sixteen check
-# merges of the project run in between, or thirty-two check merges.
+# n - 1 (3n refs: each change's source, merged and memo refs): 128 keep it
+# for a gate twenty deep while twenty-two check merges of the project run
+# in between (3 refs each), or forty-two check merges.
 KEEP_REFS = 128
 # Refs deleted at most per transaction beyond what the window needs (old
 # refs found by a scan): deleting a ref costs git some 0.4 ms here.

@@ -9,8 +9,9 @@ locks (no lock-order deadlock between jobs).
 Per project: one fetch (branches, tags and the changes' refs together, in
 one round trip; skipped when every commit is already in the cache and
 every branch is pinned), then the merges in the repo's worktree, then one
-ref transaction that records each change's commit, each intermediate state
-and each final branch tip under ``refs/sluice/jobs/<job id>/`` (and drops
+ref transaction that records each change's commit and each intermediate
+state (the last of a branch is its final tip) under
+``refs/sluice/jobs/<job id>/`` (and drops
 the refs of the jobs beyond the repo's window: :mod:`.jobrefs`), then the
 config files of the touched branches from the merged trees.
 
@@ -55,7 +56,6 @@ from workers.merger.names import (
     check_commit,
     check_job_id,
     check_ref_name,
-    head_ref,
     memo_ref,
     merged_ref,
     source_ref,
@@ -197,7 +197,6 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutc
                 job, index=index, change=change, source=source, merged=merged, files=files
             )
         )
-    refs.update({head_ref(job.job_id, branch): tip for branch, tip in tips.items()})
     repo.update_job_refs(job.job_id, refs)
     freshen_loose_objects(repo.path / "objects", tips.values())
     state = ProjectState(connection, project, {**heads, **pinned, **tips})

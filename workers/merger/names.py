@@ -10,7 +10,6 @@ jobs (:mod:`workers.merger.jobrefs`).
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
 
 from scheduler.wire.merger import MergeChange
 from workers.merger.errors import InvalidJobError
@@ -77,11 +76,6 @@ def source_ref(job_id: str, index: int) -> str:
 def merged_ref(job_id: str, index: int) -> str:
     """Where the speculative state after change ``index`` is kept."""
     return f"{job_prefix(job_id)}merged-{index}"
-
-
-def head_ref(job_id: str, branch: str) -> str:
-    """Where the final speculative state of ``branch`` is kept (branch name encoded)."""
-    return f"{job_prefix(job_id)}head-{quote(branch, safe='')}"
 
 
 def memo_ref(key: str) -> str:

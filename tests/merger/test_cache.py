@@ -109,11 +109,30 @@ def test_interrupted_clone_is_recovered(remotes: Remotes, tmp_path: Path) -> Non
     os.kill(child.pid, signal.SIGKILL)  # like kill -9 of a Celery pool process
     child.join(timeout=10)
     assert not (conn_dir / "org%2Fa").exists(), "nothing half-written at the repo path"
+    # The killed process's git clone lives on, orphaned, until its pack
+    # arrives: what it writes after a sweep would be a leftover again (swept
+    # at the next process's first use), so the test waits for it to end.
+    assert _working_in(conn_dir), "the clone goes on after its worker is killed"
+    wait_until(lambda: not _working_in(conn_dir), timeout=30, what="the orphaned git to end")
     # The repo lock died with its holder: a short lock timeout is enough.
     cache = RepoCache(state, {"git": ConnectionSettings("git", "git", baseurl)}, lock_timeout=2)
     result = run_merge_job(stacked_job("after"), cache)
     assert result.status is Status.OK, result.failure
     assert not list(conn_dir.glob(".tmp-*")), "the leftover clone was swept"
+
+
+def _working_in(folder: Path) -> list[int]:
+    """The processes that name ``folder`` or a path in it on their command line (git clone)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(arg.startswith(os.fsencode(folder)) for arg in argv):
+                pids.append(int(entry.name))
+    return pids
 
 
 def test_repo_lock_times_out(remotes: Remotes, tmp_path: Path) -> None:

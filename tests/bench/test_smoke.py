@@ -21,6 +21,7 @@ SMOKES = {
     "cli_start": ["cli_start.py", "--runs", "1"],
     "enqueue": ["enqueue.py", "--smoke"],
     "executor": ["executor.py", "--seconds", "0.3"],
+    "inodes": ["inodes.py", "--files", "20"],
     "latency": ["latency.py", "--smoke", "--pause", "0.2"],
     "merger": ["merger.py", "--rounds", "2", "--trials", "1"],
     "scale": ["scale.py", "--smoke"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from tests.merger.gitrepos import Remotes
 from workers.merger import RepoCache, run_merge_job
 from workers.merger.cache import encode_project
 from workers.merger.errors import InvalidJobError
+from workers.merger.orphans import working_in
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -109,30 +111,62 @@ def test_interrupted_clone_is_recovered(remotes: Remotes, tmp_path: Path) -> Non
     os.kill(child.pid, signal.SIGKILL)  # like kill -9 of a Celery pool process
     child.join(timeout=10)
     assert not (conn_dir / "org%2Fa").exists(), "nothing half-written at the repo path"
-    # The killed process's git clone lives on, orphaned, until its pack
-    # arrives: what it writes after a sweep would be a leftover again (swept
-    # at the next process's first use), so the test waits for it to end.
-    assert _working_in(conn_dir), "the clone goes on after its worker is killed"
-    wait_until(lambda: not _working_in(conn_dir), timeout=30, what="the orphaned git to end")
+    orphans = working_in([conn_dir])
+    assert orphans, "the killed process's git clone goes on without it"
     # The repo lock died with its holder: a short lock timeout is enough.
     cache = RepoCache(state, {"git": ConnectionSettings("git", "git", baseurl)}, lock_timeout=2)
     result = run_merge_job(stacked_job("after"), cache)
     assert result.status is Status.OK, result.failure
     assert not list(conn_dir.glob(".tmp-*")), "the leftover clone was swept"
+    assert not set(orphans) & set(working_in([conn_dir])), "the orphaned clone was ended first"
 
 
-def _working_in(folder: Path) -> list[int]:
-    """The processes that name ``folder`` or a path in it on their command line (git clone)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(arg.startswith(os.fsencode(folder)) for arg in argv):
-                pids.append(int(entry.name))
-    return pids
+def _slow_fetch_worker(state: str, baseurl: str, slow_config: str) -> None:
+    cache = RepoCache(
+        Path(state),
+        {"git": ConnectionSettings("git", "git", baseurl)},
+        extra_env={"GIT_CONFIG_GLOBAL": slow_config},
+    )
+    run_merge_job(
+        MergeJob("slow", (MergeChange("git", "org/a", "main", ref="refs/changes/4"),)), cache
+    )
+
+
+def test_a_killed_workers_fetch_is_ended_before_the_repo_is_used(
+    remotes: Remotes, tmp_path: Path
+) -> None:
+    """kill -9 mid-fetch: its git goes on, and is ended by the next holder of the repo lock."""
+    a = remotes.create("org/a")
+    for n in (1, 2, 3):
+        a.change(n, {f"file{n}": f"{n}\n"})
+    baseurl = f"file://{remotes.base}"
+    state = tmp_path / "state"
+    connections = {"git": ConnectionSettings("git", "git", baseurl)}
+    assert run_merge_job(stacked_job("first"), RepoCache(state, connections)).status is Status.OK
+    a.change(4, {"file4": "4\n"})  # a fetch of it needs a pack, which the hook holds back
+    hook = tmp_path / "slow-pack"
+    hook.write_text('#!/bin/sh\nsleep 30\nexec "$@"\n')
+    hook.chmod(0o755)
+    slow_config = tmp_path / "slow.gitconfig"
+    slow_config.write_text(f"[uploadpack]\n\tpackObjectsHook = {hook}\n")
+    child = SPAWN.Process(target=_slow_fetch_worker, args=(str(state), baseurl, str(slow_config)))
+    child.start()
+    repo = state / "git" / "git" / "org%2Fa"
+    wait_until(lambda: working_in([repo]), timeout=30, what="a fetch in the repo")
+    assert child.pid is not None
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(timeout=10)
+    orphans = working_in([repo])
+    assert orphans, "the killed process's git fetch goes on without it"
+    started = time.monotonic()
+    cache = RepoCache(state, connections, lock_timeout=2)
+    job = MergeJob("after", (MergeChange("git", "org/a", "main", ref="refs/changes/4"),))
+    result = run_merge_job(job, cache)
+    assert result.status is Status.OK, result.failure
+    assert time.monotonic() - started < 20, "the orphan was ended, not waited for"
+    assert not working_in([repo])
+    # A holder that let go cleanly leaves no pid: the next one ends nothing.
+    assert (repo.parent / "org%2Fa.lock").read_text() == ""
 
 
 def test_repo_lock_times_out(remotes: Remotes, tmp_path: Path) -> None:

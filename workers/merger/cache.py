@@ -19,8 +19,11 @@ Guarantees:
 
 * **One process per repo at a time.** :meth:`RepoCache.open` holds an
   exclusive ``flock`` on the repo's lock file for the whole block; the lock
-  dies with its process, so a killed worker never leaves it held. Different
-  repos proceed in parallel.
+  dies with its process, so a killed worker never leaves it held. Its git
+  processes do outlive it: the holder's pid in the lock file tells the next
+  holder that the last one died with the lock, and the next holder ends
+  whatever still works in the repo before it starts (:mod:`.orphans`).
+  Different repos proceed in parallel.
 * **No half-written repo at the repo path.** A clone goes to a temporary
   directory that is renamed into place only once complete and checked. A
   repo that fails the check on first use in a process (not bare, a ref
@@ -58,6 +61,7 @@ from workers.merger.errors import (
 from workers.merger.gitcmd import Git, classify, clean_env, redact_url
 from workers.merger.jobrefs import KEEP_REFS, JobRefs
 from workers.merger.objects import ConfigMemo
+from workers.merger.orphans import end_processes_in
 from workers.merger.repo import Repo, Upkeep
 
 T = TypeVar("T")
@@ -207,11 +211,24 @@ class RepoCache:
 
     @contextmanager
     def _locked(self, path: Path, label: str) -> Iterator[None]:
+        """The repo's lock for the block; the holder's pid is in the lock file meanwhile.
+
+        A pid found there on taking the lock is that of a holder killed
+        with it: its git processes may still be working in the repo, and
+        are ended first (:mod:`.orphans`).
+        """
         lock_path = path.with_name(path.name + ".lock")
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self._acquire(fd, label)
-            yield
+            if os.pread(fd, 32, 0).strip():
+                end_processes_in((path, Repo.worktree_path(path)), label)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                yield
+            finally:
+                os.ftruncate(fd, 0)
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
@@ -243,9 +260,14 @@ class RepoCache:
         self._checked.add(path)
 
     def _sweep_leftovers(self, path: Path) -> None:
-        """Delete clones that a killed process left half-done (we hold the lock)."""
+        """Delete clones that a killed process left half-done (we hold the lock).
+
+        The killed process's git clone may still be filling its folder: it is
+        ended first, or what it writes after the sweep is a leftover again.
+        """
         for prefix in (".tmp-", ".broken-"):
             for leftover in path.parent.glob(f"{prefix}{path.name}-*"):
+                end_processes_in((leftover,), str(leftover))
                 shutil.rmtree(leftover, ignore_errors=True)
 
     def _is_sound(self, path: Path) -> bool:
@@ -268,8 +290,10 @@ class RepoCache:
         try:
             # --no-local: a local remote is cloned through the pack protocol
             # like any other, so its objects are checked on the way in and
-            # the cache shares no object files with it.
-            self.git.run(["clone", "--bare", "--quiet", "--no-local", "--", url, str(tmp)])
+            # the cache shares no object files with it. git runs in the
+            # folder it fills, so a killed worker's clone is found there.
+            tmp.mkdir()
+            self.git.run(["clone", "--bare", "--quiet", "--no-local", "--", url, "."], tmp)
             for key, value in _REPO_CONFIG:
                 self.git.run(["config", key, value], tmp)
             self.git.run(

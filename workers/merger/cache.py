@@ -221,14 +221,12 @@ class RepoCache:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self._acquire(fd, label)
-            if os.pread(fd, 32, 0).strip():
+            if _note_holder(fd, f"{os.getpid()}\n".encode(), label):
                 end_processes_in((path, Repo.worktree_path(path)), label)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             try:
                 yield
             finally:
-                os.ftruncate(fd, 0)
+                _note_holder(fd, b"", label)
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
@@ -317,3 +315,21 @@ class RepoCache:
             os.rename(path, aside)
         shutil.rmtree(aside, ignore_errors=True)
         shutil.rmtree(Repo.worktree_path(path), ignore_errors=True)
+
+
+def _note_holder(fd: int, holder: bytes, label: str) -> bool:
+    """Write ``holder`` (a pid, or nothing on release) into a held lock file.
+
+    True if the file named a holder already: the last one died with the
+    lock. The note is bookkeeping: a lock file that cannot be read or
+    written (a full disk) is logged, and the lock holds all the same.
+    """
+    try:
+        died = bool(os.pread(fd, 32, 0).strip())
+        os.ftruncate(fd, 0)
+        if holder:
+            os.pwrite(fd, holder, 0)
+    except OSError as exc:
+        log.warning("%s: repo lock file not updated: %s", label, exc)
+        return False
+    return died

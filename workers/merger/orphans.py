@@ -46,7 +46,12 @@ def working_in(folders: Sequence[Path]) -> list[int]:
     """The pids of the processes (other than this one) working in one of ``folders``."""
     wanted = [Path(os.path.realpath(folder)) for folder in folders]
     found = []
-    for entry in PROC.iterdir():
+    try:
+        entries = list(PROC.iterdir())
+    except OSError as exc:  # no /proc: nothing can be found, and nothing is ended
+        log.warning("cannot list processes in %s: %s", PROC, exc)
+        return []
+    for entry in entries:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:

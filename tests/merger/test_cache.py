@@ -106,7 +106,7 @@ def test_interrupted_clone_is_recovered(remotes: Remotes, tmp_path: Path) -> Non
     child = SPAWN.Process(target=_slow_clone_worker, args=(str(state), baseurl, str(slow_config)))
     child.start()
     conn_dir = state / "git" / "git"
-    wait_until(lambda: list(conn_dir.glob(".tmp-*")), timeout=30, what="a clone in progress")
+    wait_until(lambda: _running(conn_dir, "clone"), timeout=30, what="a clone in progress")
     assert child.pid is not None
     os.kill(child.pid, signal.SIGKILL)  # like kill -9 of a Celery pool process
     child.join(timeout=10)
@@ -119,6 +119,19 @@ def test_interrupted_clone_is_recovered(remotes: Remotes, tmp_path: Path) -> Non
     assert result.status is Status.OK, result.failure
     assert not list(conn_dir.glob(".tmp-*")), "the leftover clone was swept"
     assert not set(orphans) & set(working_in([conn_dir])), "the orphaned clone was ended first"
+
+
+def _running(folder: Path, command: str) -> list[int]:
+    """The git processes working in ``folder`` that run ``command`` (``clone``, ``fetch``)."""
+    found = []
+    for pid in working_in([folder]):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if command.encode() in argv:
+            found.append(pid)
+    return found
 
 
 def _slow_fetch_worker(state: str, baseurl: str, slow_config: str) -> None:
@@ -152,7 +165,7 @@ def test_a_killed_workers_fetch_is_ended_before_the_repo_is_used(
     child = SPAWN.Process(target=_slow_fetch_worker, args=(str(state), baseurl, str(slow_config)))
     child.start()
     repo = state / "git" / "git" / "org%2Fa"
-    wait_until(lambda: working_in([repo]), timeout=30, what="a fetch in the repo")
+    wait_until(lambda: _running(repo, "fetch"), timeout=30, what="a fetch in the repo")
     assert child.pid is not None
     os.kill(child.pid, signal.SIGKILL)
     child.join(timeout=10)

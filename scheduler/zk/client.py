@@ -344,8 +344,11 @@ class ZooKeeperClient:
         Pipelined: every read is sent before the first answer is awaited,
         one round trip for all (unlike a multiRead, no reply-size bound).
         """
-        pending = [self.kazoo.get_async(path) for path in paths]
-        found: list[tuple[bytes, Any] | None] = []
+        return self.wait_each([self.kazoo.get_async(path) for path in paths])
+
+    def wait_each(self, pending: Sequence[Any]) -> list[Any]:
+        """The values of kazoo async results sent together, in order; None for a missing node."""
+        found: list[Any] = []
         for result in pending:
             try:
                 found.append(self.wait(result))

@@ -168,10 +168,4 @@ def _one_by_one(client: ZooKeeperClient, reads: Sequence[Read]) -> list[Any]:
         else kazoo.get_async(read.path)
         for read in reads
     ]
-    results: list[Any] = []
-    for async_result in pending:
-        try:
-            results.append(client.wait(async_result))
-        except NoNodeError:
-            results.append(None)
-    return results
+    return client.wait_each(pending)

@@ -214,15 +214,16 @@ class RepoCache:
         """The repo's lock for the block; the holder's pid is in the lock file meanwhile.
 
         A pid found there on taking the lock is that of a holder killed
-        with it: its git processes may still be working in the repo, and
-        are ended first (:mod:`.orphans`).
+        with it: its git processes may still be working in the repo, its
+        worktree or a clone's temporary folder, and are ended first
+        (:mod:`.orphans`), so the sweep of that folder is final.
         """
         lock_path = path.with_name(path.name + ".lock")
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self._acquire(fd, label)
             if _note_holder(fd, f"{os.getpid()}\n".encode(), label):
-                end_processes_in((path, Repo.worktree_path(path)), label)
+                end_processes_in((path, Repo.worktree_path(path), *_leftovers(path)), label)
             try:
                 yield
             finally:
@@ -260,13 +261,11 @@ class RepoCache:
     def _sweep_leftovers(self, path: Path) -> None:
         """Delete clones that a killed process left half-done (we hold the lock).
 
-        The killed process's git clone may still be filling its folder: it is
-        ended first, or what it writes after the sweep is a leftover again.
+        A killed clone's git, which may still be filling its folder, was
+        ended when the lock was taken (:meth:`_locked`).
         """
-        for prefix in (".tmp-", ".broken-"):
-            for leftover in path.parent.glob(f"{prefix}{path.name}-*"):
-                end_processes_in((leftover,), str(leftover))
-                shutil.rmtree(leftover, ignore_errors=True)
+        for leftover in _leftovers(path):
+            shutil.rmtree(leftover, ignore_errors=True)
 
     def _is_sound(self, path: Path) -> bool:
         """A cheap fsck: a bare repo whose every ref points at an existing object."""
@@ -333,3 +332,12 @@ def _note_holder(fd: int, holder: bytes, label: str) -> bool:
         log.warning("%s: repo lock file not updated: %s", label, exc)
         return False
     return died
+
+
+def _leftovers(path: Path) -> list[Path]:
+    """The folders a killed process left beside the repo: a clone, a repo set aside."""
+    return [
+        leftover
+        for prefix in (".tmp-", ".broken-")
+        for leftover in path.parent.glob(f"{prefix}{path.name}-*")
+    ]

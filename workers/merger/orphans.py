@@ -12,8 +12,8 @@ its lock.
 So every holder of a repo lock writes its pid into the lock file and
 clears it when it lets go (:meth:`RepoCache._locked`): a pid found there
 by the next holder means the last one died holding the lock, and the next
-holder ends every process working in the repo before it touches it (and
-the sweep of a killed clone's folder does the same for that folder).
+holder ends every process working in the repo, its worktree or a killed
+clone's temporary folder before it touches them.
 "Working in" is the process's working directory: git runs every command
 in its repo (the merger starts each one there, a clone in its temporary
 folder), and the processes git starts inherit it.
@@ -94,4 +94,5 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     # the state follows the command name, which is in parentheses and may hold any byte
-    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
+    state = stat[stat.rindex(b")") + 2 :][:1]
+    return state != b"Z"

@@ -108,6 +108,14 @@ class RequestSweeps:
             for _name, data, version in stored.decode_each(self.client, wanted)
         ]
 
+    def listed(self) -> set[str]:
+        """The uuid of every request in the queue now, in any state (one listing)."""
+        return self._names("requests")
+
+    def read_each(self, uuids: Iterable[str]) -> list[JobRequest]:
+        """The requests of ``uuids`` that are still there, read together (one round trip)."""
+        return self._read(uuids)
+
     def _read_all(self) -> list[JobRequest]:
         return self._read(self._names("requests"))
 

@@ -15,6 +15,7 @@ from scheduler.wire.merger import (
     KIND_CLASSES,
     InvalidRecordError,
     JobKind,
+    MergeJob,
     MergeResult,
     MergerJob,
     MergerResult,
@@ -26,6 +27,7 @@ from workers.merger.errors import InvalidJobError
 from workers.merger.jobs import run_branch_heads_job, run_config_job, run_files_changes_job
 from workers.merger.merge import failure_of, run_merge_job
 from workers.merger.push import run_push_job
+from workers.merger.waiting import NO_BATCH, Batch
 
 Runner = Callable[[Any, RepoCache], MergerResult]
 
@@ -47,8 +49,14 @@ def run_typed_job(job: MergerJob, cache: RepoCache) -> MergerResult:
     raise InvalidJobError(f"not a merger job: {type(job).__name__}")
 
 
-def run_job(kind: str, params: Mapping[str, Any], cache: RepoCache) -> dict[str, Any]:
-    """Run the job of ``kind`` described by ``params`` (its ``to_dict()``); return the result's."""
+def run_job(
+    kind: str, params: Mapping[str, Any], cache: RepoCache, batch: Batch = NO_BATCH
+) -> dict[str, Any]:
+    """Run the job of ``kind`` described by ``params`` (its ``to_dict()``); return the result's.
+
+    ``batch``: the merge requests waiting in the queue (a merge job's fetch
+    takes their changes along: :mod:`workers.merger.waiting`).
+    """
     job_id = str(params.get("job_id", ""))
     try:
         job_kind = parse_kind(kind)
@@ -59,6 +67,8 @@ def run_job(kind: str, params: Mapping[str, Any], cache: RepoCache) -> dict[str,
         job = job_class.from_dict(dict(params))
     except InvalidRecordError as exc:
         return _invalid(result_class, job_id, exc)
+    if isinstance(job, MergeJob):
+        return run_merge_job(job, cache, batch).to_dict()
     return JOB_KINDS[job_kind](job, cache).to_dict()
 
 

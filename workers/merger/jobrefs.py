@@ -114,14 +114,19 @@ class JobRefs:
         """The repo's lock is released: read the journal afresh next time."""
         self._held = None
 
-    def enter(self, job_id: str, refs: int, list_refs: ListRefs) -> None:
-        """Enter ``job_id`` as the newest job before a fetch writes ``refs`` of its refs."""
+    def enter(self, jobs: Sequence[tuple[str, int]], list_refs: ListRefs) -> None:
+        """Enter each ``(job id, refs)`` as the newest jobs, in order, before a fetch writes them.
+
+        ``refs`` is how many of its refs the fetch writes; one journal write for all.
+        """
         entries = self._load(list_refs)
-        if not entries or entries[-1].job != job_id:
+        if [e.job for e in entries[-len(jobs) :]] == [job for job, _refs in jobs]:
+            return
+        for job_id, refs in jobs:
             previous = _entry_of(entries, job_id)
             entries = [e for e in entries if e.job != job_id]
             entries.append(Entry(job_id, max(refs, previous.refs), previous.memo))
-            self._write(entries)
+        self._write(entries)
 
     def overdue(self, list_refs: ListRefs) -> bool:
         """Whether the refs are twice the window: fetches and no merge for long.

@@ -42,7 +42,7 @@ def run_files_changes_job(job: FilesChangesJob, cache: RepoCache) -> FilesChange
         ref = source_ref(job.job_id, 0)
         specs = [] if change.commit and repo.commit_of(change.commit) else [f"+{change.rev}:{ref}"]
         if specs:
-            repo.note_job(job.job_id, len(specs))
+            repo.note_jobs([(job.job_id, len(specs))])
         repo.fetch(specs)
         if specs:
             repo.drop_overdue_refs()

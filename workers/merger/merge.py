@@ -61,6 +61,7 @@ from workers.merger.names import (
     source_ref,
 )
 from workers.merger.repo import Repo
+from workers.merger.waiting import NO_BATCH, Batch, WaitingChange
 
 Indexed = list[tuple[int, MergeChange]]
 
@@ -77,10 +78,14 @@ class _ProjectOutcome:
     base: ProjectState | None = None
 
 
-def run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
-    """Produce the speculative state of ``job``; never raises for git or input problems."""
+def run_merge_job(job: MergeJob, cache: RepoCache, batch: Batch = NO_BATCH) -> MergeResult:
+    """Produce the speculative state of ``job``; never raises for git or input problems.
+
+    ``batch``: the merge requests waiting in the queue, whose changes a
+    fetch takes along (:mod:`.waiting`).
+    """
     started = time.monotonic()
-    result = _run_merge_job(job, cache)
+    result = _run_merge_job(job, cache, batch)
     failure = result.failure
     log.info(
         "merge job %s: %s, %d of %d changes in %.3fs%s",
@@ -94,7 +99,7 @@ def run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
     return result
 
 
-def _run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
+def _run_merge_job(job: MergeJob, cache: RepoCache, batch: Batch) -> MergeResult:
     try:
         check_job_id(job.job_id)
         for change in job.changes:
@@ -108,7 +113,8 @@ def _run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
     outcomes: list[_ProjectOutcome] = []
     for (connection, project), items in _by_project(job.changes).items():
         try:
-            outcome = cache.run(connection, project, partial(_merge_project, job=job, items=items))
+            merge = partial(_merge_project, job=job, items=items, batch=batch)
+            outcome = cache.run(connection, project, merge)
         except MergerError as exc:
             if not exc.ref:  # a project-wide problem: name the first change it stops
                 exc.at(items[0][1].rev, items[0][0])
@@ -123,7 +129,7 @@ def _run_merge_job(job: MergeJob, cache: RepoCache) -> MergeResult:
             continue
         touched.add(key)
         try:
-            state = cache.run(*key, partial(_required_state, job=job, key=key))
+            state = cache.run(*key, partial(_required_state, job=job, key=key, batch=batch))
         except MergerError as exc:
             return _failed(job, outcomes, failure_of(exc, *key))
         outcomes.append(_ProjectOutcome(state))
@@ -162,10 +168,10 @@ def failure_of(
 # One project
 
 
-def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed) -> _ProjectOutcome:
+def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -> _ProjectOutcome:
     connection, project = items[0][1].connection, items[0][1].project
     pinned = _pinned(job, connection, project)
-    sources = _fetch_sources(repo, job, items, pinned)
+    sources = _fetch_sources(repo, job, items, pinned, batch)
     heads = repo.heads()
     bases = _bases(repo, items, heads, pinned)
     stamps = _stamps(repo, job, items, sources)
@@ -262,9 +268,13 @@ def _memo_refs(
 
 
 def _fetch_sources(
-    repo: Repo, job: MergeJob, items: Indexed, pinned: dict[str, str]
+    repo: Repo, job: MergeJob, items: Indexed, pinned: dict[str, str], batch: Batch
 ) -> dict[int, str]:
-    """The commit of each change (index -> sha), fetching what the cache lacks."""
+    """The commit of each change (index -> sha), fetching what the cache lacks.
+
+    Nothing is fetched when every commit is here and every branch is
+    pinned, or fetched after this request was made (``batch.fresh``).
+    """
     sources: dict[int, str] = {}
     specs: list[str] = []
     present = repo.commits_of([c.commit for _i, c in items if c.commit] + list(pinned.values()))
@@ -275,13 +285,13 @@ def _fetch_sources(
         else:
             specs.append(f"+{change.ref or change.commit}:{source_ref(job.job_id, index)}")
     branches_pinned = all(present.get(pinned.get(item.branch, "")) for _i, item in items)
-    if specs or not branches_pinned:
-        if specs:
-            repo.note_job(job.job_id, len(specs))
+    key = (items[0][1].connection, items[0][1].project)
+    if specs or not (branches_pinned or batch.fresh(key)):
         try:
-            repo.fetch(specs)
+            _fetch_with_waiting(repo, job, specs, batch.others(key))
         except UnknownRefError as exc:
             raise _which_change(exc, items) from None
+        batch.fetched(key)
     wanted = {i: c.commit or source_ref(job.job_id, i) for i, c in items if i not in sources}
     found = repo.commits_of(wanted.values())
     for index, change in items:
@@ -294,6 +304,43 @@ def _fetch_sources(
             )
         sources[index] = sha
     return sources
+
+
+def _fetch_with_waiting(
+    repo: Repo, job: MergeJob, specs: list[str], waiting: Sequence[WaitingChange]
+) -> None:
+    """Fetch the branches and ``specs``, with the changes of ``waiting`` jobs the cache lacks.
+
+    A fetch that fails with those is made again without them: another
+    job's ref is never this job's failure (its own merge reports it).
+    """
+    along = _missing(repo, waiting, job.job_id)
+    jobs = ([(job.job_id, len(specs))] if specs else []) + [(w.job_id, 1) for w in along]
+    if jobs:
+        repo.note_jobs(jobs)
+    if along:
+        try:
+            repo.fetch(specs + [f"+{w.change.ref or w.change.commit}:{w.ref}" for w in along])
+            log.debug("%s: fetched %d waiting changes along", repo.label, len(along))
+            return
+        except MergerError as exc:
+            log.info("%s: a fetch with %d waiting changes failed: %s", repo.label, len(along), exc)
+    repo.fetch(specs)
+
+
+def _missing(repo: Repo, waiting: Sequence[WaitingChange], job_id: str) -> list[WaitingChange]:
+    """The waiting changes whose commits the cache lacks (valid ones, one per commit)."""
+    valid: dict[str, WaitingChange] = {}
+    for wanted in waiting:
+        try:
+            check_job_id(wanted.job_id)
+            check_change(wanted.change)
+        except InvalidJobError:
+            continue  # its own merge says what is wrong with it
+        if wanted.job_id != job_id:
+            valid.setdefault(wanted.change.commit, wanted)
+    present = repo.commits_of(valid) if valid else {}
+    return [wanted for commit, wanted in valid.items() if present.get(commit) is None]
 
 
 def _which_change(exc: UnknownRefError, items: Indexed) -> UnknownRefError:
@@ -328,10 +375,14 @@ def _bases(
     return bases
 
 
-def _required_state(repo: Repo, *, job: MergeJob, key: tuple[str, str]) -> ProjectState:
+def _required_state(
+    repo: Repo, *, job: MergeJob, key: tuple[str, str], batch: Batch
+) -> ProjectState:
     connection, project = key
     pinned = _pinned(job, connection, project)
-    repo.fetch()
+    if not batch.fresh(key):
+        _fetch_with_waiting(repo, job, [], batch.others(key))
+        batch.fetched(key)
     return ProjectState(connection, project, {**repo.heads(), **pinned})
 
 

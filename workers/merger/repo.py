@@ -304,9 +304,9 @@ class Repo:
                     pending.append(parent)
         return None
 
-    def note_job(self, job_id: str, refs: int) -> None:
-        """Before a fetch writes ``refs`` refs of ``job_id``: enter the job in the journal."""
-        self.job_refs.enter(job_id, refs, self.refs)
+    def note_jobs(self, jobs: Sequence[tuple[str, int]]) -> None:
+        """Before a fetch writes refs of jobs: enter each ``(job id, refs)`` in the journal."""
+        self.job_refs.enter(jobs, self.refs)
 
     def drop_overdue_refs(self) -> None:
         """Drop the refs of old jobs now if no merge did it for long (jobrefs.py)."""

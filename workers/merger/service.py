@@ -73,6 +73,7 @@ from workers.merger.dispatch import run_job
 from workers.merger.jobs import delete_job_refs
 from workers.merger.push import FORGES
 from workers.merger.replay import ReplayError, merge_again
+from workers.merger.waiting import FetchBatch, process_memo
 from workers.notify import Notify, no_notify, notify_safely
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,8 @@ def run_claimed(
         repos = cache if isinstance(cache, RepoCache) else cache()
         if kind is JobKind.PUSH:
             replayed = _commit_made_here(queue.client, repos, _push_job(job))
-        result_dict = run_job(kind, job, repos)
+        batch = FetchBatch(queue, claimed.uuid, process_memo())
+        result_dict = run_job(kind, job, repos, batch)
     except ReplayError as exc:
         log.warning("merge request %s: %s", claimed.uuid, exc)
         failure = Failure("unknown-ref", f"the tested commit is not on this merger: {exc}")

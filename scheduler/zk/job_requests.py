@@ -26,7 +26,8 @@ transaction: create the lock, set RUNNING, queue the "started" event; a
 read more after a lost answer); the worker's params 0 when inline, else 1;
 complete 1 (one fenced transaction: set COMPLETED, write the result data and
 its marker, queue the "completed" event, delete the lock; shards first only
-when the result is over ~900 kB); read the result 1-2. Nothing on this path lists a directory.
+when the result is over ~900 kB); read the result 1-2. Nothing on this path lists a directory (a
+merger's look at what else waits, :meth:`listed`, is apart from it).
 
 Guarantees:
 

@@ -10,6 +10,7 @@ the one a merge on its own gives.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from scheduler.settings import ConnectionSettings
 from scheduler.wire.merge_requests import wait_for_merge_result
 from scheduler.wire.merger import BranchHeadsJob, MergeChange, MergeJob, MergeResult, Status
+from scheduler.zk import paths
 from tests.fixtures.workers import WorkerFactory
 from tests.merger.gitrepos import Remote, Remotes
 from tests.merger_e2e.conftest import FakeSsh, Merges
@@ -171,3 +173,26 @@ def test_a_burst_of_requests_costs_the_remote_one_fetch_of_changes(
     assert len(upload_packs) == 2, upload_packs
     results = [wait_for_merge_result(merges.client, r.uuid, 5) for r in requests]
     assert all(isinstance(r, MergeResult) and r.status is Status.OK for r in results)
+
+
+def test_a_waiting_request_that_does_not_decode_is_read_once_and_changes_nothing(
+    merges: Merges,
+    remotes: Remotes,
+    cache: RepoCache,
+    fetches: list[list[str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    remote = remotes.create("org/a")
+    for n in (1, 2):
+        remote.change(n, {f"file-{n}": f"{n}\n"})
+    first, second = (merges.submit(change_job(f"check-{n}", remote, n)) for n in (1, 2))
+    queue = open_queue(merges.client)
+    merges.client.create(paths.request_child(queue.root, "requests", "garbled"), b"\xff{not json")
+
+    with caplog.at_level(logging.WARNING, logger="workers.merger.waiting"):
+        reports = [execute_merge_request(queue, r.uuid, "w", cache) for r in (first, second)]
+
+    assert [r.status for r in reports] == ["ok", "ok"]
+    # the first listing's read failed: each merge fetched on its own
+    assert len(fetches) == 2
+    assert len([r for r in caplog.records if "not read" in r.getMessage()]) == 1

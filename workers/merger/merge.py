@@ -26,6 +26,7 @@ import hashlib
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -315,9 +316,10 @@ def _fetch_with_waiting(
     job's ref is never this job's failure (its own merge reports it).
     """
     along = _missing(repo, waiting, job.job_id)
-    jobs = ([(job.job_id, len(specs))] if specs else []) + [(w.job_id, 1) for w in along]
+    jobs = Counter({job.job_id: len(specs)} if specs else {})
+    jobs.update(w.job_id for w in along)
     if jobs:
-        repo.note_jobs(jobs)
+        repo.note_jobs(list(jobs.items()))
     if along:
         try:
             repo.fetch(specs + [f"+{w.change.ref or w.change.commit}:{w.ref}" for w in along])

@@ -135,13 +135,17 @@ class FetchBatch:
 
     def others(self, key: RepoKey) -> list[WaitingChange]:
         """The changes for ``key`` of the other merge requests waiting now (best-effort)."""
+        unread: list[str] = []
         try:
             listed = self.queue.listed()
             unread = [u for u in listed if u != self.uuid and u not in self.memo.read]
-            for request in self.queue.read_each(unread[:MAX_READS]):
+            del unread[MAX_READS:]
+            for request in self.queue.read_each(unread):
                 self.memo.remember(request.uuid, _wanted(request))
         except Exception as exc:  # an optimisation: the merge fetches what it needs alone
             log.warning("merge request %s: waiting requests not read: %r", self.uuid, exc)
+            for uuid in unread:  # not read again (a node that does not decode stays so)
+                self.memo.read.setdefault(uuid, {})
             return []
         self._listed[key] = listed
         found: list[WaitingChange] = []

@@ -122,7 +122,7 @@ class CheckSystem:
             queue = EventQueue(client, paths.tenant_management_queue(TENANT))
             ids = []
             for ref in refs:
-                commit = system.repos.git("app", "rev-parse", f"refs/heads/{ref}")
+                commit = system.repos.git("app", "rev-parse", ref)
                 change = Change("local", "app", "main", ref, commit)
                 result_id = uuid.uuid4().hex
                 sent[ref] = time.time()
@@ -161,17 +161,32 @@ def check_system(
     *,
     script: str = NOOP,
     session_timeout: float = 10.0,
+    as_branches: bool = False,
 ) -> CheckSystem:
+    """A check pipeline over ``app`` with ``changes`` changes ready to enqueue.
+
+    Each change is a commit on ``main``'s tip under ``refs/changes/<n>``, as
+    a forge keeps changes (Zuul's harness too); ``as_branches`` makes each
+    a branch ``c<n>`` of the project instead, as the benchmarks did until
+    session 14 (every branch then holds config, and every merge's state
+    lists every branch).
+    """
     phase = services.system(tag, session_timeout=session_timeout)
     phase.use_environment()
     system = phase.system
     system.tenant(MAIN_YAML)
     system.repos.commit("config", "main", CONFIG)
     base = system.repos.commit("app", "main", app_files(jobs, script))
-    refs = [f"c{n}" for n in range(changes)]
-    for ref in refs:
-        system.repos.commit("app", ref, {f"src/{ref}.py": f"{ref} = 1\n"}, base=base)
+    branches = [f"c{n}" for n in range(changes)]
+    for branch in branches:
+        system.repos.commit("app", branch, {f"src/{branch}.py": f"{branch} = 1\n"}, base=base)
     system.repos.git("app", "checkout", "-q", "--detach")
+    if not as_branches:
+        # as a forge keeps them: a ref per change, not a branch of the project
+        for n, branch in enumerate(branches):
+            system.repos.git("app", "update-ref", f"refs/changes/{n}", f"refs/heads/{branch}")
+            system.repos.git("app", "update-ref", "-d", f"refs/heads/{branch}")
+    refs = branches if as_branches else [f"refs/changes/{n}" for n in range(changes)]
     return CheckSystem(phase, refs)
 
 

@@ -105,9 +105,11 @@ def throughput_run(
     jobs: int,
     pipeline: str,
     setup: WorkerSetup,
+    *,
+    as_branches: bool = False,
 ) -> dict[str, Any]:
     tag = f"{pipeline}-{changes}x{jobs}-{uuid.uuid4().hex[:6]}"
-    check = check_system(services, tag, changes, jobs)
+    check = check_system(services, tag, changes, jobs, as_branches=as_branches)
     try:
         start_workers(check, setup)
         warm = check.refs[:1]  # a first change warms imports, connections, caches
@@ -344,7 +346,8 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"\nload average before: {report['load_before']}, after: {report['load_after']}")
     where = "on /dev/shm" if report.get("build_dir") == "tmpfs" else "under the state dir"
     print(f"workspaces (executor.build_dir): {where}", end="; ")
-    print(f"executor worker processes: {report.get('executor_concurrency', 2)}")
+    print(f"executor worker processes: {report.get('executor_concurrency', 2)}", end="; ")
+    print(f"changes as {report.get('changes_as', 'branches')}")
     for key, runs in report["throughput"].items():
         n = len(runs)
         print(f"\n{key} (N changes x M no-op jobs), {n} run(s): best / median")
@@ -419,6 +422,13 @@ def main() -> None:
         help="workspaces under the state dir (the default) or on /dev/shm (executor.build_dir)",
     )
     parser.add_argument(
+        "--changes-as",
+        choices=["refs", "branches"],
+        default="refs",
+        help="each change under refs/changes/<n>, as a forge keeps them (the default), or as "
+        "a branch of the project (the benchmark until session 14)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="tiny sizes, one run of every phase (make test runs it; figures not kept)",
@@ -437,6 +447,7 @@ def main() -> None:
         "smoke": args.smoke,
         "load_before": loadavg(),
         "build_dir": args.build_dir,
+        "changes_as": args.changes_as,
         "executor_concurrency": args.executor_concurrency,
         "throughput": {},
         "gate_depth": [],
@@ -463,7 +474,14 @@ def main() -> None:
                 results = []
                 for _ in range(runs):
                     # one warm-up change more than N (through check): it is not measured
-                    result = throughput_run(services, n + 1, args.jobs, pipeline, setup)
+                    result = throughput_run(
+                        services,
+                        n + 1,
+                        args.jobs,
+                        pipeline,
+                        setup,
+                        as_branches=args.changes_as == "branches",
+                    )
                     result["ratio_celery"] = (
                         result["builds_per_s"] / result["celery_roundtrips_per_s"]
                     )

@@ -9,6 +9,7 @@ formatter. Logging never raises, so neither does this reporter.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from scheduler.reporting.records import (
@@ -85,6 +86,10 @@ class LogReporter:
 _QUIET_RESULTS = frozenset({BuildResult.SUCCESS, BuildResult.SKIPPED, BuildResult.DEQUEUED})
 
 
+# What makes a value need quotes in a ``key=value`` line (whitespace, quotes, ``=``).
+_NEEDS_QUOTES = re.compile(r"[\s'\"=]")
+
+
 def _show(value: Any) -> str:
     text = str(value)
-    return repr(text) if (not text or any(c.isspace() or c in "'\"=" for c in text)) else text
+    return repr(text) if (not text or _NEEDS_QUOTES.search(text)) else text

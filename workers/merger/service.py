@@ -134,6 +134,7 @@ def process_cache(settings: Settings) -> RepoCache:
     cache = _caches.get("cache", lambda: RepoCache.from_settings(settings))
     if cache.root != settings.state_dir / "git" or cache.connections != settings.connections:
         cache = _caches.put("cache", RepoCache.from_settings(settings))  # settings changed
+        process_memo().forget()  # what was fetched from the old connections is not fresh
     return cache
 
 

@@ -87,6 +87,10 @@ class WaitingMerges:
         while len(self.read) > MAX_REMEMBERED:
             self.read.popitem(last=False)
 
+    def forget(self) -> None:
+        """Nothing is fresh any more (the repo cache was replaced)."""
+        self.fresh.clear()
+
     def mark_fresh(self, key: RepoKey, uuids: set[str]) -> None:
         fresh = self.fresh.setdefault(key, set())
         if len(fresh) + len(uuids) > MAX_REMEMBERED:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,14 @@ import pytest
 
 from scheduler.settings import ConnectionSettings
 from scheduler.wire.merge_requests import wait_for_merge_result
-from scheduler.wire.merger import BranchHeadsJob, MergeChange, MergeJob, MergeResult, Status
+from scheduler.wire.merger import (
+    BranchHeadsJob,
+    MergeChange,
+    MergeJob,
+    MergeResult,
+    ProjectRef,
+    Status,
+)
 from scheduler.zk import paths
 from tests.fixtures.workers import WorkerFactory
 from tests.merger.gitrepos import Remote, Remotes
@@ -196,3 +204,30 @@ def test_a_waiting_request_that_does_not_decode_is_read_once_and_changes_nothing
     # the first listing's read failed: each merge fetched on its own
     assert len(fetches) == 2
     assert len([r for r in caplog.records if "not read" in r.getMessage()]) == 1
+
+
+def test_a_required_project_is_fetched_once_for_the_merges_waiting(
+    merges: Merges, remotes: Remotes, cache: RepoCache, fetches: list[list[str]]
+) -> None:
+    remote = remotes.create("org/a")
+    lib = remotes.create("org/lib")
+    for n in (1, 2, 3):
+        remote.change(n, {f"file-{n}": f"{n}\n"})
+    jobs = [
+        replace(change_job(f"check-{n}", remote, n), required=(ProjectRef("git", "org/lib"),))
+        for n in (1, 2, 3)
+    ]
+    requests = [merges.submit(job) for job in jobs]
+    queue = open_queue(merges.client)
+
+    reports = [execute_merge_request(queue, r.uuid, "w", cache) for r in requests]
+
+    assert [r.status for r in reports] == ["ok"] * 3
+    # one fetch of each repo, by the first merge: the others were fresh for both
+    assert len(fetches) == 2, fetches
+    tip = lib.rev("refs/heads/main")
+    for request in requests:
+        result = wait_for_merge_result(merges.client, request.uuid, 5)
+        assert isinstance(result, MergeResult)
+        states = {s.project: s.branches for s in result.repo_state}
+        assert states["org/lib"] == {"main": tip}

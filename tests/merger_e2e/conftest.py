@@ -22,7 +22,7 @@ import pytest
 
 from cli.stack import process, workers
 from scheduler import dispatch
-from scheduler.settings import Settings, load_settings
+from scheduler.settings import ConnectionSettings, Settings, load_settings
 from scheduler.wire.merge_requests import merger_queue, submit_merge_job
 from scheduler.wire.merger import MergerJob, job_kind
 from scheduler.zk import paths
@@ -32,6 +32,7 @@ from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory, WorkerProcess
 from tests.merger.gitrepos import Remotes
+from workers.merger import RepoCache
 
 TENANT = "tenant-one"
 PIPELINE = "gate"
@@ -89,6 +90,17 @@ class FakeSsh:
 @pytest.fixture
 def remotes(tmp_path: Path) -> Remotes:
     return Remotes(tmp_path / "remotes", tmp_path / "home")
+
+
+def local_cache(folder: Path, remotes: Remotes) -> RepoCache:
+    """A repo cache in ``folder`` whose connection ``git`` reaches ``remotes`` by path."""
+    return RepoCache(folder, {"git": ConnectionSettings("git", "git", str(remotes.base))})
+
+
+@pytest.fixture
+def cache(tmp_path: Path, remotes: Remotes) -> RepoCache:
+    """A worker's repo cache, for the service called without Celery."""
+    return local_cache(tmp_path / "worker", remotes)
 
 
 @pytest.fixture

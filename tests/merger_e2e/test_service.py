@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.settings import ConnectionSettings, Settings
+from scheduler.settings import Settings
 from scheduler.sweep import run_sweep, standard_steps
 from scheduler.wire.merge_requests import (
     new_request,
@@ -45,12 +45,6 @@ from workers.merger.service import (
     open_queue,
     process_cache,
 )
-
-
-@pytest.fixture
-def cache(tmp_path: Path, remotes: Remotes) -> RepoCache:
-    connections = {"git": ConnectionSettings("git", "git", str(remotes.base))}
-    return RepoCache(tmp_path / "worker", connections)
 
 
 @pytest.fixture

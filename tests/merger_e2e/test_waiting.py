@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from scheduler.settings import ConnectionSettings
 from scheduler.wire.merge_requests import wait_for_merge_result
 from scheduler.wire.merger import (
     BranchHeadsJob,
@@ -31,23 +30,16 @@ from scheduler.wire.merger import (
 from scheduler.zk import paths
 from tests.fixtures.workers import WorkerFactory
 from tests.merger.gitrepos import Remote, Remotes
-from tests.merger_e2e.conftest import FakeSsh, Merges
+from tests.merger_e2e.conftest import FakeSsh, Merges, local_cache
 from workers.merger import RepoCache, run_merge_job
 from workers.merger.gitcmd import Git
 from workers.merger.service import execute_merge_request, open_queue
 
 
 @pytest.fixture
-def cache(tmp_path: Path, remotes: Remotes) -> RepoCache:
-    connections = {"git": ConnectionSettings("git", "git", str(remotes.base))}
-    return RepoCache(tmp_path / "worker", connections)
-
-
-@pytest.fixture
 def alone(tmp_path: Path, remotes: Remotes) -> RepoCache:
     """Another cache, for the merges each run on their own (no queue)."""
-    connections = {"git": ConnectionSettings("git", "git", str(remotes.base))}
-    return RepoCache(tmp_path / "alone", connections)
+    return local_cache(tmp_path / "alone", remotes)
 
 
 @pytest.fixture

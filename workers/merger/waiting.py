@@ -127,7 +127,9 @@ class FetchBatch:
         self.queue = queue
         self.uuid = uuid
         self.memo = memo
-        self._listed: dict[RepoKey, set[str]] = {}
+        # the other requests of this request's one listing (None: not listed yet),
+        # made before any fetch that follows it, of whichever repo
+        self._listed: set[str] | None = None
 
     def fresh(self, key: RepoKey) -> bool:
         """Whether this process fetched the branches of ``key`` after this request was made."""
@@ -138,11 +140,24 @@ class FetchBatch:
         return True
 
     def others(self, key: RepoKey) -> list[WaitingChange]:
-        """The changes for ``key`` of the other merge requests waiting now (best-effort)."""
+        """The changes for ``key`` of the other merge requests waiting (best-effort).
+
+        The queue is listed once per request, before its first fetch: a job
+        over several repos reads it once.
+        """
+        if self._listed is None:
+            self._listed = self._list()
+        found: list[WaitingChange] = []
+        for uuid in self._listed:
+            found.extend(self.memo.read.get(uuid, {}).get(key, ()))
+        return found
+
+    def _list(self) -> set[str]:
+        """The other requests in the queue now, the unread ones read (empty on failure)."""
         unread: list[str] = []
         try:
-            listed = self.queue.listed()
-            unread = [u for u in listed if u != self.uuid and u not in self.memo.read]
+            listed = self.queue.listed() - {self.uuid}
+            unread = [u for u in listed if u not in self.memo.read]
             del unread[MAX_READS:]
             for request in self.queue.read_each(unread):
                 self.memo.remember(request.uuid, _wanted(request))
@@ -150,20 +165,13 @@ class FetchBatch:
             log.warning("merge request %s: waiting requests not read: %r", self.uuid, exc)
             for uuid in unread:  # not read again (a node that does not decode stays so)
                 self.memo.read.setdefault(uuid, {})
-            return []
-        self._listed[key] = listed
-        found: list[WaitingChange] = []
-        for uuid in listed:
-            if uuid != self.uuid:
-                found.extend(self.memo.read.get(uuid, {}).get(key, ()))
-        return found
+            return set()
+        return listed
 
     def fetched(self, key: RepoKey) -> None:
         """The branches of ``key`` were fetched just now: fresh for every request listed before."""
-        listed = self._listed.pop(key, set())
-        listed.discard(self.uuid)
-        if listed:
-            self.memo.mark_fresh(key, listed)
+        if self._listed:
+            self.memo.mark_fresh(key, self._listed)
 
 
 class NoBatch:

@@ -115,6 +115,9 @@ class ExecutorSettings:
     # Where builds' workspaces live (None: ``<state_dir>/builds``); scratch
     # space, removed after each build: a tmpfs suits it (docs/executor.md)
     build_dir: Path | None = None
+    # Keep a finished workspace as its process's spare and prune it for the
+    # next build instead of deleting it (docs/executor.md, "Recycled workspaces")
+    recycle_workspaces: bool = True
 
 
 @dataclass(frozen=True)
@@ -392,6 +395,7 @@ def _read_executor(reader: SettingsReader | None) -> ExecutorSettings:
         if counts[key] < minimum:
             raise reader.error(key, f"must be at least {minimum}")
     share_objects = reader.get("share_objects", bool, default.share_objects)
+    recycle = reader.get("recycle_workspaces", bool, default.recycle_workspaces)
     merge_here = reader.get("merge_here", bool, default.merge_here)
     sandbox = reader.get("sandbox", str, default.sandbox)
     if sandbox not in ("none", "bwrap"):
@@ -411,6 +415,7 @@ def _read_executor(reader: SettingsReader | None) -> ExecutorSettings:
         sandbox_writable=tuple(Path(p) for p in listed),
         merge_here=merge_here,
         build_dir=Path(build_dir) if build_dir else None,
+        recycle_workspaces=recycle,
         **counts,
     )
 

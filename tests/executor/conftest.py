@@ -41,8 +41,8 @@ def fast_path(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     answers: list[bool] = []
     real = treecheckout.checkout_commit
 
-    def spy(objects: Path, dest: Path, commit: str) -> bool:
-        answers.append(real(objects, dest, commit))
+    def spy(objects: Path, dest: Path, commit: str, reuse: bool = False) -> bool:
+        answers.append(real(objects, dest, commit, reuse))
         return answers[-1]
 
     monkeypatch.setattr(workspace, "checkout_commit", spy)

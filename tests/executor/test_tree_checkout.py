@@ -182,8 +182,8 @@ def test_a_name_twice_is_left_to_git(tmp_path: Path) -> None:
 
 def test_a_symlinked_gitmodules_is_left_to_git() -> None:
     assert treecheckout.safe_name(b".gitmodules", treecheckout.REGULAR)
-    assert not treecheckout.safe_name(b".gitmodules", treecheckout.SYMLINK)
-    assert not treecheckout.safe_name(b"GITMOD~1", treecheckout.SYMLINK)
+    assert not treecheckout.safe_name(b".gitmodules", treecheckout.SYMLINK_MODE)
+    assert not treecheckout.safe_name(b"GITMOD~1", treecheckout.SYMLINK_MODE)
     for fine in (b".github", b".gitignore", b".git.d", b".gitx", b"a.git", b"git", b"x~1"):
         assert treecheckout.safe_name(fine, treecheckout.REGULAR), fine
     for refused in (b"", b".", b"..", b"a/b", b"a\0b", b".git\\x", b".GIT. .", b"Git~2"):

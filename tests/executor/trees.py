@@ -89,7 +89,7 @@ def entry_type(repo: Repo, name: str) -> int | None:
 def reference(repo: Repo, dest: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``commit`` checked out by git (the in-process checkout turned off)."""
     with monkeypatch.context() as patched:
-        patched.setattr(workspace, "checkout_commit", lambda *args: False)
+        patched.setattr(workspace, "checkout_commit", lambda *args, **kwargs: False)
         checkout(str(repo.path), dest, {"main": commit}, "main")
 
 

@@ -51,6 +51,7 @@ from scheduler.jsondata import deep_merge
 from scheduler.wire.build_result import Phase
 from scheduler.wire.build_spec import BuildSpec
 from workers.executor.errors import ResultDataError
+from workers.executor.recycle import write_over
 from workers.executor.workspace import BuildLayout
 
 DEFAULT_PASS_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
@@ -105,8 +106,10 @@ def job_vars(spec: BuildSpec) -> dict[str, Any]:
 
 def write_job_files(spec: BuildSpec, layout: BuildLayout) -> None:
     """Write the vars file and an empty result file."""
-    layout.vars_file.write_text(json.dumps(job_vars(spec), indent=2, sort_keys=True) + "\n")
-    layout.result_file.write_bytes(b"")
+    # written over in place in a recycled workspace (recycle.py)
+    text = json.dumps(job_vars(spec), indent=2, sort_keys=True) + "\n"
+    write_over(layout.vars_file, text.encode())
+    write_over(layout.result_file, b"")
     if spec.nodes:
         nodes = [dict(node) for node in spec.nodes]
         (layout.root / "nodes.json").write_text(json.dumps(nodes, indent=2, sort_keys=True) + "\n")

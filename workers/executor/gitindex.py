@@ -31,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workers.executor.recycle import write_over
+
 SIGNATURE = b"DIRC"
 VERSION = 2
 # ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size; name; flags
@@ -74,8 +76,11 @@ def index_bytes(entries: Iterable[IndexEntry], tree: CacheTree) -> bytes:
 
 
 def write_index(path: Path, entries: Sequence[IndexEntry], tree: CacheTree) -> None:
-    """Write the index file (a fresh repository's: no lock, nobody else reads it yet)."""
-    path.write_bytes(index_bytes(entries, tree))
+    """Write the index file (a fresh repository's: no lock, nobody else reads it yet).
+
+    Written over in place in a recycled workspace (:mod:`workers.executor.recycle`).
+    """
+    write_over(path, index_bytes(entries, tree))
 
 
 def _entry(entry: IndexEntry) -> bytes:

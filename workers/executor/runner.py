@@ -68,6 +68,7 @@ from workers.executor.workspace import (
     StepLocator,
     checkout_projects,
     create_folders,
+    put_workspace_aside,
     remove_workspace,
 )
 
@@ -106,6 +107,9 @@ class RunnerOptions:
     node_key: Path | None = None
     # where workspaces live (None: <state_dir>/builds; executor.build_dir)
     build_dir: Path | None = None
+    # a finished workspace is kept as its process's spare and pruned for the
+    # next build rather than deleted (workers/executor/recycle.py)
+    recycle_workspaces: bool = True
     # where projects are fetched from when this executor merges an item's
     # changes again (workers/executor/speculation.py)
     connections: Mapping[str, ConnectionSettings] = field(
@@ -185,20 +189,23 @@ class BuildRun:
     def prepare_workspace(self) -> None:
         """Folders, log, checkouts, job files, executables resolved; then ``on_started``."""
         began = time.monotonic()
-        create_folders(self.layout)
+        spec = self.spec
+        recycle_for = spec.repo_state if self.options.recycle_workspaces else None
+        recycled = create_folders(self.layout, recycle_for)
         self.job_log = JobLog(
             self.layout.log_file,
             self.options.tail_lines,
             limit=self.options.log_limit,
             redact=self.redact if self.redact.pieces else None,
         )
-        spec = self.spec
         self._mark(
             f"Sluice build {spec.build_uuid}: job {spec.job} of {spec.project} "
             f"({spec.branch}, {spec.ref or 'no ref'}) in {spec.tenant}/{spec.pipeline}"
         )
         share = self.options.share_objects
-        chosen = checkout_projects(spec, self.layout, share=share, cancelled=self._cancel_requested)
+        chosen = checkout_projects(
+            spec, self.layout, share=share, cancelled=self._cancel_requested, recycled=recycled
+        )
         write_job_files(spec, self.layout)
         self._resolve_executables(StepLocator(spec, self.layout, chosen, share=share))
         if any(is_playbook(s.path) for phase in Phase for s in spec.steps(phase.value)):
@@ -371,7 +378,10 @@ class BuildRun:
             self._mark(f"Workspace held at {self.layout.root}")
             return str(self.layout.root)
         try:
-            remove_workspace(self.layout)
+            if self.options.recycle_workspaces:
+                put_workspace_aside(self.layout)
+            else:
+                remove_workspace(self.layout)
         except OSError:
             log.exception("build %s: cannot remove the workspace", self.spec.build_uuid)
         return None

@@ -150,6 +150,7 @@ def runner_options(settings: Settings) -> RunnerOptions:
         connections=settings.connections,
         merge_here=executor.merge_here,
         build_dir=executor.build_dir,
+        recycle_workspaces=executor.recycle_workspaces,
         node_key=node_key_path(settings),
     )
 

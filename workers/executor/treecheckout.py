@@ -38,26 +38,39 @@ entry of ``HEAD``'s reflog (``checkout: moving from <branch> to <branch>``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
-import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from workers.executor.checkoutconfig import neutral
 from workers.executor.errors import ObjectReadError, WorkspaceError
 from workers.executor.gitindex import CacheTree, IndexEntry, write_index
 from workers.executor.objectstore import OBJ_BLOB, OBJ_COMMIT, OBJ_TREE, ObjectStore
 from workers.executor.packindex import HASH_SIZE
+from workers.executor.recycle import (
+    EXECUTABLE_MODE,
+    FILE_MODE,
+    OPEN,
+    SYMLINK,
+    Shape,
+    prune_folder,
+    remove_tree,
+    write_all,
+    write_over,
+)
 from workers.gitobjects import parse_commit, parse_tree
 
 log = logging.getLogger(__name__)
 
 REGULAR = 0o100644
 EXECUTABLE = 0o100755
-SYMLINK = 0o120000
-FILE_MODES = (REGULAR, EXECUTABLE, SYMLINK)
+SYMLINK_MODE = 0o120000
+FILE_MODES = (REGULAR, EXECUTABLE, SYMLINK_MODE)
 # Beyond this many files git checks out with less CPU (bench/checkout.py: about
 # 50 files of a packed tree whose blobs are often deltas, over 160 loose).
 MAX_FILES = 64
@@ -81,31 +94,39 @@ class _Plan:
     tree_bytes: int = 0  # of the trees read so far
 
 
-def checkout_commit(objects: Path, dest: Path, commit: str) -> bool:
+def checkout_commit(objects: Path, dest: Path, commit: str, reuse: bool = False) -> bool:
     """Write ``commit``'s files into ``dest`` and its ``.git/index``; False: left to git.
 
     ``dest`` holds a fresh repository whose objects are those under
-    ``objects``; on False nothing of this call is left in it.
+    ``objects``; on False nothing of this call is left in it. With
+    ``reuse`` its working tree may hold a former checkout (a recycled
+    workspace's, :mod:`workers.executor.recycle`): what the commit does not
+    hold is removed, what differs written over; on False the working tree
+    is emptied, so git starts from the fresh repository all the same.
     """
-    reason = _refusal(dest, commit) or _checkout(objects, dest, commit)
+    reason = _refusal(dest, commit, reuse) or _checkout(objects, dest, commit, reuse)
     if reason:
         log.debug("%s: checked out by git: %s", dest, reason)
+        if reuse:
+            _remove_written(dest)
     return not reason
 
 
-def _refusal(dest: Path, commit: str) -> str:
+def _refusal(dest: Path, commit: str, reuse: bool) -> str:
     """Why git must check out, whatever the tree (empty: no reason)."""
     if not SHA1_HEX.fullmatch(commit):
         return f"{commit!r} is no commit name"
     if not neutral():
         return "the git configuration may convert files"
+    if reuse:
+        return ""
     try:
         return "" if os.listdir(dest) == [".git"] else "the folder holds more than .git"
     except OSError as exc:
         return str(exc)
 
 
-def _checkout(objects: Path, dest: Path, commit: str) -> str:
+def _checkout(objects: Path, dest: Path, commit: str, reuse: bool) -> str:
     """The checkout written; else why not (nothing of it left)."""
     with ObjectStore(objects, size_max=MAX_BLOB_BYTES) as store:
         try:
@@ -114,13 +135,16 @@ def _checkout(objects: Path, dest: Path, commit: str) -> str:
             return str(exc)
         if tree is None:
             return "a tree git must check out"
-        return _write(store, dest, plan, tree)
+        return _write(store, dest, plan, tree, reuse)
 
 
-def _write(store: ObjectStore, dest: Path, plan: _Plan, tree: CacheTree) -> str:
+def _write(store: ObjectStore, dest: Path, plan: _Plan, tree: CacheTree, reuse: bool) -> str:
     """The files and the index written; else why not, with what was written removed."""
     try:
-        entries = _write_files(store, os.fsencode(dest), plan)
+        root = os.fsencode(dest)
+        if reuse:
+            prune_folder(root, _shape(plan))
+        entries = _write_files(store, root, plan, reuse)
         write_index(dest / ".git" / "index", entries, tree)
     except (ObjectReadError, OSError, ValueError) as exc:
         _remove_written(dest)
@@ -139,7 +163,7 @@ def safe_name(name: bytes, mode: int) -> bool:
     """
     if not name or b"/" in name or b"\0" in name:
         return False
-    if name[0] not in b".gG" and mode != SYMLINK:
+    if name[0] not in b".gG" and mode != SYMLINK_MODE:
         return True  # (most names: nothing below applies)
     if name in (b".", b".."):
         return False
@@ -150,7 +174,7 @@ def safe_name(name: bytes, mode: int) -> bool:
         rest = lower[4:].lstrip(b". ")
         if not rest or rest[:1] in (b":", b"\\"):
             return False
-    return mode != SYMLINK or not (lower.startswith(b".git") or b"~" in lower)
+    return mode != SYMLINK_MODE or not (lower.startswith(b".git") or b"~" in lower)
 
 
 def _plan(store: ObjectStore, commit: str) -> tuple[_Plan, CacheTree | None]:
@@ -195,16 +219,52 @@ def _walk(
     return node
 
 
-def _write_files(store: ObjectStore, root: bytes, plan: _Plan) -> list[IndexEntry]:
-    """The folders and files of ``plan`` made under ``root``; their index entries."""
+def _shape(plan: _Plan) -> Shape:
+    """What the working tree of ``plan`` holds, for :func:`prune_folder` (``.git`` left)."""
+    root: dict[str, Any] = {".git": {OPEN: OPEN}}
+    folders: dict[bytes, dict[str, Any]] = {b"": root}
+
+    def parent_and_name(path: bytes) -> tuple[dict[str, Any], str]:
+        parent, _, name = path.rpartition(b"/")
+        return folders[parent], os.fsdecode(name)
+
+    for folder in plan.folders:  # parents first
+        parent, name = parent_and_name(folder)
+        folders[folder] = parent[name] = {}
+    for path, mode, _sha in plan.files:
+        parent, name = parent_and_name(path)
+        parent[name] = SYMLINK if mode == SYMLINK_MODE else _permissions(mode)
+    return root
+
+
+def _permissions(mode: int) -> int:
+    """A new file's permissions for a git mode: git's, less the umask."""
+    return EXECUTABLE_MODE if mode == EXECUTABLE else FILE_MODE
+
+
+def _write_files(store: ObjectStore, root: bytes, plan: _Plan, reuse: bool) -> list[IndexEntry]:
+    """The folders and files of ``plan`` made under ``root``; their index entries.
+
+    With ``reuse`` the tree was pruned to ``plan``'s shape: a folder may be
+    there already, and a file is written over only where it differs.
+    """
     for folder in plan.folders:
-        os.mkdir(b"%s/%s" % (root, folder))
+        try:
+            os.mkdir(b"%s/%s" % (root, folder))
+        except FileExistsError:
+            if not reuse:
+                raise
     entries = []
     for path, mode, sha in plan.files:
         data = store.read(sha, OBJ_BLOB)
         target = b"%s/%s" % (root, path)
-        if mode == SYMLINK:
-            os.symlink(data, target)
+        if mode == SYMLINK_MODE:
+            if not (reuse and _same_link(target, data)):
+                if reuse:
+                    _unlink_if_there(target)
+                os.symlink(data, target)
+        elif reuse:
+            _rewrite_file(target, data, _permissions(mode))
         else:
             _write_file(target, data, 0o777 if mode == EXECUTABLE else 0o666)
         entries.append(IndexEntry(path, mode, sha, os.lstat(target)))
@@ -215,11 +275,40 @@ def _write_file(path: bytes, data: bytes, mode: int) -> None:
     """A new file (never through a symlink, never over another file) holding ``data``."""
     fd = os.open(path, _CREATE, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
     finally:
         os.close(fd)
+
+
+def _rewrite_file(path: bytes, data: bytes, permissions: int) -> None:
+    """``path`` holding ``data`` with ``permissions``: the file there written over if it differs.
+
+    The file there is a regular file of one link (pruned); anything else,
+    found all the same, is replaced by a new file.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return _write_file(path, data, permissions)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.unlink(path)
+        return _write_file(path, data, permissions)
+    write_over(path, data)
+    if stat.S_IMODE(info.st_mode) != permissions:
+        os.chmod(path, permissions)
+    return None
+
+
+def _same_link(path: bytes, target: bytes) -> bool:
+    try:
+        return os.readlink(path) == target
+    except OSError:
+        return False
+
+
+def _unlink_if_there(path: bytes) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _remove_written(dest: Path) -> None:
@@ -230,7 +319,7 @@ def _remove_written(dest: Path) -> None:
                 if entry.name == ".git":
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
+                    remove_tree(Path(entry.path))
                 else:
                     os.unlink(entry.path)
         (dest / ".git" / "index").unlink(missing_ok=True)

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -59,6 +58,14 @@ from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.errors import BuildCancelledError, RefusedError, WorkspaceError
 from workers.executor.objectstore import readable_commits
 from workers.executor.packindex import packed_commits
+from workers.executor.recycle import (
+    SPARE_PREFIX,
+    put_aside,
+    recyclable_projects,
+    remove_tree,
+    take_spare,
+    write_over,
+)
 from workers.executor.treecheckout import checkout_commit
 from workers.gitobjects import loose_object_kind
 
@@ -141,38 +148,39 @@ def builds_folder(state_dir: Path, build_dir: Path | None = None) -> Path:
     return build_dir if build_dir is not None else state_dir / "builds"
 
 
-def create_folders(layout: BuildLayout) -> None:
+def create_folders(layout: BuildLayout, recycle_for: Collection[str] | None = None) -> bool:
     """Make the workspace's folders; a leftover workspace of the same uuid is replaced.
+
+    With ``recycle_for`` (the projects of the build's repo state) the
+    process's spare workspace, if it has one, becomes this one, pruned to
+    what a new one holds (:mod:`workers.executor.recycle`). True when it did.
 
     The folder of all workspaces is made private (0700) when it is made: a
     ``build_dir`` on a shared tmpfs (``/dev/shm``) must not show builds to
     other users.
     """
-    if layout.root.exists():
+    if os.path.lexists(layout.root):
         remove_workspace(layout)
     builds = layout.root.parent
     if not builds.is_dir():
         builds.parent.mkdir(parents=True, exist_ok=True)
         builds.mkdir(mode=0o700, exist_ok=True)
+    recycled = recycle_for is not None and take_spare(layout.root, recycle_for)
     for folder in (layout.src_dir, layout.home_dir, layout.tmp_dir, layout.vars_file.parent):
         folder.mkdir(parents=True, exist_ok=True)
     layout.log_dir.mkdir(parents=True, exist_ok=True)
+    return recycled
 
 
 def remove_workspace(layout: BuildLayout) -> None:
     """Delete the workspace (never the logs), even if the job made files read-only."""
+    remove_tree(layout.root)
 
-    def make_writable_and_retry(func: Callable[..., object], path: str, exc_info: object) -> None:
-        # A job may leave read-only folders behind (go's module cache does).
-        os.chmod(os.path.dirname(path) or ".", 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
 
-    if layout.root.exists():
-        shutil.rmtree(layout.root, onerror=make_writable_and_retry)
+def put_workspace_aside(layout: BuildLayout) -> None:
+    """Keep the finished workspace as the process's spare, or else delete it."""
+    if not put_aside(layout.root):
+        remove_workspace(layout)
 
 
 def remove_stale_workspaces(
@@ -186,6 +194,8 @@ def remove_stale_workspaces(
     builds = builds_folder(state_dir, build_dir)
     removed = []
     for folder in sorted(builds.iterdir()) if builds.is_dir() else []:
+        if folder.name.startswith(SPARE_PREFIX):
+            continue  # a process's spare: remove_orphan_spares
         if folder.is_dir() and folder.name not in keep:
             remove_workspace(BuildLayout(root=folder, log_dir=state_dir / "logs" / folder.name))
             removed.append(folder.name)
@@ -198,13 +208,16 @@ def checkout_projects(
     *,
     share: bool = True,
     cancelled: Callable[[], bool] = lambda: False,
+    recycled: bool = False,
 ) -> dict[str, str]:
     """Check out every project of the repo state at its commits; the branch of each.
 
     ``cancelled`` is asked before each project (fetches can be long):
-    :class:`BuildCancelledError` when it says yes.
+    :class:`BuildCancelledError` when it says yes. ``recycled``: the
+    workspace is a pruned spare, whose checkouts are written over.
     """
     chosen = {project: choose_branch(spec, project) for project in spec.repo_state}
+    reusable = recyclable_projects(spec.repo_state) if recycled else set()
     for project, branches in spec.repo_state.items():
         if cancelled():
             raise BuildCancelledError("cancelled while preparing the workspace")
@@ -214,6 +227,7 @@ def checkout_projects(
             branches=branches,
             branch=chosen[project],
             share=share,
+            reuse=project in reusable,
         )
     return chosen
 
@@ -286,12 +300,20 @@ def choose_branch(spec: BuildSpec, project: str) -> str:
 
 
 def checkout(
-    source: str, dest: Path, branches: Mapping[str, str], branch: str, share: bool = True
+    source: str,
+    dest: Path,
+    branches: Mapping[str, str],
+    branch: str,
+    share: bool = True,
+    *,
+    reuse: bool = False,
 ) -> None:
     """Make ``dest`` a repository with ``branches`` at their commits, ``branch`` checked out.
 
     With ``share`` a local source lends its objects (alternates); without,
-    the commits are fetched from it like from a URL.
+    the commits are fetched from it like from a URL. With ``reuse`` a
+    checkout already at ``dest`` (a recycled workspace's, pruned) is written
+    over where possible, else removed first.
     """
     if not branches:
         raise WorkspaceError(f"{dest.name}: repo state lists no branch")
@@ -299,12 +321,20 @@ def checkout(
     local = local_git_dir(source) if share else None
     objects = (local / "objects").resolve() if local is not None else None
     plain = all(PLAIN_BRANCH.fullmatch(name) for name in (branch, *branches))
+    # In-process (treecheckout) in a repository written here whose objects are borrowed.
+    shared = objects if plain and local is not None and _sha1_repository(local) else None
+    # A recycled checkout (already pruned: recycle.py) is written over in place
+    # only where treecheckout writes it; anywhere else it starts anew.
+    reused = reuse and os.path.lexists(dest)
+    if reused and shared is None:
+        remove_tree(dest)
+        reused = False
     if plain:
         _init_repository(dest / ".git", branch)
     else:
         _git(["init", "-q", f"--initial-branch={branch}", str(dest)])
     if local is not None and objects is not None:
-        (dest / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+        write_over(dest / ".git" / "objects" / "info" / "alternates", f"{objects}\n".encode())
         if not stored_commits(local, objects, set(branches.values())):
             _check_commits(source, dest, branches)
     else:
@@ -317,9 +347,7 @@ def checkout(
             f"update refs/heads/{name} {commit}\n" for name, commit in branches.items()
         )
         _git(["update-ref", "--stdin"], cwd=dest, stdin=updates)
-    # In-process (treecheckout) in a repository written here whose objects are borrowed.
-    shared = objects if plain and local is not None and _sha1_repository(local) else None
-    if shared is None or not checkout_commit(shared, dest, branches[branch]):
+    if shared is None or not checkout_commit(shared, dest, branches[branch], reuse=reused):
         _git(["checkout", "-q", "-f", branch], cwd=dest)
 
 
@@ -329,8 +357,8 @@ def _init_repository(git_dir: Path, branch: str) -> None:
         # what git needs to see a repository (it makes the others when it needs them)
         for folder in ("objects/info", "refs"):
             (git_dir / folder).mkdir(parents=True, exist_ok=True)
-        (git_dir / "config").write_text(REPOSITORY_CONFIG)
-        (git_dir / "HEAD").write_text(f"ref: refs/heads/{branch}\n")
+        write_over(git_dir / "config", REPOSITORY_CONFIG.encode())
+        write_over(git_dir / "HEAD", f"ref: refs/heads/{branch}\n".encode())
     except OSError as exc:
         raise WorkspaceError(f"cannot create {git_dir}: {exc}") from None
 
@@ -352,7 +380,7 @@ def _write_refs(git_dir: Path, branches: Mapping[str, str]) -> None:
                 )
     lines = "".join(f"{branches[name]} refs/heads/{name}\n" for name in names)
     try:
-        (git_dir / "packed-refs").write_text(PACKED_REFS_HEADER + lines)
+        write_over(git_dir / "packed-refs", (PACKED_REFS_HEADER + lines).encode())
     except OSError as exc:
         raise WorkspaceError(f"cannot write the refs of the branches: {exc}") from None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from scheduler.wire.build_spec import JobStep
 from tests.executor.helpers import Repo, git, make_spec
 from workers.executor import BaseControl, LocalControl, Result, RunnerOptions, run_build
+from workers.executor.recycle import spare_of
 from workers.executor.workspace import loose_commits
 
 SHOW_CHECKOUTS = """
@@ -345,5 +345,5 @@ def test_a_build_dir_outside_the_state_dir_holds_the_workspace(
     )
     assert (log_dir / "builds").read_text().split() == [spec.build_uuid]
     # put aside as the process's spare for its next build (recycle.py)
-    assert [path.name for path in builds.iterdir()] == [f".spare-{os.getpid()}"]
+    assert [path.name for path in builds.iterdir()] == [spare_of(builds).name]
     assert not (options.state_dir / "builds").exists()

@@ -6,7 +6,7 @@ most of a no-op build's cost on some file systems: on an ext4 without a
 journal each new file costs more the more files were deleted in the last
 minute (the kernel's inode allocator skips, and looks up, every inode freed
 that recently). So a finished workspace is not deleted: it is renamed to
-its process's *spare* (``<builds>/.spare-<pid>``, hidden from jobs like the
+its process's *spare* (``<builds>/.spare-<host>-<pid>``, hidden from jobs like the
 other workspaces), and the process's next build renames the spare to its
 own workspace and prunes it back to what a new workspace holds.
 
@@ -41,7 +41,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import stat
+import uuid
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Union
@@ -91,8 +93,12 @@ _swept: set[Path] = set()
 
 
 def spare_of(builds: Path, pid: int | None = None) -> Path:
-    """The spare workspace of process ``pid`` (this one by default)."""
-    return builds / f"{SPARE_PREFIX}{os.getpid() if pid is None else pid}"
+    """The spare workspace of process ``pid`` of this host (this process by default).
+
+    The host's name is in it: containers on one host share a folder of
+    workspaces (a volume) but not their process numbers.
+    """
+    return builds / f"{SPARE_PREFIX}{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
 def put_aside(root: Path) -> bool:
@@ -139,18 +145,23 @@ def take_spare(root: Path, projects: Collection[str]) -> bool:
 
 
 def remove_orphan_spares(builds: Path) -> list[str]:
-    """Remove the spares of processes that are gone; their names."""
+    """Remove the spares of this host's processes that are gone; their names."""
     removed: list[str] = []
+    ours = f"{SPARE_PREFIX}{socket.gethostname()}-"
     try:
-        names = [name for name in os.listdir(builds) if name.startswith(SPARE_PREFIX)]
+        names = [name for name in os.listdir(builds) if name.startswith(ours)]
     except OSError:
         return removed
     for name in names:
-        pid = name[len(SPARE_PREFIX) :]
+        pid = name[len(ours) :]
         if pid.isdigit() and _alive(int(pid)):
             continue
+        # Claimed by a rename first: a new process given the same number may
+        # be taking it as its own, and a removal must never go on inside it.
+        trash = builds / f".trash-{uuid.uuid4().hex}"
         try:
-            remove_tree(builds / name)
+            os.rename(builds / name, trash)
+            remove_tree(trash)
         except OSError as exc:
             log.warning("cannot remove spare workspace %s: %s", builds / name, exc)
             continue

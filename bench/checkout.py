@@ -88,7 +88,7 @@ def lifecycle(repo: Path, commit: str, work: Path, calls: list[str]) -> Callable
 def compare(seconds: float, ops: list[Callable[[], None]], calls: list[str]) -> list[Side]:
     """Runs of each op in alternating slices (the second one with git only)."""
     sides = [Side() for _ in ops]
-    never = mock.patch.object(workspace, "checkout_commit", lambda *args: False)
+    never = mock.patch.object(workspace, "checkout_commit", lambda *args, **kwargs: False)
     while sum(side.wall for side in sides) < len(ops) * seconds:
         for number, (side, op) in enumerate(zip(sides, ops, strict=True)):
             if number:

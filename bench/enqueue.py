@@ -51,6 +51,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-enqueue-") as base:
         services = Services(Path(base))
         services.start()
+        check = None
         try:
             check = check_system(services, "enqueue", changes=runs + 1, jobs=1)
             start_workers(check)
@@ -66,6 +67,8 @@ def main() -> None:
             helps = statistics.median(timed([SLUICE, "--help"], env) for _ in range(5))
             times = [timed([*enqueue, ref], env) for ref in check.refs[:runs]]
         finally:
+            if check is not None:  # the builds still running stop with their workers
+                check.phase.stop()
             services.stop()
     median = statistics.median(times)
     print(f"sluice enqueue, {runs} runs, one at a time on an idle system")

@@ -39,6 +39,10 @@ class Phase(enum.StrEnum):
     POST_RUN = "post-run"
 
 
+# The phases in order, as a tuple (iterating an enum class is a generator each time).
+PHASES: tuple[Phase, ...] = tuple(Phase)
+
+
 class StepOutcome(enum.StrEnum):
     """How one executable of a phase ended."""
 

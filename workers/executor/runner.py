@@ -36,7 +36,7 @@ from typing import Any
 from scheduler.errors import SettingsError
 from scheduler.model.results import Result
 from scheduler.settings import ConnectionSettings, Settings
-from scheduler.wire.build_result import BuildResult, Phase, StepOutcome, StepRun
+from scheduler.wire.build_result import PHASES, BuildResult, Phase, StepOutcome, StepRun
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.control import BuildControl, StartedInfo
 from workers.executor.environment import (
@@ -208,7 +208,7 @@ class BuildRun:
         )
         write_job_files(spec, self.layout)
         self._resolve_executables(StepLocator(spec, self.layout, chosen, share=share))
-        if any(is_playbook(s.path) for phase in Phase for s in spec.steps(phase.value)):
+        if any(is_playbook(s.path) for phase in PHASES for s in spec.steps(phase.value)):
             self.ansible = AnsibleSetup.prepare(
                 spec, self.layout, chosen, self.options.node_key, self.options.result_data_limit
             )
@@ -464,7 +464,7 @@ class BuildRun:
         return Outcome(Result.ABORTED, f"cancelled{where}")
 
     def _resolve_executables(self, locator: StepLocator) -> None:
-        for phase in Phase:
+        for phase in PHASES:
             for index, step in enumerate(self.spec.steps(phase.value)):
                 try:
                     self.executables[(phase, index)] = locator.resolve(step)

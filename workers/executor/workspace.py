@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.errors import BuildCancelledError, RefusedError, WorkspaceError
@@ -141,6 +142,21 @@ class BuildLayout:
 
     def project_dir(self, project: str) -> Path:
         return self.src_dir / project
+
+    @cached_property
+    def real_root(self) -> Path:
+        """The workspace's real path: every folder in it was made by the executor
+        (never a symlink), so only the folder of all workspaces is resolved, once
+        a process."""
+        parent = str(self.root.parent)
+        real = _real_folders.get(parent)
+        if real is None:
+            real = _real_folders[parent] = os.path.realpath(parent)
+        return Path(real) / self.root.name
+
+
+# the folder of all workspaces -> its real path (resolved once a process)
+_real_folders: dict[str, str] = {}
 
 
 def builds_folder(state_dir: Path, build_dir: Path | None = None) -> Path:
@@ -258,7 +274,9 @@ class StepLocator:
 
     def resolve(self, step: JobStep) -> Path:
         """The real path of ``step``'s executable (see :func:`resolve_executable`)."""
-        return resolve_executable(self.repository(step), step.path)
+        repository = self.repository(step)
+        real = self.layout.real_root / repository.relative_to(self.layout.root)
+        return resolve_executable(repository, step.path, real)
 
     def repository(self, step: JobStep) -> Path:
         project = step.project or self.spec.project
@@ -494,7 +512,7 @@ def _git(args: Sequence[str], cwd: Path | None = None, stdin: str | None = None)
     return done.stdout
 
 
-def resolve_executable(project_dir: Path, path: str) -> Path:
+def resolve_executable(project_dir: Path, path: str, real_dir: Path | None = None) -> Path:
     """The real path of a phase's executable inside the project checkout.
 
     Refused (:class:`RefusedError`): absolute paths, ``..``, anything under
@@ -502,17 +520,32 @@ def resolve_executable(project_dir: Path, path: str) -> Path:
     exist, are not regular files or (except playbooks: ``.yaml``/``.yml``,
     run by ``ansible-playbook``) are not executable.
     """
-    parts = PurePosixPath(path).parts
-    if not path or PurePosixPath(path).is_absolute() or ".." in parts:
+    parts = path.split("/")
+    if not path or path.startswith("/") or ".." in parts:
         raise RefusedError(f"{path}: must be a relative path inside the repository")
     if ".git" in parts:
         raise RefusedError(f"{path}: may not point into the .git folder")
-    root = project_dir.resolve()
-    target = (project_dir / path).resolve()
-    if not target.is_relative_to(root):
-        raise RefusedError(f"{path}: leads out of the repository (through a symlink)")
+    root = real_dir if real_dir is not None else project_dir.resolve()
+    target = _real_below(root, [part for part in parts if part not in ("", ".")])
+    if target is None:  # a symlink on the way: where it really leads
+        target = (project_dir / path).resolve()
+        if not target.is_relative_to(root):
+            raise RefusedError(f"{path}: leads out of the repository (through a symlink)")
     if not target.is_file():
         raise RefusedError(f"{path}: no such file in the repository")
     if not path.endswith(PLAYBOOK_SUFFIXES) and not os.access(target, os.X_OK):
         raise RefusedError(f"{path}: is not executable (commit it with mode 755)")
     return target
+
+
+def _real_below(root: Path, parts: Sequence[str]) -> Path | None:
+    """``root/parts`` when no part is a symlink (``root`` real); None: resolve it."""
+    current = str(root)
+    for part in parts:
+        current = f"{current}/{part}"
+        try:
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return None
+        except OSError:
+            return None
+    return Path(current)

@@ -86,13 +86,15 @@ def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> d
 
 
 def _progress(task: Task[Any, Any], settings: Settings) -> Callable[[Mapping[str, Any]], None]:
-    """The task's PROGRESS state: phase, elapsed seconds and, from SQL, an estimate.
+    """The task's PROGRESS state: phase, elapsed seconds and the job's estimate.
 
     Readable with ``AsyncResult(task_id).info`` (the result backend keeps it),
     and sent as a ``task-progress`` event, so Flower shows the task in state
     PROGRESS with the phase while it runs. The estimate (the mean of the
-    job's recent successful runs) is read at the first publication; a
-    database that cannot answer leaves it out.
+    job's recent successful runs) comes with the request from the scheduler
+    (``meta["estimate"]``: :mod:`scheduler.reporting.estimates`); for a
+    request without one (an older scheduler's) SQL is asked here at the
+    first publication; a database that cannot answer leaves it out.
 
     :class:`~workers.notify.LaterProgress` calls this only for a build that
     outlasts its delay (a short build stores no PROGRESS and asks SQL
@@ -110,7 +112,10 @@ def _progress(task: Task[Any, Any], settings: Settings) -> Callable[[Mapping[str
 
     def report(meta: Mapping[str, Any]) -> None:
         if not estimate:
-            estimate.append(_estimate(settings, meta))
+            # the scheduler's, with the request (scheduler/reporting/estimates.py);
+            # a request of an older scheduler has none: SQL is asked here
+            sent = "estimate" in meta
+            estimate.append(meta["estimate"] if sent else _estimate(settings, meta))
         progress = {**meta, "estimate": estimate[0]}
         # what task.update_state and task.send_event do, with the request taken above
         backend.store_result(task_id, progress, "PROGRESS", request=request)

@@ -25,6 +25,7 @@ from scheduler.processing.formats import WireFormats
 from scheduler.processing.reporters import HistoryReporter
 from scheduler.processlocal import ProcessLocal
 from scheduler.reporting import LogReporter, ReporterSet, SqlReporter, open_database
+from scheduler.reporting.estimates import JobEstimates
 from scheduler.settings import Settings, load_settings
 from scheduler.zk.autoholds import AutoholdIndex
 from scheduler.zk.client import process_client
@@ -65,14 +66,15 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
     client = process_client(settings.zookeeper)
     layouts = TenantLayouts(client)
     cache = RepoCache.from_settings(settings)
+    engine = open_database(settings.database_url)
     formats = WireFormats(
         _connection_of(layouts),
         lambda conn, project: str(cache.repo_path(conn, project)),
         ProjectsNeeded(layouts.get),
         lambda tenant, project, branch: layouts.get(tenant).layout.merge_mode(project, branch),
         AutoholdIndex(client).wants,
+        estimate=JobEstimates(engine).of,
     )
-    engine = open_database(settings.database_url)
     reporters: list[ItemReporter] = [
         HistoryReporter(ReporterSet([SqlReporter(engine), LogReporter()]))
     ]

@@ -81,6 +81,12 @@ def _plain_merge(tenant: str, project: str, branch: str) -> str:
 
 # (tenant, project, job, ref) -> whether an autohold wants this build held if it fails
 HoldOf = Callable[[str, str, str, str], bool]
+# (tenant, job, project) -> the job's expected seconds, or None
+EstimateOf = Callable[[str, str, str], "float | None"]
+
+
+def _no_estimate(tenant: str, job: str, project: str) -> float | None:
+    return None
 
 
 def _no_hold(tenant: str, project: str, job: str, ref: str) -> bool:
@@ -95,6 +101,8 @@ class WireFormats:
         needed: Needed = _nothing_needed,
         merge_mode: MergeModeOf = _plain_merge,
         hold: HoldOf = _no_hold,
+        *,
+        estimate: EstimateOf = _no_estimate,
     ) -> None:
         # (tenant, project name) -> the project's connection
         self.connection_of = connection_of
@@ -102,6 +110,8 @@ class WireFormats:
         self.needed = needed
         self.merge_mode = merge_mode
         self.hold = hold
+        # (tenant, job, project) -> the job's expected seconds (SQL), or None
+        self.estimate = estimate
 
     def merge(self, tenant: str, pipeline: str, item: QueueItem, intent: MergeIntent) -> NewRequest:
         job = wire.MergeJob(
@@ -201,6 +211,8 @@ class WireFormats:
             info=_about(
                 item,
                 attempt=intent.build.attempt,
+                # the executor shows it in the build's PROGRESS (reporting/estimates.py)
+                estimate=self.estimate(tenant, intent.job.name, item.change.project),
                 **({"zone": intent.job.zone} if intent.job.zone else {}),
             ),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -35,13 +36,20 @@ def _progress(broker: redis.Redis) -> list[dict[str, Any]]:
     return found
 
 
-def test_progress_of_a_running_build(system: SluiceSystem) -> None:
+def test_progress_of_a_running_build(system: SluiceSystem, tmp_path: Path) -> None:
+    """The estimate comes with the request from the scheduler: the executor here
+    has no database it could ask (scheduler/reporting/estimates.py)."""
     system.tenant(TENANT_YAML)
     system.repos.commit("config", "main", CHECK_CONFIG)
     base = system.repos.commit("app", "main", APP)
     for ref in ("one", "two"):
         system.repos.commit("app", ref, {f"{ref}.txt": ref}, base=base)
-    system.start_workers()
+    system.start_worker(("scheduler", "merger", "maintenance"))
+    nowhere = tmp_path / "no-such-folder" / "sluice.db"
+    nowhere.parent.mkdir()
+    nowhere.parent.chmod(0o500)  # an executor opening it would fail (root: a file in its way)
+    (nowhere.parent / "sluice.db").mkdir()
+    system.start_worker(("executor",), env={"SLUICE_DATABASE_URL": f"sqlite:///{nowhere}"})
     system.sluice("reconfigure")
     broker = redis.Redis.from_url(system.environment.redis_url)
 

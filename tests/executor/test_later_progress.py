@@ -204,3 +204,22 @@ def test_a_short_build_asks_sql_nothing_and_a_long_one_once(
         ("task-1", {**meta, "estimate": 12.5}, "PROGRESS"),
         ("task-1", {**meta, "phase": "run", "estimate": 12.5}, "PROGRESS"),
     ]
+
+
+@pytest.mark.parametrize("sent", [None, 42.0], ids=["none-known", "known"])
+def test_the_estimate_the_scheduler_sent_is_shown_without_sql(
+    monkeypatch: pytest.MonkeyPatch, sent: float | None
+) -> None:
+    """With the request's estimate (scheduler/reporting/estimates.py) SQL is not asked."""
+
+    def query(_settings: Any, _meta: Mapping[str, Any]) -> float | None:
+        raise AssertionError("SQL asked")
+
+    monkeypatch.setattr(executor, "_query_estimate", query)
+    settings = load_settings(environ={"SLUICE_DATABASE_URL": "sqlite:///unused.db"})
+    meta = {"phase": "started", "tenant": "t", "job": uuid.uuid4().hex, "estimate": sent}
+    task = FakeTask()
+    report = executor._progress(task, settings)  # type: ignore[arg-type]
+    report(meta)
+    report({**meta, "phase": "run"})
+    assert [stored[1]["estimate"] for stored in task.backend.stored] == [sent, sent]

@@ -61,7 +61,7 @@ from scheduler import logcontext
 from scheduler.model.results import Result
 from scheduler.settings import Settings
 from scheduler.tasklabels import outcome_label, request_label
-from scheduler.wire.build_result import BuildResult, Phase
+from scheduler.wire.build_result import PHASES, BuildResult, Phase
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
 from scheduler.zk.autoholds import AutoholdStore
@@ -252,6 +252,8 @@ class RequestControl(BaseControl):
             "project": request.info.get("project", ""),
             "job": request.job_name,
         }
+        if "estimate" in request.info:  # the scheduler's (scheduler/reporting/estimates.py)
+            meta["estimate"] = request.info["estimate"]
         progress_safely(self.progress, meta)
 
     def pause(self, result_data: Mapping[str, Any]) -> None:
@@ -417,7 +419,7 @@ def _run_claimed(
 
 def _needs_node_key(spec: BuildSpec) -> bool:
     """A build with nodes or a playbook logs in with the node key (made on first use)."""
-    steps = (s for phase in Phase for s in spec.steps(phase.value))
+    steps = (s for phase in PHASES for s in spec.steps(phase.value))
     return bool(spec.nodes) or any(is_playbook(s.path) for s in steps)
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from scheduler.zk.job_requests import JobRequest
+from workers.later import call_later
 
 log = logging.getLogger(__name__)
 
@@ -68,19 +69,18 @@ def notify_safely(notify: Notify, request: JobRequest, what: str, delay: float =
 class LaterNudge:
     """Nudge the pipeline of ``request`` in ``delay`` seconds unless cancelled first.
 
-    The nudge is sent from a timer thread (Celery's producer pool is
-    thread-safe); one sent while the caller sends its own is harmless:
-    nudges coalesce.
+    The nudge is sent from the process's delayed-call thread
+    (:mod:`workers.later`; Celery's producer pool is thread-safe); one sent
+    while the caller sends its own is harmless: nudges coalesce.
     """
 
     def __init__(self, notify: Notify, request: JobRequest, what: str, delay: float) -> None:
-        self._timer = threading.Timer(delay, notify_safely, (notify, request, what))
-        self._timer.daemon = True
-        self._timer.name = f"nudge-{request.uuid[:8]}"
-        self._timer.start()
+        self._call = call_later(
+            delay, notify_safely, notify, request, what, name=f"nudge-{request.uuid[:8]}"
+        )
 
     def cancel(self) -> None:
-        self._timer.cancel()
+        self._call.cancel()
 
 
 def progress_safely(progress: Progress, meta: Mapping[str, Any]) -> None:
@@ -95,8 +95,9 @@ class LaterProgress:
 
     The clock starts when this is made (the build task makes it just
     before it claims its request). Before ``delay`` a call only keeps its
-    meta (the latest wins); when the delay passes, a timer thread publishes
-    the kept meta at once, and every later call publishes directly.
+    meta (the latest wins); when the delay passes, the process's delayed-call
+    thread (:mod:`workers.later`) publishes the kept meta at once, and every
+    later call publishes directly.
     :meth:`close`, when the build ends and before the task stores its
     result, cancels the timer, waits for a publication in flight and drops
     any later one: a PROGRESS state never lands after the result (which it
@@ -111,10 +112,7 @@ class LaterProgress:
         self._kept: Mapping[str, Any] | None = None
         self._due = False  # the delay has passed: publish directly
         self._closed = False
-        self._timer = threading.Timer(delay, self._publish_kept)
-        self._timer.daemon = True
-        self._timer.name = name
-        self._timer.start()
+        self._timer = call_later(delay, self._publish_kept, name=name)
 
     def __call__(self, meta: Mapping[str, Any]) -> None:
         with self._lock:

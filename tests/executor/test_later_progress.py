@@ -70,7 +70,7 @@ def test_the_latest_meta_is_published_when_the_delay_passes_then_each_directly(
 
     assert time.monotonic() - began >= DELAY
     assert published.metas == [{"phase": "pre-run"}]
-    assert published.threads == ["progress-test"]  # by the timer
+    assert published.threads == ["later"]  # by the process's delayed-call thread
     later({"phase": "run"})
     assert published.metas == [{"phase": "pre-run"}, {"phase": "run"}]  # at once
     assert published.threads[1] == threading.current_thread().name

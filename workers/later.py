@@ -27,7 +27,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-class Call:
+class DelayedCall:
     """One delayed call; :meth:`cancel` stops it if it has not started."""
 
     __slots__ = ("args", "cancelled", "function", "name")
@@ -51,12 +51,14 @@ class _Later:
 
     def _reset(self) -> None:
         self._condition = threading.Condition(threading.Lock())
-        self._heap: list[tuple[float, int, Call]] = []
+        self._heap: list[tuple[float, int, DelayedCall]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def call(self, delay: float, function: Callable[..., object], *args: Any, name: str) -> Call:
-        call = Call(function, args, name)
+    def call(
+        self, delay: float, function: Callable[..., object], *args: Any, name: str
+    ) -> DelayedCall:
+        call = DelayedCall(function, args, name)
         due = time.monotonic() + delay
         with self._condition:
             heapq.heappush(self._heap, (due, next(self._order), call))
@@ -82,7 +84,7 @@ class _Later:
             except Exception:  # one call's failure is its own; the thread serves on
                 log.exception("delayed call %s failed", call.name)
 
-    def _next(self) -> Call:
+    def _next(self) -> DelayedCall:
         with self._condition:
             while True:
                 if not self._heap:
@@ -102,7 +104,9 @@ class _Later:
 _later = _Later()
 
 
-def call_later(delay: float, function: Callable[..., object], *args: Any, name: str = "") -> Call:
+def call_later(
+    delay: float, function: Callable[..., object], *args: Any, name: str = ""
+) -> DelayedCall:
     """Call ``function(*args)`` on the process's delayed-call thread in ``delay`` seconds."""
     return _later.call(delay, function, *args, name=name or getattr(function, "__name__", "call"))
 

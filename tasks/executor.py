@@ -14,7 +14,6 @@ claim is re-sent by the sweep from ``pending()``.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +22,7 @@ from celery import Task
 from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
 from scheduler.processlocal import ProcessLocal
+from scheduler.reporting.estimates import JobEstimates
 from scheduler.settings import Settings
 from scheduler.zk.client import process_client
 from tasks import retrying
@@ -33,12 +33,10 @@ from workers.notify import PROGRESS_DELAY, LaterProgress, no_progress
 
 log = logging.getLogger(__name__)
 
-# How long a job's duration estimate is reused before SQL is asked again.
-ESTIMATE_SECONDS = 60.0
-# (database, tenant, job, project) -> (estimate, until when on time.monotonic())
-_estimates: ProcessLocal[tuple[str, str, str, str], tuple[float | None, float]] = ProcessLocal(
-    "estimates"
-)
+# For a request without the scheduler's estimate (an older scheduler's): the
+# estimates of each database, remembered as the scheduler remembers them
+# (scheduler/reporting/estimates.py)
+_estimates: ProcessLocal[str, JobEstimates] = ProcessLocal("estimates")
 
 
 class BuildRequestError(SluiceError):
@@ -115,7 +113,7 @@ def _progress(task: Task[Any, Any], settings: Settings) -> Callable[[Mapping[str
             # the scheduler's, with the request (scheduler/reporting/estimates.py);
             # a request of an older scheduler has none: SQL is asked here
             sent = "estimate" in meta
-            estimate.append(meta["estimate"] if sent else _estimate(settings, meta))
+            estimate.append(meta["estimate"] if sent else _query_estimate(settings, meta))
         progress = {**meta, "estimate": estimate[0]}
         # what task.update_state and task.send_event do, with the request taken above
         backend.store_result(task_id, progress, "PROGRESS", request=request)
@@ -128,39 +126,15 @@ def _progress(task: Task[Any, Any], settings: Settings) -> Callable[[Mapping[str
     return report
 
 
-def _estimate(settings: Settings, meta: Mapping[str, Any]) -> float | None:
-    """The job's estimate, asked of SQL at most once a minute per job and process.
-
-    Only an estimate is kept: a job without history is asked again on its
-    next build (its first success gives it one).
-    """
-    key = (
-        settings.database_url,
-        str(meta.get("tenant", "")),
-        str(meta.get("job", "")),
-        str(meta.get("project") or ""),
-    )
-    now = time.monotonic()
-    known = _estimates.get(key, lambda: (None, 0.0))
-    if known[0] is not None and now < known[1]:
-        return known[0]
-    seconds = _query_estimate(settings, meta)
-    _estimates.put(key, (seconds, now + ESTIMATE_SECONDS))
-    return seconds
-
-
 def _query_estimate(settings: Settings, meta: Mapping[str, Any]) -> float | None:
+    """The job's estimate from SQL, as the scheduler would have sent it."""
     from scheduler.reporting import get_engine
-    from scheduler.reporting.queries import estimate_duration
 
+    url = settings.database_url
     try:
-        seconds = estimate_duration(
-            get_engine(settings.database_url),
-            tenant=str(meta.get("tenant", "")),
-            job=str(meta.get("job", "")),
-            project=str(meta.get("project") or "") or None,
-        )
+        estimates = _estimates.get(url, lambda: JobEstimates(get_engine(url)))
     except Exception:
         log.warning("no duration estimate for %s", meta.get("about"), exc_info=True)
         return None
-    return None if seconds is None else round(seconds, 1)
+    tenant, job = str(meta.get("tenant", "")), str(meta.get("job", ""))
+    return estimates.of(tenant, job, str(meta.get("project") or ""))

@@ -114,7 +114,12 @@ def find(task_id: str, settings: Settings, flower_url: str | None = None) -> Kno
         known = from_flower(task_id, flower_url)
     if known is None:
         where = "the result backend" + (" or Flower" if flower_url else "")
-        hint = "" if flower_url else " (a task that never ran is known to Flower: --flower URL)"
+        hint = (
+            ""
+            if flower_url
+            else " (Flower knows tasks that never ran, and the builds and hops"
+            " that ended well: --flower URL)"
+        )
         raise TaskNotFoundError(f"task {task_id} is unknown to {where}{hint}")
     return known
 

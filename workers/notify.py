@@ -103,7 +103,8 @@ class LaterProgress:
     any later one: a PROGRESS state never lands after the result (which it
     would overwrite). One publication runs at a time, all under one lock,
     so ``progress`` needs no locking of its own; a failing one is logged
-    (:func:`progress_safely`).
+    (:func:`progress_safely`). :attr:`published` says whether any was
+    attempted: the build task stores its result only then (tasks/executor.py).
     """
 
     def __init__(self, progress: Progress, delay: float, *, name: str = "progress") -> None:
@@ -112,7 +113,14 @@ class LaterProgress:
         self._kept: Mapping[str, Any] | None = None
         self._due = False  # the delay has passed: publish directly
         self._closed = False
+        self._published = False
         self._timer = call_later(delay, self._publish_kept, name=name)
+
+    @property
+    def published(self) -> bool:
+        """A publication was attempted (it may have failed): the build outlasted the delay."""
+        with self._lock:
+            return self._published
 
     def __call__(self, meta: Mapping[str, Any]) -> None:
         with self._lock:
@@ -121,6 +129,7 @@ class LaterProgress:
             if not self._due:
                 self._kept = meta
                 return
+            self._published = True
             progress_safely(self._progress, meta)
 
     def _publish_kept(self) -> None:
@@ -130,6 +139,7 @@ class LaterProgress:
             self._due = True
             kept, self._kept = self._kept, None
             if kept is not None:
+                self._published = True
                 progress_safely(self._progress, kept)
 
     def close(self) -> None:

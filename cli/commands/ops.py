@@ -13,7 +13,10 @@ from cli.commands.common import clear_errors, settings
     "--flower",
     "flower_url",
     envvar="SLUICE_FLOWER_URL",
-    help="Flower's URL (http://user:password@host:port), to find tasks that never ran.",
+    help=(
+        "Flower's URL (http://user:password@host:port), to find tasks the result backend"
+        " does not keep: those that never ran, and builds and hops that ended well."
+    ),
 )
 @clear_errors
 def retry(task_id: str, flower_url: str | None) -> None:

@@ -91,6 +91,32 @@ def test_nothing_is_published_after_close(later: LaterProgress, published: Publi
     time.sleep(DELAY + 0.2)  # the cancelled timer stays silent
     later({"phase": "run"})
     assert published.metas == []
+    assert not later.published  # the build task then stores no result (tasks/executor.py)
+
+
+def test_published_says_whether_a_publication_was_attempted(
+    later: LaterProgress, published: Published
+) -> None:
+    later({"phase": "started"})
+    assert not later.published
+    wait_until(lambda: later.published, 5, "the kept meta published")
+    assert published.metas == [{"phase": "started"}]
+    later.close()
+    assert later.published  # stays true: the task stores its result over the PROGRESS
+
+
+def test_a_failed_publication_counts_as_published() -> None:
+    """A PROGRESS store that failed midway may have landed: the result must follow it."""
+
+    def failing(meta: Mapping[str, Any]) -> None:
+        raise ConnectionError("the result backend is down")
+
+    deferred = LaterProgress(failing, DELAY, name="progress-test")
+    try:
+        deferred({"phase": "started"})
+        wait_until(lambda: deferred.published, 5, "the kept meta's publication tried")
+    finally:
+        deferred.close()
 
 
 def test_nothing_is_published_after_close_once_the_delay_passed(

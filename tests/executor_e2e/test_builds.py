@@ -19,6 +19,7 @@ from scheduler.dispatch import executor_queue_name, send_build
 from scheduler.zk.job_requests import RequestEvent, RequestState
 from tests.executor.helpers import Repo, make_spec, processes_of_build
 from tests.executor_e2e.conftest import SESSION_TIMEOUT, Builds
+from tests.executor_e2e.published import Published
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory
 
@@ -83,14 +84,15 @@ def test_a_build_runs_and_reports_started_then_completed(
 
 
 def test_a_zoned_build_runs_on_the_zone_queue(
-    celery_workers: WorkerFactory, builds: Builds, repo: Repo
+    celery_workers: WorkerFactory, builds: Builds, repo: Repo, published: Published
 ) -> None:
     repo.script("run.sh", "true")
     spec = make_spec(repo, repo.commit())
     celery_workers.start([executor_queue_name("east")])
     request = builds.submit(spec, zone="east")
 
-    reply = send_build(request.uuid, "east", settings=builds.settings).get(timeout=60)
+    task = send_build(request.uuid, "east", settings=builds.settings)
+    reply = published.outcome(str(task.id))
 
     assert reply["outcome"] == "completed" and reply["result"] == "SUCCESS"
     result = builds.queue("east").get_result(request.uuid)
@@ -98,7 +100,7 @@ def test_a_zoned_build_runs_on_the_zone_queue(
 
 
 def test_the_same_build_task_sent_twice_runs_once(
-    celery_workers: WorkerFactory, builds: Builds, repo: Repo, tmp_path: Path
+    celery_workers: WorkerFactory, builds: Builds, repo: Repo, tmp_path: Path, published: Published
 ) -> None:
     count = tmp_path / "count"
     repo.script("run.sh", f"echo run >> {count}\nsleep 1")
@@ -108,12 +110,12 @@ def test_the_same_build_task_sent_twice_runs_once(
 
     first = send_build(request.uuid, settings=builds.settings)
     second = send_build(request.uuid, settings=builds.settings)
-    replies = [first.get(timeout=60), second.get(timeout=60)]
+    replies = [published.outcome(str(first.id)), published.outcome(str(second.id))]
 
     assert sorted(r["outcome"] for r in replies) == ["completed", "duplicate"]
     assert count.read_text().splitlines() == ["run"]
     # A third delivery after completion (an operator's retry) has no effect either.
-    late = send_build(request.uuid, settings=builds.settings).get(timeout=60)
+    late = published.outcome(str(send_build(request.uuid, settings=builds.settings).id))
     assert late["outcome"] == "duplicate"
     assert count.read_text().splitlines() == ["run"]
     assert builds.events() == [(STARTED, request.uuid), (COMPLETED, request.uuid)]

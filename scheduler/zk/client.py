@@ -61,6 +61,7 @@ from scheduler.errors import SluiceError
 from scheduler.processlocal import ProcessLocal
 from scheduler.settings import ZooKeeperSettings
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError, ZooKeeperUnavailableError
+from scheduler.zk.pollhandler import PollHandler
 from scheduler.zk.trace import RequestTrace, process_trace
 
 log = logging.getLogger(__name__)
@@ -437,6 +438,7 @@ def _make_kazoo(
         default_acl=default_acl,
         connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
         client_id=client_id,
+        handler=PollHandler(),
         logger=_ConnectionLog(),
         **kwargs,
     )

@@ -217,10 +217,18 @@ def notify_pipeline(
     The event itself is already committed in ZooKeeper; if this nudge is lost
     the sweep finds the pipeline's queued events and sends it again. A
     delayed nudge (a build's start) runs only if the result queue still
-    holds events when it arrives (``if_results``).
+    holds events when it arrives (``if_results``). An immediate one is not
+    sent while another nudge of the pipeline waits to start
+    (:mod:`scheduler.pendingnudge`): that one's pass reads this event.
     """
     if not (request.tenant and request.pipeline and request.result_queue):
         return
+    settings = settings or load_settings()
+    if delay <= 0:
+        from scheduler import pendingnudge  # redis-py: only workers notify
+
+        if not pendingnudge.should_send(settings, request.tenant, request.pipeline):
+            return
     if delay > 0:
         send(
             tasknames.PROCESS_PIPELINE,

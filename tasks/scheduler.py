@@ -19,7 +19,7 @@ from typing import Any
 
 from celery import Task
 
-from scheduler import logcontext, tasknames
+from scheduler import logcontext, pendingnudge, tasknames
 from scheduler.drivers import webhooks
 from scheduler.errors import SluiceError
 from scheduler.processing import forwarding
@@ -72,6 +72,8 @@ def process_pipeline(
     """
     tenant_name = _name(self.name, "tenant", tenant)
     pipeline_name = _name(self.name, "pipeline", pipeline)
+    # before any queue is read: a result from now on nudges again
+    pendingnudge.started(runtime_settings(), tenant_name, pipeline_name)
     env, _ = runtime()
     if (
         if_results

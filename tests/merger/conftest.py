@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,17 @@ from scheduler.settings import ConnectionSettings
 from scheduler.wire.merger import MergeMode
 from tests.merger.gitrepos import Remotes
 from workers.merger.cache import RepoCache
+from workers.merger.gitcmd import Git
 from workers.merger.modes import Applier
+from workers.merger.parking import close_parked
+
+
+@pytest.fixture(autouse=True)
+def no_parked_processes() -> Iterator[None]:
+    """Each test starts and ends with no git process parked (workers/merger/parking.py)."""
+    close_parked()
+    yield
+    close_parked()
 
 
 @pytest.fixture
@@ -41,3 +52,22 @@ def applied(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(Applier, "apply", counting_apply)
     return commits
+
+
+@pytest.fixture
+def git_processes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The git subcommand of every git process the merger starts, in order."""
+    started: list[str] = []
+    real_run, real_popen = Git.run, Git.popen
+
+    def run(self: Git, args: Any, *rest: Any, **kw: Any) -> Any:
+        started.append(args[0])
+        return real_run(self, args, *rest, **kw)
+
+    def popen(self: Git, args: Any, *rest: Any, **kw: Any) -> Any:
+        started.append(args[0])
+        return real_popen(self, args, *rest, **kw)
+
+    monkeypatch.setattr(Git, "run", run)
+    monkeypatch.setattr(Git, "popen", popen)
+    return started

@@ -20,6 +20,7 @@ from workers.merger import RepoCache, run_merge_job
 from workers.merger.cache import encode_project
 from workers.merger.errors import InvalidJobError
 from workers.merger.orphans import working_in
+from workers.merger.parking import close_parked
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -177,6 +178,7 @@ def test_a_killed_workers_fetch_is_ended_before_the_repo_is_used(
     result = run_merge_job(job, cache)
     assert result.status is Status.OK, result.failure
     assert time.monotonic() - started < 20, "the orphan was ended, not waited for"
+    close_parked()  # this process's own git, kept for its next merge (parking.py)
     assert not working_in([repo])
     # A holder that let go cleanly leaves no pid: the next one ends nothing.
     assert (repo.parent / "org%2Fa.lock").read_text() == ""

@@ -1,11 +1,12 @@
 """Git processes per merge: the common merge is pinned, and the shortcuts change no result.
 
 The engine answers most questions without a git command each (one cat-file
-process per repo and lock, branch heads read from the repo's files, no
-``merge-base`` for a change on top of its tip: ``workers/merger/repo.py``).
-The number of git processes of the common merge is pinned here, so a
-regression shows; every scenario gives the same result with the shortcuts
-turned off, i.e. with the git commands the engine ran before.
+and one update-ref process per repo, parked between lock sessions, branch
+heads read from the repo's files, no ``merge-base`` for a change on top of
+its tip: ``workers/merger/repo.py``). The number of git processes of the
+common merge is pinned here, so a regression shows; every scenario gives
+the same result with the shortcuts turned off, i.e. with the git commands
+the engine ran before.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from workers.merger import repo as repo_module
 from workers.merger.catfile import CatFileError
 from workers.merger.errors import GitCommandError
 from workers.merger.gitcmd import Git
+from workers.merger.parking import close_parked
 from workers.merger.repo import MAINTENANCE_EVERY
 
 CONFIG = {
@@ -48,25 +50,6 @@ CONFIG = {
     "zuul.yaml": "- job: {name: j}\n",
     "zuul.d/more.yaml": "- job: {name: k}\n",
 }
-
-
-@pytest.fixture
-def git_processes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The git subcommand of every git process the merger starts, in order."""
-    started: list[str] = []
-    real_run, real_popen = Git.run, Git.popen
-
-    def run(self: Git, args: Any, *rest: Any, **kw: Any) -> Any:
-        started.append(args[0])
-        return real_run(self, args, *rest, **kw)
-
-    def popen(self: Git, args: Any, *rest: Any, **kw: Any) -> Any:
-        started.append(args[0])
-        return real_popen(self, args, *rest, **kw)
-
-    monkeypatch.setattr(Git, "run", run)
-    monkeypatch.setattr(Git, "popen", popen)
-    return started
 
 
 def turn_off_shortcuts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,7 +73,7 @@ def warm(cache: RepoCache, project: str = "org/a") -> None:
     assert run_merge_job(job, cache).status is Status.OK
 
 
-def test_a_change_on_its_tip_takes_four_git_processes_or_three(
+def test_a_change_on_its_tip_takes_the_fetch_alone_once_the_processes_are_parked(
     remotes: Remotes, cache: RepoCache, git_processes: list[str]
 ) -> None:
     a = remotes.create("org/a", CONFIG)
@@ -99,27 +82,35 @@ def test_a_change_on_its_tip_takes_four_git_processes_or_three(
     git_processes.clear()
     result = run_merge_job(MergeJob("check", (check_change(1, sha),)), cache)
     assert result.status is Status.OK, result.failure
-    # Is the commit here; the fetch; dates, memo, ancestry, files and config
-    # through one cat-file; the refs.
-    assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"]
+    # The first merge in this process: is the commit here (a cat-file, which
+    # goes on across the fetch to answer for dates, memo, ancestry, files
+    # and config); the fetch; the refs.
+    assert git_processes == ["cat-file", "fetch", "update-ref"]
     assert result.changes[0].merged_commit == sha and result.changes[0].files == ("one",)
     (config,) = result.config
     assert config.files == {
         "zuul.d/more.yaml": "- job: {name: k}\n",
         "zuul.yaml": "- job: {name: j}\n",
     }
+    # The next merges take the two processes back: the fetch is all.
+    two = a.change(2, {"two": "2\n"})
+    git_processes.clear()
+    second = run_merge_job(MergeJob("check-2", (check_change(2, two),)), cache)
+    assert second.status is Status.OK, second.failure
+    assert git_processes == ["fetch"]
+    assert second.changes[0].files == ("two",) and second.config[0].files == config.files
     # Merged again (a gate after the check): the commit is here, a loose
     # object, which needs no process to be found.
     git_processes.clear()
     again = run_merge_job(MergeJob("gate", (check_change(1, sha),)), cache)
     assert again.status is Status.OK, again.failure
-    assert git_processes == ["fetch", "cat-file", "update-ref"]
+    assert git_processes == ["fetch"]
     assert again.changes[0].files == ("one",) and again.config == result.config
     # Given by ref alone, nothing is looked up before the fetch.
-    a.change(2, {"two": "2\n"})
+    a.change(3, {"three": "3\n"})
     git_processes.clear()
-    assert run_merge_job(MergeJob("by-ref", (check_change(2),)), cache).status is Status.OK
-    assert git_processes == ["fetch", "cat-file", "update-ref"]
+    assert run_merge_job(MergeJob("by-ref", (check_change(3),)), cache).status is Status.OK
+    assert git_processes == ["fetch"]
 
 
 def test_a_stack_and_a_gate_take_as_few(
@@ -135,13 +126,13 @@ def test_a_stack_and_a_gate_take_as_few(
         MergeJob("item2", (check_change(1, shas[0]), check_change(2, shas[1]))), cache
     )
     assert ahead.status is Status.OK, ahead.failure
-    assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"]
+    assert git_processes == ["cat-file", "fetch", "update-ref"]
     assert [c.files for c in ahead.changes] == [("one",), ("f2", "one")]
     git_processes.clear()
     changes = tuple(check_change(n, sha) for n, sha in enumerate(shas, 1))
     item = run_merge_job(MergeJob("item3", changes, timestamp=None), cache)
     assert item.status is Status.OK, item.failure
-    assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"]
+    assert git_processes == ["fetch"]
     assert item.changes[-1].files == ("f2", "f3", "one")
 
 
@@ -161,7 +152,7 @@ def test_a_busy_repo_takes_as_few(
         git_processes.clear()
         result = run_merge_job(MergeJob(f"check-{n}", (check_change(n, sha),)), cache)
         assert result.status is Status.OK, result.failure
-        assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"], n
+        assert git_processes == (["cat-file", "fetch", "update-ref"] if n == 1 else ["fetch"]), n
     repo = cache.repo_path("git", "org/a")
     refs = cache.git.text(["for-each-ref", "--format=%(refname)", "refs/sluice/"], repo).split()
     assert len(refs) == 12
@@ -169,13 +160,14 @@ def test_a_busy_repo_takes_as_few(
     lines = "".join(f"update refs/sluice/jobs/old-{n}/heads/main {sha}\n" for n in range(300))
     cache.git.run(["update-ref", "--stdin"], repo, stdin=lines.encode())
     (repo / "sluice-jobs").unlink()
+    close_parked()  # another process, as it were: nothing parked
     later = RepoCache(state, connections, keep_refs=12)
     warm(later)
     sha = a.change(9, {"f9": "x\n"})
     git_processes.clear()
     result = run_merge_job(MergeJob("check-9", (check_change(9, sha),)), later)
     assert result.status is Status.OK, result.failure
-    assert git_processes == ["cat-file", "fetch", "cat-file", "update-ref"]
+    assert git_processes == ["cat-file", "fetch", "update-ref"]
 
 
 def test_a_diverged_merge_needs_git_for_the_merge_only(
@@ -196,6 +188,11 @@ def test_a_diverged_merge_needs_git_for_the_merge_only(
         "diff",
         "update-ref",
     ]
+    a.change(2, {"two": "2\n"})
+    a.advance("main", {"upstream": "v\n"})
+    git_processes.clear()
+    assert run_merge_job(MergeJob("merge-2", (check_change(2),)), cache).status is Status.OK
+    assert git_processes == ["fetch", "merge-base", "merge-tree", "commit-tree", "diff"]
 
 
 # --------------------------------------------------------------------------

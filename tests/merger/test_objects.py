@@ -8,7 +8,9 @@ the unusual cases with the fallback that asks git.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -392,7 +394,7 @@ def repo_commits_of_with_git(repo: Repo, revs: list[str]) -> dict[str, str | Non
 def test_a_dead_or_slow_cat_file_is_an_error_and_git_answers(repo: Repo) -> None:
     main = remote_of(repo).rev("refs/heads/main")
     cat = CatFile(repo.git, repo.path)
-    cat._proc.kill()
+    os.kill(cat.process.pid, signal.SIGKILL)
     with pytest.raises(CatFileError):
         cat.info([main])
     cat.close()
@@ -403,7 +405,7 @@ def test_a_dead_or_slow_cat_file_is_an_error_and_git_answers(repo: Repo) -> None
     head = "refs/heads/main"
     assert repo.commits_of([head]) == {head: main}
     assert repo._objects is not None
-    repo._objects._proc.kill()
+    os.kill(repo._objects.process.pid, signal.SIGKILL)
     assert repo.commits_of([head, "0" * 40]) == {head: main, "0" * 40: None}
     assert repo._objects is None and repo._objects_failed
 
@@ -451,20 +453,3 @@ def test_a_broken_loose_commit_fails_as_it_did(repo: Repo) -> None:
         repo_commits_of_with_git(repo, [broken])
     with pytest.raises(GitCommandError, match="is corrupt"):
         repo.commits_of([broken])
-
-
-def test_the_cat_file_process_ends_with_the_lock_and_at_a_fetch(
-    remotes: Remotes, cache: RepoCache
-) -> None:
-    remote = remotes.create("org/b")
-    main = remote.rev("refs/heads/main")
-    with cache.open("git", "org/b") as repo:
-        repo.commits_of([main])
-        first = repo._objects
-        assert first is not None
-        repo.fetch()
-        assert repo._objects is None and first._proc.returncode is not None
-        repo.commits_of([main])
-        second = repo._objects
-        assert second is not None and second._proc.returncode is None
-    assert second._proc.returncode is not None

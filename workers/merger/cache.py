@@ -179,7 +179,7 @@ class RepoCache:
                 self._discard(path)
                 raise
             finally:
-                repo.close()
+                repo.park()  # its git processes, for this process's next use (parking.py)
                 repo.job_refs.release()
 
     def run(self, connection: str, project: str, work: Callable[[Repo], T]) -> T:

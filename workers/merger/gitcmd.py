@@ -135,11 +135,14 @@ class Git:
             raise GitCommandError(list(args), proc.returncode, stderr)
         return proc
 
-    def popen(self, args: Sequence[str], cwd: Path) -> subprocess.Popen[bytes]:
-        """Start ``git <args>`` with pipes to its stdin and stdout (stderr discarded).
+    def popen(
+        self, args: Sequence[str], cwd: Path, stderr: bool = False
+    ) -> subprocess.Popen[bytes]:
+        """Start ``git <args>`` with pipes to its stdin, stdout and (``stderr``) stderr.
 
-        For a process driven interactively (:mod:`workers.merger.catfile`);
-        the caller enforces the time limit and reaps it.
+        For a process driven interactively (:mod:`workers.merger.gitproc`);
+        the caller enforces the time limit and reaps it. Without ``stderr``,
+        git's messages are discarded.
         """
         return subprocess.Popen(
             ["git", *args],
@@ -147,7 +150,7 @@ class Git:
             env={**self.env, **self.overrides},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
         )
 
     def text(self, args: Sequence[str], cwd: Path | None = None) -> str:

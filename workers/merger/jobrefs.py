@@ -16,9 +16,9 @@ the repo holds, oldest first, each with its number of refs and the memo
 keys it wrote. A job is entered before a fetch writes its first ref
 (:meth:`JobRefs.enter`) and becomes the newest in the ref transaction
 that writes its refs (:meth:`JobRefs.plan`); that same transaction
-(``git update-ref --stdin``) deletes the refs of the jobs beyond the
-window and the memo refs no kept job wrote, so dropping costs no git
-process. Which refs a dropped job has is read from the repo's files
+(through ``git update-ref --stdin``, :mod:`.reftx`) deletes the refs of
+the jobs beyond the window and the memo refs no kept job wrote, so
+dropping costs no git process. Which refs a dropped job has is read from the repo's files
 (:func:`~workers.merger.branchrefs.read_refs`; ``for-each-ref`` where they
 hold anything unusual). A job id is opaque: the order is that of the
 journal, never of the ids.

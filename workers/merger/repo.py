@@ -6,12 +6,16 @@ locks itself. Failed git commands become the engine's errors through
 
 Few git processes: questions about objects (is a commit here, its date
 and parents, the files a change touches, the config files of a tree) go
-to one ``git cat-file`` process per repo and lock (:mod:`.catfile`,
-:mod:`.objects`), branch heads are read from the repo's files
-(:mod:`.branchrefs`), and a merge whose tip is an ancestor of the change
-(known from the commits read) needs no ``merge-base``. Each of these
-answers as the git command would or not at all; where it cannot, the
-git command runs as before, so results and errors do not change.
+to one ``git cat-file`` process (:mod:`.catfile`, :mod:`.objects`), ref
+transactions to one ``git update-ref --stdin`` (:mod:`.reftx`), both kept
+per repo and worker process from one lock session to the next
+(:mod:`.parking`: taken back on first use under the lock, parked by
+:meth:`Repo.park` before the lock is released); branch heads are read
+from the repo's files (:mod:`.branchrefs`), and a merge whose tip is an
+ancestor of the change (known from the commits read) needs no
+``merge-base``. Each of these answers as the git command would or not at
+all; where it cannot, the git command runs as before, so results and
+errors do not change.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from workers.merger.branchrefs import read_heads, read_refs
 from workers.merger.catfile import CatFile, CatFileError
 from workers.merger.errors import CorruptRepoError, GitCommandError, MergerError
 from workers.merger.gitcmd import Git, classify
+from workers.merger.gitproc import pack_files
 from workers.merger.jobrefs import JobRefs
 from workers.merger.objects import (
     CONFIG_DIRS,
@@ -37,6 +42,8 @@ from workers.merger.objects import (
     is_config_path,
     read_config_files,
 )
+from workers.merger.parking import parked_cat_files, parked_ref_updates
+from workers.merger.reftx import RefTransactionError, RefUpdates
 
 T = TypeVar("T")
 
@@ -111,16 +118,32 @@ class Repo:
         # Which jobs' refs the repo keeps (jobrefs.py), kept per process.
         self.job_refs = JobRefs(path) if job_refs is None else job_refs
         self.upkeep = Upkeep() if upkeep is None else upkeep
+        # The git processes in hand (taken back or started under this lock).
         self._objects: CatFile | None = None
         self._objects_failed = False
+        self._ref_updates: RefUpdates | None = None
         self._commits: dict[str, Commit] = {}
         self._replace_refs: bool | None = None  # known once looked for
 
+    def park(self) -> None:
+        """The lock is about to be released: keep the git processes for this process's next use."""
+        objects, self._objects = self._objects, None
+        if objects is not None:
+            parked_cat_files().park(self.path, objects)
+        updates, self._ref_updates = self._ref_updates, None
+        if updates is not None:
+            parked_ref_updates().park(self.path, updates)
+
     def close(self) -> None:
-        """End the repo's cat-file process, if any (when the lock is released)."""
-        if self._objects is not None:
-            self._objects.close()
-            self._objects = None
+        """End the repo's git processes, in hand and parked (a repo discarded, packs deleted)."""
+        objects, self._objects = self._objects, None
+        if objects is not None:
+            objects.close()
+        updates, self._ref_updates = self._ref_updates, None
+        if updates is not None:
+            updates.close()
+        parked_cat_files().end(self.path)
+        parked_ref_updates().end(self.path)
 
     def _ask(self, question: Callable[[CatFile], T | None]) -> T | None:
         """``question`` answered through the cat-file process; None: ask git instead."""
@@ -128,15 +151,38 @@ class Repo:
             return None
         try:
             if self._objects is None:
-                self._objects = CatFile(self.git, self.path)
+                parked = parked_cat_files().take(self.path, self.git)
+                self._objects = parked or CatFile(self.git, self.path)
             return question(self._objects)
         except CatFileError as exc:
-            # Not used again under this lock: the git commands give the
-            # answer, or the error (a corrupt object, ...) as they always did.
+            # Not used again under this lock (the process is gone; the next
+            # lock starts another): the git commands give the answer, or
+            # the error (a corrupt object, ...) as they always did.
             log.info("%s: %s; asking git command by command", self.label, exc)
-            self.close()
+            self._objects = None
             self._objects_failed = True
             return None
+
+    def _update_refs(self, lines: str, what: str) -> None:
+        """One ref transaction (``update``/``delete`` lines) through the update-ref process.
+
+        A process taken back that had died before it began the
+        transaction (killed while parked) did nothing: a new one is
+        started and carries it out.
+        """
+        for attempt in (1, 2):
+            updates = self._ref_updates
+            if updates is None:
+                parked = parked_ref_updates().take(self.path, self.git)
+                updates = self._ref_updates = parked or RefUpdates(self.git, self.path)
+            try:
+                updates.transaction(lines)
+                return
+            except RefTransactionError as exc:
+                self._ref_updates = None  # the process is gone
+                if exc.begun or updates.transactions == 0 or attempt == 2:
+                    raise classify(exc, f"{self.label}: {what}") from None
+                log.info("%s: %s; starting another git update-ref", self.label, exc)
 
     @staticmethod
     def worktree_path(path: Path) -> Path:
@@ -158,9 +204,8 @@ class Repo:
             specs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *specs]
         if not specs:
             return
-        # The fetch changes refs and adds packs: a new cat-file process
-        # answers the questions after it (commits already read stay valid).
-        self.close()
+        # The cat-file process goes on: it reads refs afresh and finds the
+        # fetch's new packs (catfile.py); commits already read stay valid.
         args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
         if branches:
             args.append("--prune")
@@ -172,12 +217,17 @@ class Repo:
         """git's auto maintenance (a gc if the repo needs one), under our lock.
 
         A failure is logged, never the job's: the repo works without it,
-        and the next operation finds a repo that is really broken.
+        and the next operation finds a repo that is really broken. A gc
+        that deleted packs ends the git processes, which may hold them
+        open (and their disk space with them).
         """
+        packs = pack_files(self.path)
         try:
             self._run(["maintenance", "run", "--auto", "--quiet"], "maintenance")
         except MergerError as exc:
             log.warning("%s: git maintenance failed: %s", self.label, exc)
+        if not packs <= pack_files(self.path):
+            self.close()
 
     # ------------------------------------------------------------------
     # Refs and objects
@@ -321,7 +371,7 @@ class Repo:
         """
         plan = self.job_refs.plan(job_id, refs, self.refs)
         if plan.lines:
-            self._run(["update-ref", "--stdin"], "update refs", stdin=plan.lines.encode())
+            self._update_refs(plan.lines, "update refs")
         self.job_refs.done(plan)
         if plan.deleted:
             log.debug("%s: %d refs of earlier jobs dropped", self.label, plan.deleted)
@@ -344,8 +394,7 @@ class Repo:
         """Delete every ref under ``prefix`` (e.g. one job's refs); returns how many."""
         refs = self.refs(prefix)
         if refs:
-            lines = "".join(f"delete {ref}\n" for ref in refs)
-            self._run(["update-ref", "--stdin"], "delete refs", stdin=lines.encode())
+            self._update_refs("".join(f"delete {ref}\n" for ref in refs), "delete refs")
         return len(refs)
 
     def changed_files(self, base: str, commit: str) -> list[str]:

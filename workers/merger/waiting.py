@@ -24,7 +24,8 @@ made: as good as what a fetch of its own would find (a merge runs some
 time after its request anyway; Zuul's merger does the same, and so does a
 merger that is simply busy). A later merge of one of those requests in
 this process, with its commits in the cache, skips the fetch altogether
-(no git process for it, and the cat-file process stays up). Which requests
+(no git process for it; the cat-file and update-ref processes are parked
+between merges, :mod:`.parking`). Which requests
 were listed is known only to the process that listed them (the memo is
 per process, like the repo cache), so another merger process fetches as
 before, and finds the commits already there. Nothing here uses a clock.

@@ -88,17 +88,27 @@ class Pusher:
 
     def push(self, queue: str, message: bytes) -> bool:
         """``LPUSH`` ``message`` onto ``queue``; False if it failed (now paused)."""
-        assert self.client is not None
-        return self._done(self.client.lpush, queue, message)
+        client = self.client
+        assert client is not None
+        return self._done(lambda: client.lpush(queue, message)) is not None
 
     def publish(self, channel: str, message: bytes) -> bool:
         """``PUBLISH`` ``message`` on ``channel``; False if it failed (now paused)."""
-        assert self.client is not None
-        return self._done(self.client.publish, channel, message)
+        client = self.client
+        assert client is not None
+        return self._done(lambda: client.publish(channel, message)) is not None
 
-    def _done(self, command: Callable[[str, bytes], object], key: str, message: bytes) -> bool:
+    def set_if_absent(self, key: str, ttl_ms: int) -> bool | None:
+        """``SET key NX PX ttl_ms``: whether it was set; None if it failed (now paused)."""
+        client = self.client
+        assert client is not None
+        answer = self._done(lambda: bool(client.set(key, b"1", nx=True, px=ttl_ms)))
+        return None if answer is None else bool(answer)
+
+    def _done(self, command: Callable[[], object]) -> object | None:
+        """``command``'s answer (never None for a command that ran); None if it failed."""
         try:
-            command(key, message)
+            answer = command()
         except (redis.RedisError, OSError) as exc:
             failure = exposure.broker_failure(exc)
             if failure.startswith("authentication failed"):
@@ -110,8 +120,8 @@ class Pusher:
                 failure,
                 PAUSE,
             )
-            return False
-        return True
+            return None
+        return True if answer is None else answer
 
     def close(self) -> None:
         if self.client is not None:

@@ -24,8 +24,10 @@ pipeline's lock held raises its dirty flag, as every nudge does
 was set (the queue purged, the sender killed between the mark and the
 send) holds back the pipeline's next result nudges for at most
 :data:`TTL_MS`; the periodic sweep nudges pipelines with waiting events
-all the same. A mark that cannot be read or written (Redis away) sends the
-nudge, as before; a mark that cannot be deleted expires. A nudge that
+all the same. A mark that cannot be set (Redis away) sends the nudge, as
+before, and pauses the process's fast way as a failed push does (so the
+next results do not wait for Redis each); a mark that cannot be deleted
+expires. A nudge that
 waits longer than the time to live (a long backlog) lets one more through:
 a duplicate, which is harmless. Only with a plain ``redis://`` broker and
 ``broker.fast_send`` on (:mod:`scheduler.fastsend`'s connection); otherwise
@@ -54,27 +56,33 @@ def mark_key(tenant: str, pipeline: str) -> str:
     return PREFIX + paths.pipeline_result_queue(tenant, pipeline)
 
 
-def _client(settings: Settings) -> redis.Redis | None:
+def _sender(settings: Settings) -> fastsend.Pusher | None:
     if not settings.broker.fast_send:
         return None
-    return fastsend.pusher(settings.broker_url).client
+    sender = fastsend.pusher(settings.broker_url)
+    return sender if sender.client is not None else None
 
 
 def should_send(settings: Settings, tenant: str, pipeline: str) -> bool:
-    """Mark the pipeline's nudge as waiting; False if one already waits (skip this one)."""
-    client = _client(settings)
-    if client is None:
+    """Mark the pipeline's nudge as waiting; False if one already waits (skip this one).
+
+    While the process's fast way is paused after a failure (:mod:`scheduler.fastsend`),
+    nothing is marked and every nudge is sent: a broker that is away costs
+    one failed attempt, not one per result.
+    """
+    sender = _sender(settings)
+    if sender is None or not sender.ready:
         return True
-    try:
-        return bool(client.set(mark_key(tenant, pipeline), b"1", nx=True, px=TTL_MS))
-    except (redis.RedisError, OSError) as exc:
-        log.debug("nudge mark of %s/%s not set (%s): nudging", tenant, pipeline, exc)
-        return True
+    return sender.set_if_absent(mark_key(tenant, pipeline), TTL_MS) is not False
 
 
 def started(settings: Settings, tenant: str, pipeline: str) -> None:
-    """A nudge of the pipeline starts: the next result must nudge again."""
-    client = _client(settings)
+    """A nudge of the pipeline starts: the next result must nudge again.
+
+    Tried even while the fast way is paused: the task ran, so the broker answers.
+    """
+    sender = _sender(settings)
+    client = None if sender is None else sender.client
     if client is None:
         return
     try:

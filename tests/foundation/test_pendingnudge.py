@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from cli.stack.process import free_port
-from scheduler import dispatch, pendingnudge
+from scheduler import dispatch, fastsend, pendingnudge
 from scheduler.settings import Settings, load_settings
 from scheduler.zk import paths
 from scheduler.zk.job_requests import JobRequest
@@ -108,5 +108,9 @@ def test_without_the_fast_way_every_result_nudges(broker: redis.Redis, redis_url
 def test_a_mark_that_cannot_be_set_sends_the_nudge() -> None:
     """Redis away: the nudge goes through Celery (whose own send then fails loudly)."""
     settings = _settings(f"redis://127.0.0.1:{free_port()}/0")
+    assert pendingnudge.should_send(settings, "demo", "check")
+    # the process's fast way pauses, as after a failed push: the next results
+    # do not try Redis again, each one, for its connect timeout
+    assert not fastsend.pusher(settings.broker_url).ready
     assert pendingnudge.should_send(settings, "demo", "check")
     pendingnudge.started(settings, "demo", "check")  # logged, not raised

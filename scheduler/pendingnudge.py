@@ -78,10 +78,12 @@ def should_send(settings: Settings, tenant: str, pipeline: str) -> bool:
 def started(settings: Settings, tenant: str, pipeline: str) -> None:
     """A nudge of the pipeline starts: the next result must nudge again.
 
-    Tried even while the fast way is paused: the task ran, so the broker answers.
+    Whatever this process's ``broker.fast_send`` says, with any ``redis://``
+    broker: the senders' settings may differ from the scheduler's, and a mark
+    nobody deletes would hold nudges back. Tried even while the fast way is
+    paused: the task ran, so the broker answers.
     """
-    sender = _sender(settings)
-    client = None if sender is None else sender.client
+    client = fastsend.pusher(settings.broker_url).client
     if client is None:
         return
     try:

@@ -105,6 +105,16 @@ def test_without_the_fast_way_every_result_nudges(broker: redis.Redis, redis_url
     assert list(broker.scan_iter(f"{pendingnudge.PREFIX}*")) == []
 
 
+def test_a_scheduler_without_the_fast_way_still_deletes_the_marks(
+    broker: redis.Redis, redis_url: str
+) -> None:
+    """Executors that mark, a scheduler with ``broker.fast_send: false``: no mark stays."""
+    dispatch.notify_pipeline(_result(), _settings(redis_url))
+    assert broker.exists(pendingnudge.mark_key("demo", "check"))
+    pendingnudge.started(_settings(redis_url, fast=False), "demo", "check")
+    assert not broker.exists(pendingnudge.mark_key("demo", "check"))
+
+
 def test_a_mark_that_cannot_be_set_sends_the_nudge() -> None:
     """Redis away: the nudge goes through Celery (whose own send then fails loudly)."""
     settings = _settings(f"redis://127.0.0.1:{free_port()}/0")

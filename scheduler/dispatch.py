@@ -224,11 +224,6 @@ def notify_pipeline(
     if not (request.tenant and request.pipeline and request.result_queue):
         return
     settings = settings or load_settings()
-    if delay <= 0:
-        from scheduler import pendingnudge  # redis-py: only workers notify
-
-        if not pendingnudge.should_send(settings, request.tenant, request.pipeline):
-            return
     if delay > 0:
         send(
             tasknames.PROCESS_PIPELINE,
@@ -238,5 +233,8 @@ def notify_pipeline(
             kwargs={"if_results": True},
             countdown=delay,
         )
-    else:
+        return
+    from scheduler import pendingnudge  # redis-py: only workers notify
+
+    if pendingnudge.should_send(settings, request.tenant, request.pipeline):
         send(tasknames.PROCESS_PIPELINE, request.tenant, request.pipeline, settings=settings)

@@ -90,25 +90,26 @@ class Pusher:
         """``LPUSH`` ``message`` onto ``queue``; False if it failed (now paused)."""
         client = self.client
         assert client is not None
-        return self._done(lambda: client.lpush(queue, message)) is not None
+        return self._done(lambda: client.lpush(queue, message))
 
     def publish(self, channel: str, message: bytes) -> bool:
         """``PUBLISH`` ``message`` on ``channel``; False if it failed (now paused)."""
         client = self.client
         assert client is not None
-        return self._done(lambda: client.publish(channel, message)) is not None
+        return self._done(lambda: client.publish(channel, message))
 
     def set_if_absent(self, key: str, ttl_ms: int) -> bool | None:
         """``SET key NX PX ttl_ms``: whether it was set; None if it failed (now paused)."""
         client = self.client
         assert client is not None
-        answer = self._done(lambda: bool(client.set(key, b"1", nx=True, px=ttl_ms)))
-        return None if answer is None else bool(answer)
+        answer: list[bool] = []
+        if not self._done(lambda: answer.append(bool(client.set(key, b"1", nx=True, px=ttl_ms)))):
+            return None
+        return answer[0]
 
-    def _done(self, command: Callable[[], object]) -> object | None:
-        """``command``'s answer (never None for a command that ran); None if it failed."""
+    def _done(self, command: Callable[[], object]) -> bool:
         try:
-            answer = command()
+            command()
         except (redis.RedisError, OSError) as exc:
             failure = exposure.broker_failure(exc)
             if failure.startswith("authentication failed"):
@@ -120,8 +121,8 @@ class Pusher:
                 failure,
                 PAUSE,
             )
-            return None
-        return True if answer is None else answer
+            return False
+        return True
 
     def close(self) -> None:
         if self.client is not None:

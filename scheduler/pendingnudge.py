@@ -28,9 +28,10 @@ all the same. A mark that cannot be set (Redis away) sends the nudge, as
 before, and pauses the process's fast way as a failed push does (so the
 next results do not wait for Redis each); a mark that cannot be deleted
 expires. A nudge that waits longer than the time to live (a long backlog)
-lets one more through: a duplicate, which is harmless. Only with a plain ``redis://`` broker and
-``broker.fast_send`` on (:mod:`scheduler.fastsend`'s connection); otherwise
-every result sends its nudge.
+lets one more through: a duplicate, which is harmless. A sender marks only
+with a plain ``redis://`` broker and ``broker.fast_send`` on
+(:mod:`scheduler.fastsend`'s connection), otherwise every result sends its
+nudge; the task deletes the mark with any ``redis://`` broker.
 """
 
 from __future__ import annotations

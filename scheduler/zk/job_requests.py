@@ -62,6 +62,7 @@ from dataclasses import replace
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import EventType
 
 from scheduler.zk import paths, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
@@ -436,20 +437,34 @@ class JobRequestQueue(RequestSweeps):
         return self.client.exists(paths.request_flag(self.root, uuid, flag)) is not None
 
     def watch_flag(self, uuid: str, flag: str) -> threading.Event:
-        """An event set once the ``cancel``/``resume`` flag appears (a watch, re-armed)."""
+        """An event set once the ``cancel``/``resume`` flag appears (a watch, re-armed).
+
+        The watch is on the request's children, not on the flag's own path:
+        an ``exists`` watch on a flag that never comes (most builds are never
+        cancelled) stays registered, in ZooKeeper and in kazoo, until the
+        session ends: one more a build for as long as an executor runs. A
+        children watch fires when the request is removed too, and is not
+        armed again then, so at most one is left per live request.
+        """
         seen = threading.Event()
-        path = paths.request_flag(self.root, uuid, flag)
+        paths.request_flag(self.root, uuid, flag)  # an unknown flag is refused
+        request = self._path("requests", uuid)
 
         def found(result: Any) -> None:
-            if result.successful() and result.get() is not None:
+            # NoNode: the request is gone, and ZooKeeper left no watch on it
+            if result.successful() and flag in result.get():
                 seen.set()
 
-        def watcher(_event: object) -> None:
+        def watcher(event: Any) -> None:
             # Never block kazoo's callback thread: re-arm asynchronously.
-            if not seen.is_set():
-                self.client.kazoo.exists_async(path, watch=watcher).rawlink(found)
+            if not seen.is_set() and event.type != EventType.DELETED:
+                self.client.kazoo.get_children_async(request, watch=watcher).rawlink(found)
 
-        if self.client.exists(path, watch=watcher) is not None:
+        try:
+            children = self.client.get_children(request, watch=watcher)
+        except NoNodeError:
+            return seen  # gone: the flag can no longer come
+        if flag in children:
             seen.set()
         return seen
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cli.stack.zookeeper import four_letter
 from scheduler.zk import job_requests, paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction
@@ -22,6 +23,7 @@ from scheduler.zk.job_requests import (
     RequestEvent,
     RequestState,
 )
+from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.waiting import wait_until
 from tests.zk.conftest import Script
 
@@ -157,6 +159,46 @@ def test_hold_pause_resume_and_cancel_flags(zk: ZooKeeperClient) -> None:
     assert queue.complete(claimed, {"result": "CANCELED"})
     kinds = [e.payload["type"] for e in EventQueue(zk, RESULTS).read()]
     assert kinds == ["request-started", "request-paused", "request-completed"]
+
+
+def _session_watches(zookeeper: ZooKeeperTarget, client: ZooKeeperClient) -> list[str]:
+    """The paths ZooKeeper holds a watch on for ``client``'s session (``wchc``)."""
+    server = zookeeper.server
+    session = f"0x{client.kazoo.client_id[0]:x}"
+    watched: list[str] = []
+    mine = False
+    for line in four_letter(server.host, server.port, "wchc").splitlines():
+        if not line.startswith("\t"):
+            mine = line.strip() == session
+        elif mine:
+            watched.append(line.strip())
+    return watched
+
+
+def test_flag_watches_end_with_their_request(
+    zookeeper: ZooKeeperTarget, zk: ZooKeeperClient
+) -> None:
+    """A build's cancel and resume watches leave nothing in ZooKeeper once it is removed.
+
+    Most builds are never cancelled: a watch on a flag that never comes
+    must not stay registered for the rest of the executor's session.
+    """
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    for _ in range(5):
+        request = queue.submit(new_request(), {})
+        claimed = queue.claim(request.uuid, "e1")
+        assert claimed is not None
+        cancelled = queue.watch_flag(request.uuid, "cancel")
+        resumed = queue.watch_flag(request.uuid, "resume")
+        assert queue.complete(claimed, {"result": "SUCCESS"})
+        queue.remove(request.uuid)
+        assert not cancelled.is_set() and not resumed.is_set()
+    wait_until(lambda: not _session_watches(zookeeper, zk), timeout=5)
+    assert not zk.kazoo._child_watchers and not zk.kazoo._data_watchers
+    gone = queue.watch_flag(uuid.uuid4().hex, "cancel")  # a request that is not there
+    assert not gone.is_set() and not _session_watches(zookeeper, zk)
+    with pytest.raises(Exception, match="unknown request flag"):
+        queue.watch_flag(request.uuid, "stop")
 
 
 def test_completion_of_a_removed_request_releases_the_lock(zk: ZooKeeperClient) -> None:

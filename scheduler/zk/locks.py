@@ -215,7 +215,12 @@ def _wait_turn(
         if not blocking or left <= 0:
             return False
         gone = threading.Event()
-        if client.exists(paths.join(path, blocker), watch=_setter(gone)) is None:
+        try:
+            # A data watch, not an exists watch: ZooKeeper sets none on a node
+            # that is gone already (a contender's node is never made again, so
+            # an exists watch on it would stay for the rest of the session).
+            client.get(paths.join(path, blocker), watch=_setter(gone))
+        except NoNodeError:
             continue
         # Wake up now and then to notice a lost session even without a watch event.
         gone.wait(min(left, max(0.2, client.session_timeout / 3)))

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from cli.stack.zookeeper import four_letter
 from scheduler.zk import job_requests, paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction
@@ -25,7 +24,7 @@ from scheduler.zk.job_requests import (
 )
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.waiting import wait_until
-from tests.zk.conftest import Script
+from tests.zk.conftest import Script, session_watches
 
 RESULTS = paths.pipeline_result_queue("tenant", "gate")
 
@@ -161,20 +160,6 @@ def test_hold_pause_resume_and_cancel_flags(zk: ZooKeeperClient) -> None:
     assert kinds == ["request-started", "request-paused", "request-completed"]
 
 
-def _session_watches(zookeeper: ZooKeeperTarget, client: ZooKeeperClient) -> list[str]:
-    """The paths ZooKeeper holds a watch on for ``client``'s session (``wchc``)."""
-    server = zookeeper.server
-    session = f"0x{client.kazoo.client_id[0]:x}"
-    watched: list[str] = []
-    mine = False
-    for line in four_letter(server.host, server.port, "wchc").splitlines():
-        if not line.startswith("\t"):
-            mine = line.strip() == session
-        elif mine:
-            watched.append(line.strip())
-    return watched
-
-
 def test_flag_watches_end_with_their_request(
     zookeeper: ZooKeeperTarget, zk: ZooKeeperClient
 ) -> None:
@@ -193,10 +178,10 @@ def test_flag_watches_end_with_their_request(
         assert queue.complete(claimed, {"result": "SUCCESS"})
         queue.remove(request.uuid)
         assert not cancelled.is_set() and not resumed.is_set()
-    wait_until(lambda: not _session_watches(zookeeper, zk), timeout=5)
+    wait_until(lambda: not session_watches(zookeeper, zk), timeout=5)
     assert not zk.kazoo._child_watchers and not zk.kazoo._data_watchers
     gone = queue.watch_flag(uuid.uuid4().hex, "cancel")  # a request that is not there
-    assert not gone.is_set() and not _session_watches(zookeeper, zk)
+    assert not gone.is_set() and not session_watches(zookeeper, zk)
     with pytest.raises(Exception, match="unknown request flag"):
         queue.watch_flag(request.uuid, "stop")
 

@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
@@ -15,8 +16,9 @@ from scheduler.zk.context import Transaction
 from scheduler.zk.election import Election
 from scheduler.zk.errors import FencedWriteError, LockLostError
 from scheduler.zk.locks import LockKind
+from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.waiting import wait_until
-from tests.zk.conftest import Script, process_state
+from tests.zk.conftest import Script, process_state, session_watches
 
 
 def test_exclusive_lock_excludes_and_releases(zk: ZooKeeperClient) -> None:
@@ -152,6 +154,48 @@ def test_election_runs_one_leader_at_a_time(make_client: Callable[..., ZooKeeper
     for t in threads:
         t.join(10)
     assert sorted(leaders) == ["a", "b"]
+
+
+class _StaleListing:
+    """A client whose first listing of a lock still shows a contender that has left."""
+
+    def __init__(self, client: ZooKeeperClient, gone: str) -> None:
+        self._client = client
+        self._gone: str | None = gone
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_children(self, path: str, watch: Any = None) -> list[str]:
+        children = self._client.get_children(path, watch=watch)
+        gone, self._gone = self._gone, None
+        return children if gone is None else [gone, *children]
+
+
+def test_a_waiter_leaves_no_watch_on_a_contender_gone_before_its_look(
+    zookeeper: ZooKeeperTarget, zk: ZooKeeperClient
+) -> None:
+    """The blocker left between the listing and the watch: no watch stays on its node.
+
+    A contender's node name is never used again, so a watch on it would
+    stay registered for the rest of the session.
+    """
+    path = "/locks/stale-listing"
+    first = zk.create(path + "/a__lock__", b"", ephemeral=True, sequence=True, makepath=True)
+    node = zk.create(path + "/b__lock__", b"", ephemeral=True, sequence=True)
+    zk.delete(first)  # gone after the waiter's listing, before its look
+    gone = first.rsplit("/", 1)[1]
+    turn = locks._wait_turn(
+        cast(ZooKeeperClient, _StaleListing(zk, gone)),
+        path,
+        node,
+        kind=LockKind.EXCLUSIVE,
+        deadline=time.monotonic() + 5,
+        blocking=True,
+        generation=zk.session_generation,
+    )
+    assert turn
+    assert session_watches(zookeeper, zk) == []
 
 
 def test_lock_timeout_removes_our_contender(zk: ZooKeeperClient) -> None:

@@ -107,9 +107,12 @@ PARAMS_INLINE_BYTES = 16 * 1024
 class ClaimedRequest:
     """A request this worker claimed; every update goes through its fenced context."""
 
-    def __init__(self, request: JobRequest, lock: HeldLock) -> None:
+    def __init__(self, request: JobRequest, lock: HeldLock, flagged: bool = True) -> None:
         self.request = request
         self.lock = lock
+        # a flag (``cancel``, ``resume``) was there when the request was read
+        # for the claim; True when that is not known
+        self.flagged = flagged
 
     @property
     def uuid(self) -> str:
@@ -231,12 +234,17 @@ class JobRequestQueue(RequestSweeps):
         return request, stored.prepare(LockContext(self.client), path, params, exists=False)
 
     def get(self, uuid: str) -> JobRequest | None:
+        read = self._read_one(uuid)
+        return None if read is None else read[0]
+
+    def _read_one(self, uuid: str) -> tuple[JobRequest, int] | None:
+        """The request and how many flags it has (its children), or None if gone."""
+        path = self._path("requests", uuid)
         try:
-            raw, stat = self.client.get(self._path("requests", uuid))
+            raw, stat = self.client.get(path)
         except NoNodeError:
             return None
-        path = self._path("requests", uuid)
-        return JobRequest.from_dict(stored.decode(raw, path), stat.version)
+        return JobRequest.from_dict(stored.decode(raw, path), stat.version), stat.numChildren
 
     def request_cancel(self, uuid: str) -> bool:
         """Ask the worker to cancel (the ``cancel`` flag); False if the request is gone."""
@@ -348,14 +356,15 @@ class JobRequestQueue(RequestSweeps):
         def attempt() -> ClaimedRequest | None:
             nonlocal tries
             tries += 1
-            request = self.get(uuid)
-            if request is None:
+            read = self._read_one(uuid)
+            if read is None:
                 return None
+            request, flags = read
             if tries > 1 and self._claimed_before(request, worker, lock_path):
                 return ClaimedRequest(request, HeldLock(self.client, lock_path, lock_path))
             if request.state != RequestState.REQUESTED:
                 return None
-            return self._claim(request, worker, lock_path)
+            return self._claim(request, worker, lock_path, flagged=flags > 0)
 
         return OUTAGE(attempt)
 
@@ -366,7 +375,9 @@ class JobRequestQueue(RequestSweeps):
         stat = self.client.exists(lock_path)
         return stat is not None and stat.ephemeralOwner == self.client.session_id
 
-    def _claim(self, request: JobRequest, worker: str, lock_path: str) -> ClaimedRequest | None:
+    def _claim(
+        self, request: JobRequest, worker: str, lock_path: str, *, flagged: bool
+    ) -> ClaimedRequest | None:
         uuid = request.uuid
         running = replace(request, state=RequestState.RUNNING, worker=worker)
         txn = Transaction(self.client)
@@ -380,7 +391,7 @@ class JobRequestQueue(RequestSweeps):
                 return None
             raise
         lock = HeldLock(self.client, lock_path, lock_path)
-        return ClaimedRequest(replace(running, version=request.version + 1), lock)
+        return ClaimedRequest(replace(running, version=request.version + 1), lock, flagged)
 
     def _update(
         self,
@@ -436,7 +447,9 @@ class JobRequestQueue(RequestSweeps):
         """Is the ``cancel``/``resume`` flag of the request set?"""
         return self.client.exists(paths.request_flag(self.root, uuid, flag)) is not None
 
-    def watch_flag(self, uuid: str, flag: str) -> threading.Event:
+    def watch_flag(
+        self, uuid: str, flag: str, seen: threading.Event | None = None
+    ) -> threading.Event:
         """An event set once the ``cancel``/``resume`` flag appears (a watch, re-armed).
 
         The watch is on the request's children, not on the flag's own path:
@@ -444,9 +457,10 @@ class JobRequestQueue(RequestSweeps):
         cancelled) stays registered, in ZooKeeper and in kazoo, until the
         session ends: one more a build for as long as an executor runs. A
         children watch fires when the request is removed too, and is not
-        armed again then, so at most one is left per live request.
+        armed again then, so at most one is left per live request. ``seen``:
+        the event to set (a new one by default).
         """
-        seen = threading.Event()
+        seen = threading.Event() if seen is None else seen
         paths.request_flag(self.root, uuid, flag)  # an unknown flag is refused
         request = self._path("requests", uuid)
 

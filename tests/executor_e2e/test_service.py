@@ -34,10 +34,12 @@ from scheduler.zk.context import LockContext
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue, RequestEvent, RequestState
 from tests.executor.helpers import Repo, make_spec
 from tests.executor_e2e.conftest import Builds
+from tests.fixtures.services import ZooKeeperTarget, session_watches
 from tests.fixtures.waiting import wait_until
 from workers.claims import Delivery
 from workers.executor import Result, RunnerOptions
 from workers.executor.service import (
+    CANCEL_WATCH_DELAY,
     ExecutionReport,
     execute_request,
     runner_options,
@@ -285,3 +287,57 @@ def test_the_start_is_nudged_only_for_a_build_that_outlasts_the_delay(
         assert len(nudges) == 1  # the completion's
     time.sleep(0.7)  # the cancelled timer stays silent
     assert len(nudges) == (2 if sleep else 1)
+
+
+def _request_watches(zookeeper: ZooKeeperTarget, client: ZooKeeperClient, uuid: str) -> list[str]:
+    return [path for path in session_watches(zookeeper, client) if uuid in path]
+
+
+def test_a_short_build_arms_no_cancel_watch(
+    zookeeper: ZooKeeperTarget, builds: Builds, repo: Repo, options: RunnerOptions
+) -> None:
+    """Most builds end before the cancel watch is due: they cost no request for it."""
+    repo.script("run.sh", "true")
+    request = builds.submit(make_spec(repo, repo.commit()))
+
+    report = execute_request(builds.queue(), request.uuid, "worker-1", options)
+
+    assert report.outcome is Delivery.COMPLETED and report.result is Result.SUCCESS
+    time.sleep(CANCEL_WATCH_DELAY + 0.2)  # the dropped arming stays dropped
+    assert _request_watches(zookeeper, builds.client, request.uuid) == []
+
+
+def test_a_cancel_before_the_watch_is_armed_stops_the_build(
+    zookeeper: ZooKeeperTarget, builds: Builds, repo: Repo, options: RunnerOptions
+) -> None:
+    """Cancelled a moment after the claim: the watch, once armed, finds the flag there."""
+    repo.script("run.sh", "trap '' TERM\necho started\nsleep 60")
+    request = builds.submit(make_spec(repo, repo.commit()))
+    queue = builds.queue()
+    build = InThread(lambda: execute_request(queue, request.uuid, "worker-1", options))
+    wait_until(lambda: events(builds) == [RequestEvent.STARTED.value], 30, "the claim")
+    asked = time.monotonic()
+    assert queue.request_cancel(request.uuid)
+
+    report = build.join(30)
+
+    assert isinstance(report, ExecutionReport) and report.result is Result.ABORTED
+    assert time.monotonic() - asked < CANCEL_WATCH_DELAY + options.kill_grace + 1.5
+    queue.remove(request.uuid)
+    wait_until(lambda: not _request_watches(zookeeper, builds.client, request.uuid), 5)
+
+
+def test_a_request_cancelled_in_the_queue_never_runs_its_job(
+    builds: Builds, repo: Repo, options: RunnerOptions, tmp_path: Path
+) -> None:
+    """Its flag is there when it is read for the claim: the watch is armed at once."""
+    ran = tmp_path / "ran"
+    repo.script("run.sh", f"touch {ran}")
+    request = builds.submit(make_spec(repo, repo.commit()))
+    queue = builds.queue()
+    assert queue.request_cancel(request.uuid)
+
+    report = execute_request(queue, request.uuid, "worker-1", options)
+
+    assert report.outcome is Delivery.COMPLETED and report.result is Result.ABORTED
+    assert not ran.exists()

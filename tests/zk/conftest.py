@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from cli.stack.zookeeper import four_letter
 from scheduler.settings import ZooKeeperSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from tests.fixtures.services import ZooKeeperTarget
@@ -24,20 +23,6 @@ from tests.fixtures.waiting import wait_until
 from tests.zk.proxy import TcpProxy
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def session_watches(zookeeper: ZooKeeperTarget, client: ZooKeeperClient) -> list[str]:
-    """The paths ZooKeeper holds a watch on for ``client``'s session (``wchc``)."""
-    server = zookeeper.server
-    session = f"0x{client.kazoo.client_id[0]:x}"
-    watched: list[str] = []
-    mine = False
-    for line in four_letter(server.host, server.port, "wchc").splitlines():
-        if not line.startswith("\t"):
-            mine = line.strip() == session
-        elif mine:
-            watched.append(line.strip())
-    return watched
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from scheduler.zk.context import Transaction
 from scheduler.zk.election import Election
 from scheduler.zk.errors import FencedWriteError, LockLostError
 from scheduler.zk.locks import LockKind
-from tests.fixtures.services import ZooKeeperTarget
+from tests.fixtures.services import ZooKeeperTarget, session_watches
 from tests.fixtures.waiting import wait_until
-from tests.zk.conftest import Script, process_state, session_watches
+from tests.zk.conftest import Script, process_state
 
 
 def test_exclusive_lock_excludes_and_releases(zk: ZooKeeperClient) -> None:

@@ -18,8 +18,9 @@ real ZooKeeper without a broker. One call:
    returned (``used``) after it, whatever its end; nodes that cannot be
    had end the build ``NODE_FAILURE``.
 4. **run** :func:`run_build` with a :class:`RequestControl`: a cancel is
-   the ``cancel`` flag (kept by a watch, no round trip per poll) or the
-   claim no longer being valid; a pause goes through the queue.
+   the ``cancel`` flag (kept by a watch armed half a second after the
+   claim, no round trip per poll) or the claim no longer being valid; a
+   pause goes through the queue.
 5. **complete**: one fenced transaction stores the result, sets COMPLETED,
    queues ``request-completed`` and deletes the lock.
 
@@ -49,6 +50,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -77,7 +79,7 @@ from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueu
 from scheduler.zk.keystore import KeyStore
 from scheduler.zk.node_records import NodeStoreError
 from scheduler.zk.nodes import HeldNode, NodeStore
-from workers import claims
+from workers import claims, later
 from workers.claims import Delivery, briefly_suspended
 from workers.executor import speculation
 from workers.executor.control import BaseControl, StartedInfo
@@ -86,6 +88,7 @@ from workers.executor.playbooks import is_playbook
 from workers.executor.runner import RunnerOptions, run_build
 from workers.executor.secrets import SecretError, decrypt_secrets
 from workers.executor.workspace import BuildLayout, remove_workspace
+from workers.later import DelayedCall
 from workers.merger.cache import RepoCache
 from workers.nodekey import NodeKeyError, ensure_node_key, node_key_path
 from workers.notify import (
@@ -100,6 +103,11 @@ from workers.notify import (
 )
 
 log = logging.getLogger(__name__)
+
+# Seconds after the claim that a build's cancel watch is armed (a shorter
+# build costs no request for it), and between attempts when ZooKeeper fails.
+CANCEL_WATCH_DELAY = 0.5
+CANCEL_WATCH_RETRY = 1.0
 
 # Attempts at the completion transaction while ZooKeeper is unavailable, and
 # the pause before the first retry (doubled each time).
@@ -197,6 +205,13 @@ class RequestControl(BaseControl):
 
     ``cancel_requested`` reads an event set by a watch on the ``cancel`` flag
     and the claim's lock context: both are local reads, no round trip.
+
+    The watch is armed :data:`CANCEL_WATCH_DELAY` after the claim, so the
+    many builds shorter than that cost no request for it; a cancel that
+    comes sooner is seen when the watch is armed (it finds the flag there).
+    A request that held a flag when it was read for the claim (cancelled
+    while it waited in the queue) is watched at once, so it never starts
+    its job. :meth:`close` drops a watch not yet armed.
     """
 
     def __init__(
@@ -214,10 +229,34 @@ class RequestControl(BaseControl):
         self.notify = notify
         self.progress = progress
         self.began = time.monotonic()
-        self.cancel_flag = queue.watch_flag(claimed.uuid, "cancel")
+        self.cancel_flag = threading.Event()
+        self._arming: DelayedCall | None = None
+        self._closed = False
+        if claimed.flagged:
+            queue.watch_flag(claimed.uuid, "cancel", self.cancel_flag)
+        else:
+            self._arm_later(CANCEL_WATCH_DELAY)
         self.info: StartedInfo | None = None
         # Why the build was stopped for a lost claim (None: it was not).
         self.stopped_for: str | None = None
+
+    def _arm_later(self, delay: float) -> None:
+        self._arming = later.call_later(delay, self._arm, name="cancel watch")
+
+    def _arm(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.queue.watch_flag(self.claimed.uuid, "cancel", self.cancel_flag)
+        except ZooKeeperError as exc:  # try again; the lost claim is noticed on its own
+            log.warning("build request %s: cancel watch not set: %s", self.claimed.uuid, exc)
+            self._arm_later(CANCEL_WATCH_RETRY)
+
+    def close(self) -> None:
+        """The build is over: a watch not armed yet never will be."""
+        self._closed = True
+        if self._arming is not None:
+            self._arming.cancel()
 
     def claim_lost(self) -> str | None:
         """Why this worker may no longer act on its claim, or None while it may."""
@@ -478,6 +517,7 @@ def _run_on_nodes(
     try:
         result = run_build(spec, control, options, plain)
     finally:
+        control.close()
         if cache is not None:
             speculation.forget(spec, missing, cache)
     if control.stopped_for is not None and result.result is Result.ABORTED:

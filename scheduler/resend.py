@@ -117,7 +117,7 @@ def find(task_id: str, settings: Settings, flower_url: str | None = None) -> Kno
         hint = (
             ""
             if flower_url
-            else " (Flower knows tasks that never ran, and the builds and hops"
+            else " (Flower knows tasks that never ran, and the builds, merges and hops"
             " that ended well: --flower URL)"
         )
         raise TaskNotFoundError(f"task {task_id} is unknown to {where}{hint}")

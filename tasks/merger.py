@@ -8,6 +8,13 @@ seconds, far below the broker's visibility timeout, and is idempotent by
 request id. A message whose worker died before the claim comes back and
 runs; one that comes back after the claim finds the request claimed or
 completed and returns (docs/celery.md, "Acknowledgement and redelivery").
+
+``ignore_result=True``, as for builds: a merge's outcome lives in
+ZooKeeper (its result, read by the scheduler), and Flower shows the task's
+states and return value from its events. Storing its ``STARTED`` state and
+its result cost four Redis round trips a merge, on the chain from a new
+change to its first build; a task that fails is stored all the same
+(``task_store_errors_even_if_ignored``), so ``sluice retry`` finds it.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ class MergeRequestError(SluiceError):
     """The task was sent with arguments that name no request."""
 
 
-@app.task(name=tasknames.MERGE, bind=True, acks_late=True, **retrying.WORKER)
+@app.task(name=tasknames.MERGE, bind=True, acks_late=True, ignore_result=True, **retrying.WORKER)
 def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
     """Claim the merge request ``request_uuid``, run its job and store its result."""
     if not isinstance(request_uuid, str) or not request_uuid:

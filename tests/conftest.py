@@ -4,6 +4,7 @@ import os
 
 from cli.stack import process
 from scheduler.processing.quiet import VERIFY_QUIET
+from tests.fixtures.published import published  # noqa: F401
 from tests.fixtures.services import (  # noqa: F401
     redis_server,
     redis_url,

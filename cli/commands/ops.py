@@ -15,7 +15,7 @@ from cli.commands.common import clear_errors, settings
     envvar="SLUICE_FLOWER_URL",
     help=(
         "Flower's URL (http://user:password@host:port), to find tasks the result backend"
-        " does not keep: those that never ran, and builds and hops that ended well."
+        " does not keep: those that never ran, and builds, merges and hops that ended well."
     ),
 )
 @clear_errors

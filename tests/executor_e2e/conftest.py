@@ -17,7 +17,6 @@ from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from tests.executor.conftest import git_env  # noqa: F401  (autouse: git without user config)
 from tests.executor.helpers import Repo
-from tests.executor_e2e.published import Published
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory, WorkerProcess
 from workers.executor import BuildSpec
@@ -101,11 +100,3 @@ def builds(test_environment: ServiceEnvironment) -> Iterator[Builds]:
     yield Builds(test_environment, client, settings)
     client.stop()
     client.close()
-
-
-@pytest.fixture
-def published(test_environment: ServiceEnvironment) -> Iterator[Published]:
-    """What the workers publish from now on: result states and task events."""
-    listener = Published(test_environment.redis_url)
-    yield listener
-    listener.close()

@@ -19,7 +19,7 @@ from scheduler.dispatch import executor_queue_name, send_build
 from scheduler.zk.job_requests import RequestEvent, RequestState
 from tests.executor.helpers import Repo, make_spec, processes_of_build
 from tests.executor_e2e.conftest import SESSION_TIMEOUT, Builds
-from tests.executor_e2e.published import Published
+from tests.fixtures.published import Published
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory
 

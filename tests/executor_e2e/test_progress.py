@@ -1,6 +1,6 @@
 """A build's PROGRESS, as a real worker publishes it: only for a build that outlasts the delay.
 
-The test listens to what the worker writes to Redis (:mod:`tests.executor_e2e.published`).
+The test listens to what the worker writes to Redis (:mod:`tests.fixtures.published`).
 A build whose whole task (``runtime`` of its ``task-succeeded`` event,
 measured by the worker) took less than :data:`~workers.notify.PROGRESS_DELAY`
 cannot have reached the delay after its claim: it stores nothing in the
@@ -16,7 +16,7 @@ import json
 from scheduler.dispatch import executor_queue_name, send_build
 from tests.executor.helpers import Repo, make_spec
 from tests.executor_e2e.conftest import Builds
-from tests.executor_e2e.published import META_PREFIX, Published
+from tests.fixtures.published import META_PREFIX, Published
 from tests.fixtures.workers import WorkerFactory
 from workers.notify import PROGRESS_DELAY
 

@@ -162,7 +162,11 @@ class Merges:
         )
 
     def send(self, request_uuid: str) -> Any:
-        """Nudge a merger (``sluice.merger.run`` on the ``merger`` queue); an AsyncResult."""
+        """Nudge a merger (``sluice.merger.run`` on the ``merger`` queue); an AsyncResult.
+
+        A merge stores no result when it succeeds (tasks/merger.py): its
+        outcome is read from its ``task-succeeded`` event (``published``).
+        """
         return dispatch.send_merge(request_uuid, settings=self.settings)
 
     def events(self) -> list[tuple[str, str]]:

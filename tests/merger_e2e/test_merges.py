@@ -34,6 +34,7 @@ from scheduler.wire.merger import (
 )
 from scheduler.zk import paths
 from scheduler.zk.job_requests import RequestEvent, RequestState
+from tests.fixtures.published import Published
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import WorkerFactory
 from tests.merger.gitrepos import Remotes
@@ -121,7 +122,11 @@ def test_a_merge_request_runs_and_its_waiter_is_woken(
 
 
 def test_the_same_merge_task_sent_twice_runs_once(
-    celery_workers: WorkerFactory, merges: Merges, remotes: Remotes, fake_ssh: FakeSsh
+    celery_workers: WorkerFactory,
+    merges: Merges,
+    remotes: Remotes,
+    fake_ssh: FakeSsh,
+    published: Published,
 ) -> None:
     # Both projects are reached over the logging stand-in ssh: every git call
     # a merge makes on its remote is one line of the log.
@@ -131,18 +136,18 @@ def test_the_same_merge_task_sent_twice_runs_once(
         remote.change(2, {"two": "2\n"})
     celery_workers.start(["merger"], concurrency=2)
     once = merges.submit(stacked_job("once", "review", "org/once", 1, 2))
-    assert merges.send(once.uuid).get(timeout=60)["outcome"] == "completed"
+    assert published.outcome(merges.send(once.uuid).id)["outcome"] == "completed"
     calls_of_one_merge = len(fake_ssh.calls("org/once"))
     assert calls_of_one_merge > 0
 
     request = merges.submit(stacked_job("twice", "review", "org/twice", 1, 2))
     first, second = merges.send(request.uuid), merges.send(request.uuid)
-    replies = [first.get(timeout=60), second.get(timeout=60)]
+    replies = [published.outcome(first.id), published.outcome(second.id)]
 
     assert sorted(r["outcome"] for r in replies) == ["completed", "duplicate"], replies
     assert len(fake_ssh.calls("org/twice")) == calls_of_one_merge
     # A late delivery (an operator's retry) after completion has no effect either.
-    assert merges.send(request.uuid).get(timeout=60)["outcome"] == "duplicate"
+    assert published.outcome(merges.send(request.uuid).id)["outcome"] == "duplicate"
     assert len(fake_ssh.calls("org/twice")) == calls_of_one_merge
     mine = [kind for kind, uuid in merges.events() if uuid == request.uuid]
     assert mine == [STARTED, COMPLETED]

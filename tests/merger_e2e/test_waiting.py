@@ -28,6 +28,7 @@ from scheduler.wire.merger import (
     Status,
 )
 from scheduler.zk import paths
+from tests.fixtures.published import Published
 from tests.fixtures.workers import WorkerFactory
 from tests.merger.gitrepos import Remote, Remotes
 from tests.merger_e2e.conftest import FakeSsh, Merges, local_cache
@@ -153,7 +154,11 @@ def test_a_waiting_change_the_remote_lost_is_not_this_merge_s_failure(
 
 
 def test_a_burst_of_requests_costs_the_remote_one_fetch_of_changes(
-    celery_workers: WorkerFactory, merges: Merges, remotes: Remotes, fake_ssh: FakeSsh
+    celery_workers: WorkerFactory,
+    merges: Merges,
+    remotes: Remotes,
+    fake_ssh: FakeSsh,
+    published: Published,
 ) -> None:
     # Driven as the scheduler drives it: requests submitted at once, nudges, a real
     # merger worker; the remote is reached over the logging stand-in ssh.
@@ -165,7 +170,7 @@ def test_a_burst_of_requests_costs_the_remote_one_fetch_of_changes(
     celery_workers.start(["merger"], concurrency=1)
 
     replies = [merges.send(r.uuid) for r in requests]
-    outcomes = [reply.get(timeout=60) for reply in replies]
+    outcomes = [published.outcome(reply.id) for reply in replies]
 
     assert [o["status"] for o in outcomes] == ["ok"] * 8
     # a clone, then one fetch for the first merge, with every waiting change in it

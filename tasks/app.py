@@ -8,6 +8,7 @@ from celery import Celery
 from celery.signals import worker_process_shutdown
 
 from scheduler import processlocal
+from scheduler.zk import timings
 from tasks import consumer, profiling
 from workers import bootsteps
 from workers.gatherers import GatherersStep
@@ -40,6 +41,7 @@ app.steps["worker"].add(LauncherStep)
 
 @worker_process_shutdown.connect
 def _close_process_resources(**_: Any) -> None:
+    timings.flush_all()  # while the clients are open
     processlocal.close_all()
 
 

@@ -150,6 +150,19 @@ _buffers: weakref.WeakKeyDictionary[ZooKeeperClient, TimingsBuffer] = weakref.We
 _buffers_lock = threading.Lock()
 
 
+def flush_all() -> None:
+    """Write every buffer of this process now (a worker process's shutdown).
+
+    Called before the process's clients close: a sample still waiting for
+    the timer would otherwise be lost with the client (and the timer would
+    log its failure).
+    """
+    with _buffers_lock:
+        buffers = list(_buffers.values())
+    for buffer in buffers:
+        buffer.flush()
+
+
 def buffered(client: ZooKeeperClient) -> TimingsBuffer:
     """The process's buffer for ``client`` (one per client, created on first use)."""
     with _buffers_lock:

@@ -43,3 +43,17 @@ def test_a_buffer_writes_once_for_many_samples(zk: ZooKeeperClient) -> None:
     buffer.flush()
     assert timings.read(zk, "buffered").count == 51
     assert timings.buffered(zk) is timings.buffered(zk)
+
+
+def test_a_worker_process_shutdown_writes_what_its_buffers_hold(zk: ZooKeeperClient) -> None:
+    """Samples younger than the flush interval are written before the clients close."""
+    from tasks.app import _close_process_resources
+
+    buffer = timings.buffered(zk)
+    buffer.interval = 60.0  # the timer would not write them in this test's time
+    buffer.add("at-shutdown", [0.02, 0.3])
+    assert timings.read(zk, "at-shutdown").count == 0
+
+    _close_process_resources()
+
+    assert timings.read(zk, "at-shutdown").count == 2

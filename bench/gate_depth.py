@@ -55,7 +55,7 @@ from scheduler.processing import pipeline as processing
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state.store import PipelineStore
 from scheduler.zk import context as zk_context
-from scheduler.zk import paths
+from scheduler.zk import paths, timings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequestQueue, JobResult
@@ -229,6 +229,7 @@ def gate_depth(
             assert not any(p.worked for p in quiet.passes), quiet.passes
             confirming.append(quiet)
     finally:
+        timings.flush_all()  # the passes' samples, while the clients are open
         client.stop()
         client.close()
     passes = [next(p for p in r.passes if p.worked) for r in working]

@@ -15,7 +15,7 @@ from scheduler.zk import job_requests, paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction
 from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
-from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.event_queue import EventQueue, commit_creating_parents
 from scheduler.zk.job_requests import (
     JobRequest,
     JobRequestQueue,
@@ -115,7 +115,7 @@ def test_a_claim_whose_answer_was_lost_is_recognised_on_the_retry(
     """
     queue = JobRequestQueue(zk, paths.executor_queue())
     request = queue.submit(new_request(), {})
-    commit = job_requests.commit_creating_parents
+    commit = commit_creating_parents
     answers_lost: list[str] = []
 
     def commit_then_lose_the_answer(*args: Any, **kwargs: Any) -> Any:

@@ -39,7 +39,7 @@ class MergeRequestError(SluiceError):
 
 @app.task(name=tasknames.MERGE, bind=True, acks_late=True, ignore_result=True, **retrying.WORKER)
 def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
-    """Claim the merge request ``request_uuid``, run its job and store its result."""
+    """Claim the merge request ``request_uuid``, run its job and store its result in ZooKeeper."""
     if not isinstance(request_uuid, str) or not request_uuid:
         raise MergeRequestError(f"{tasknames.MERGE}: request_uuid must be a non-empty string")
     settings = runtime_settings()

@@ -94,7 +94,7 @@ def _steps(
     playbooks: Iterable[Playbook], base_state: Mapping[str, Mapping[str, str]]
 ) -> tuple[JobStep, ...]:
     return tuple(
-        JobStep(p.path, p.project, p.branch, _trusted_commit(p, base_state), p.secrets)
+        JobStep(p.path, p.project, p.branch, _trusted_commit(p, base_state), p.secrets, p.trusted)
         for p in playbooks
     )
 

@@ -58,12 +58,28 @@ class JobStep:
     commit: str | None = None
     # (name the step sees it under, key in BuildSpec.secrets)
     secrets: tuple[tuple[str, str], ...] = ()
+    # named by a config project: it runs from a copy no other step of the
+    # build can write (as does every step with secrets; docs/security.md)
+    trusted: bool = False
+
+    @property
+    def protected(self) -> bool:
+        """Whether the step runs from a read-only copy: trusted, or holding a secret."""
+        return self.trusted or bool(self.secrets)
 
     def to_json_value(self) -> str | dict[str, Any]:
         """A plain path when it has nothing else, else an object."""
-        if (self.project, self.branch, self.commit, self.secrets) == (None, None, None, ()):
+        if (self.project, self.branch, self.commit, self.secrets, self.trusted) == (
+            None,
+            None,
+            None,
+            (),
+            False,
+        ):
             return self.path
         value: dict[str, Any] = {"path": self.path}
+        if self.trusted:
+            value["trusted"] = True
         if self.secrets:
             value["secrets"] = dict(self.secrets)
         if self.project is not None:
@@ -268,6 +284,7 @@ class _SpecReader:
             or not all(isinstance(item.get(f), str | None) for f in fields)
             or not isinstance(secrets, Mapping)
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in secrets.items())
+            or not isinstance(item.get("trusted", False), bool)
         ):
             raise BuildSpecError(
                 f"build spec: {key}: expected a path or {{path, project, branch}}, got {item!r}"
@@ -278,6 +295,7 @@ class _SpecReader:
             item.get("branch"),
             item.get("commit"),
             tuple(secrets.items()),
+            item.get("trusted", False),
         )
 
     def seconds(self, key: str) -> float | None:

@@ -1,4 +1,4 @@
-"""The bubblewrap prefix: own build writable, state dir hidden, secret files read empty."""
+"""The bubblewrap sandbox: its own user, a minimal root, its own build writable, secrets hidden."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from scheduler.settings import load_settings
 from workers.executor import sandbox
-from workers.executor.sandbox import bwrap_prefix
+from workers.executor.process import reaper_argv
+from workers.executor.sandbox import Sandbox, host_uid, prepare
 from workers.executor.service import secret_files
 from workers.executor.workspace import BuildLayout, create_folders
 
@@ -30,10 +32,31 @@ def secret() -> Iterator[Path]:
     path.unlink()
 
 
-def run(prefix: list[str], *command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*prefix, *command], capture_output=True, text=True, timeout=30, check=False
-    )
+def run(
+    prefix: list[str], *command: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``command`` in the sandbox ``prefix``, under the reaper (which reads its directive)."""
+    status_read, status_write = os.pipe()
+    try:
+        return subprocess.run(
+            reaper_argv([*prefix, *command], 1.0, status_write),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            cwd=cwd or "/",
+            pass_fds=(status_write,),
+            env={"PATH": "/usr/bin:/bin"},
+        )
+    finally:
+        os.close(status_read)
+        os.close(status_write)
+
+
+def sandbox_for(layout: BuildLayout, **kwargs: Any) -> Sandbox:
+    made = Sandbox(layout, host_uid(layout.root.name), **kwargs)
+    prepare(made)
+    return made
 
 
 def test_secret_files_read_empty_and_only_the_build_is_writable(
@@ -45,7 +68,7 @@ def test_secret_files_read_empty_and_only_the_build_is_writable(
     other = BuildLayout.for_build(state, "b2")
     create_folders(other)
     (other.root / "theirs.txt").write_text("theirs\n")
-    prefix = bwrap_prefix(layout, state, hidden=[secret])
+    prefix = sandbox_for(layout, readable=(secret.parent,), hidden=(secret,)).prefix()
     assert run(prefix, "/bin/cat", str(secret)).stdout == ""
     assert run([], "/bin/cat", str(secret)).stdout == "PRIVATE KEY\n"  # outside, it is there
     assert run(prefix, "/bin/cat", str(other.root / "theirs.txt")).returncode != 0
@@ -54,6 +77,30 @@ def test_secret_files_read_empty_and_only_the_build_is_writable(
     assert mine.read_text() == "mine\n"
     assert run(prefix, "/bin/sh", "-c", f"echo x > {secret}").returncode != 0
     assert secret.read_text() == "PRIVATE KEY\n"
+
+
+def test_the_job_is_an_unprivileged_user_of_its_own_with_no_network(tmp_path: Path) -> None:
+    """uid 1000 inside, the build's own host uid outside, no capability, loopback only."""
+    layout = BuildLayout.for_build(tmp_path / "state", "b1")
+    create_folders(layout)
+    made = sandbox_for(layout)
+    def seen(script: str) -> list[str]:
+        ran = run(made.prefix(), "/bin/sh", "-c", script)
+        assert ran.returncode == 0, ran.stderr
+        return ran.stdout.split()
+
+    assert made.uid is not None
+    assert seen("id -u; id -g; id -un") == ["1000", "1000", "sluice"]
+    assert seen("grep CapEff /proc/self/status") == ["CapEff:", "0000000000000000"]
+    assert seen("cat /proc/self/uid_map /proc/self/gid_map") == ["1000", str(made.uid), "1"] * 2
+    assert seen("tail -n +3 /proc/net/dev | cut -d: -f1") == ["lo"]
+    assert seen("unshare -U true 2>/dev/null && echo nested || echo no-nested") == ["no-nested"]
+    assert "root" not in seen("ls /") and "home" not in seen("ls /")
+    assert seen("ls /etc | grep -c -e shadow -e sudoers -e ssh_host || true") == ["0"]
+    assert seen("grep -c sluice /etc/passwd") == ["1"]
+    outside = layout.root / "home" / "made"
+    assert run(made.prefix(), "/bin/sh", "-c", f"touch {outside}").returncode == 0
+    assert outside.stat().st_uid == made.uid
 
 
 def test_passwords_and_keys_the_settings_name_are_hidden_from_jobs(tmp_path: Path) -> None:
@@ -81,8 +128,8 @@ def test_passwords_and_keys_the_settings_name_are_hidden_from_jobs(tmp_path: Pat
     assert {tmp_path / name for name in wanted} <= hidden
 
 
-def test_an_installation_under_tmp_stays_readable_and_its_state_dir_hidden(
-    monkeypatch: pytest.MonkeyPatch, secret: Path
+def test_an_installation_under_tmp_stays_readable_and_the_rest_of_its_tree_hidden(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A CI checkout in /tmp: the job's own /tmp is empty, but ansible-playbook runs from it."""
     checkout = Path(tempfile.mkdtemp(prefix="sluice-checkout-", dir="/tmp"))
@@ -91,24 +138,28 @@ def test_an_installation_under_tmp_stays_readable_and_its_state_dir_hidden(
         tool = checkout / "venv" / "bin" / "tool"
         tool.write_text("#!/bin/sh\necho tool ran\n")
         tool.chmod(0o755)
+        checkout.chmod(0o755)
         state = checkout / ".state"
         layout = BuildLayout.for_build(state, "b1")
         create_folders(layout)
         (state / "sluice.sqlite").write_text("history\n")
-        monkeypatch.setattr(sandbox, "installation", lambda: (checkout / "venv", checkout))
-        prefix = bwrap_prefix(layout, state, hidden=[secret])
+        monkeypatch.setattr(sandbox, "installation", lambda: (checkout / "venv",))
+        prefix = sandbox_for(layout).prefix()
         assert run(prefix, str(tool)).stdout == "tool ran\n"
         assert run(prefix, "/bin/cat", str(state / "sluice.sqlite")).returncode != 0
-        assert run(prefix, "/bin/sh", "-c", f"echo x > {checkout}/new").returncode != 0
+        run(prefix, "/bin/sh", "-c", f"echo x > {checkout}/new")  # in the job's own /tmp
+        assert not (checkout / "new").exists()
+        assert run(prefix, "/bin/sh", "-c", f"echo x > {tool}").returncode != 0
         assert run(prefix, "/bin/ls", "/tmp").stdout.split() == [checkout.name]
     finally:
         shutil.rmtree(checkout)
 
 
-def test_the_installation_is_the_running_virtualenv_and_source() -> None:
-    venv, source = sandbox.installation()
-    assert (venv / "bin" / "ansible-playbook").exists()
-    assert (source / "workers" / "executor" / "sandbox.py").exists()
+def test_the_installation_is_the_running_virtualenv_and_two_packages() -> None:
+    found = sandbox.installation()
+    assert any((p / "bin" / "ansible-playbook").exists() for p in found)
+    assert {p.name for p in found} >= {"workers", "scheduler"}
+    assert not any((p / "pyproject.toml").exists() for p in found)  # never the whole tree
 
 
 def test_a_build_dir_on_a_shared_tmpfs_is_private_and_hides_other_builds() -> None:
@@ -123,7 +174,7 @@ def test_a_build_dir_on_a_shared_tmpfs_is_private_and_hides_other_builds() -> No
         other = BuildLayout.for_build(state, "b2", builds)
         create_folders(other)
         (other.root / "theirs.txt").write_text("theirs\n")
-        prefix = bwrap_prefix(layout, state, builds=builds)
+        prefix = sandbox_for(layout).prefix()
         assert run(prefix, "/bin/cat", str(other.root / "theirs.txt")).returncode != 0
         assert run(prefix, "/bin/ls", str(builds)).stdout.split() == ["b1"]
         mine = layout.root / "home" / "mine.txt"
@@ -173,7 +224,7 @@ def test_a_sandboxed_step_leaves_no_process_to_init(tmp_path: Path) -> None:
     """
     layout = BuildLayout.for_build(tmp_path / "state", "b1")
     create_folders(layout)
-    prefix = bwrap_prefix(layout, tmp_path / "state")
+    prefix = sandbox_for(layout).prefix()
     script = tmp_path / "orphans.py"
     script.write_text(ORPHANS)
     ran = subprocess.run(

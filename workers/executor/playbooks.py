@@ -34,8 +34,10 @@ is a failed step.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -202,9 +204,15 @@ class AnsibleSetup:
         layout: BuildLayout,
         chosen: Mapping[str, str],
         node_key: Path | None,
+        *,
         result_data_limit: int = DEFAULT_RESULT_DATA_LIMIT,
+        uid: int | None = None,
     ) -> AnsibleSetup:
-        """Write the inventory, vars and config; start the agent when there is a key."""
+        """Write the inventory, vars and config; start the agent when there is a key.
+
+        ``uid``, the host uid of a sandboxed job, gets Ansible's home,
+        temporary folder and sockets folder (the rest stays read-only to it).
+        """
         program = ansible_playbook()
         folder = layout.root / "ansible"
         for sub in ("inventory/host_vars", "home", "tmp"):
@@ -212,8 +220,11 @@ class AnsibleSetup:
         setup = cls(folder, make_socket_folder(), program, result_data_limit=result_data_limit)
         try:
             setup._write(spec, layout, chosen)
+            if uid is not None:
+                for path in (folder / "home", folder / "tmp", setup.sockets):
+                    os.lchown(path, uid, uid)
             if node_key is not None and node_key.is_file():
-                setup.agent = SshAgent.start(setup.sockets, node_key)
+                setup.agent = SshAgent.start(setup.sockets, node_key, uid)
         except BaseException:
             setup.close()
             raise
@@ -234,7 +245,8 @@ class AnsibleSetup:
 
     @property
     def unreachable_file(self) -> Path:
-        return self.folder / "unreachable"
+        """Where the callback notes an unreachable host (in a folder the job may write)."""
+        return self.folder / "tmp" / "unreachable"
 
     def step(self, playbook: Path, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """The argv and environment of one playbook step (``env``: the job's for the step)."""
@@ -245,10 +257,12 @@ class AnsibleSetup:
         """Whether the step that just ended found a host unreachable (not a parse error)."""
         if exit_code != UNREACHABLE_EXIT:
             return False
-        try:
-            return bool(self.unreachable_file.read_text().strip())
+        try:  # the job's file: never a link followed, a FIFO waited on or a huge read
+            fd = os.open(self.unreachable_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return False
+        with os.fdopen(fd, "rb") as handle:
+            return stat.S_ISREG(os.fstat(fd).st_mode) and bool(handle.read(4096).strip())
 
     def command(self, playbook: Path, env: Mapping[str, str]) -> list[str]:
         """The argv of one playbook step (``env`` is the step's job environment)."""

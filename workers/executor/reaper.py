@@ -223,14 +223,158 @@ def start(argv: list[str] | list[bytes], env: Environment) -> int | None:
 
     ``posix_spawn`` (a vfork, not a copy of this process) is enough: every
     handler is already back to its default (:func:`default_signals`), so
-    only the blocked signals need undoing in the child.
+    only the blocked signals need undoing in the child. A command that
+    begins with :data:`SANDBOX` is prepared first (:func:`enter_sandbox`).
     """
+    userns = -1
     try:
+        if argv and os.fsdecode(argv[0]) == SANDBOX:
+            argv, userns = enter_sandbox([os.fsdecode(word) for word in argv[1:]])
         return os.posix_spawn(argv[0], argv, env, setsigmask=())
     except OSError as exc:
         program = os.fsdecode(argv[0])
-        os.write(2, f"sluice: cannot execute {program}: {exc.strerror}\n".encode())
+        os.write(2, f"sluice: cannot execute {program}: {exc.strerror or exc}\n".encode())
         return None
+    finally:
+        if userns >= 0:
+            os.close(userns)  # bubblewrap holds it now
+
+
+# -- the sandbox directive ------------------------------------------------------
+#
+# The runner starts a sandboxed step as ``SANDBOX LIMITS bwrap ARG...``
+# (workers/executor/sandbox.py). LIMITS is ``name=value`` pairs joined by
+# commas: ``userns=INSIDE:OUTSIDE`` asks for a user namespace made here in
+# which the job's uid and gid INSIDE are OUTSIDE on the host (a root
+# reaper may map any host uid; bubblewrap would map only its own, root);
+# ``nproc``, ``as``, ``fsize``, ``nofile`` and ``core`` are resource limits
+# set on this process, which the job inherits. USERNS_FD in bwrap's argv
+# becomes the namespace's file descriptor.
+#
+# bubblewrap resolves the sources of its binds as the job's user, who may
+# not pass through the folders above them (a state dir is 0700). So
+# ``STAGED_BIND SRC DEST`` (and STAGED_RO_BIND) in bwrap's argv is bound
+# here first, in a mount namespace of this reaper's own, under STAGE (a
+# tmpfs any user may pass through), and becomes ``--bind STAGE/N DEST``.
+
+SANDBOX = "sluice-sandbox"
+USERNS_FD = "sluice-userns-fd"
+STAGED_BIND = "--sluice-staged-bind"
+STAGED_RO_BIND = "--sluice-staged-ro-bind"
+STAGE = "/run/sluice-sandbox"
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
+RLIMITS = {"nproc": 6, "as": 9, "fsize": 1, "nofile": 7, "core": 4}  # RLIMIT_* numbers
+
+
+def enter_sandbox(words: list[str]) -> tuple[list[str], int]:
+    """The command after the directive, and the user namespace's fd (-1: none)."""
+    limits, command = words[0], words[1:]
+    userns = -1
+    for pair in filter(None, limits.split(",")):
+        name, _, value = pair.partition("=")
+        if name == "userns":
+            inside, _, outside = value.partition(":")
+            userns = user_namespace(int(inside), int(outside))
+        elif name in RLIMITS:
+            import resource  # a C module; only sandboxed steps need it
+
+            resource.setrlimit(RLIMITS[name], (int(value), int(value)))
+        else:
+            raise OSError(f"unknown sandbox directive {name!r}")
+    if userns >= 0:
+        command = [str(userns) if word == USERNS_FD else word for word in command]
+    if STAGED_BIND in command or STAGED_RO_BIND in command:
+        command = stage(command)
+    return command, userns
+
+
+def stage(command: list[str]) -> list[str]:
+    """bwrap's argv with each staged bind's source bound under :data:`STAGE` first."""
+    if _libc("unshare", CLONE_NEWNS) != 0:
+        raise OSError("cannot make the reaper's own mount namespace")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of ours reaches the host
+    os.makedirs(STAGE, mode=0o755, exist_ok=True)
+    _mount(b"tmpfs", STAGE, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=64k")
+    staged: list[str] = []
+    words = iter(command)
+    for word in words:
+        if word not in (STAGED_BIND, STAGED_RO_BIND):
+            staged.append(word)
+            continue
+        source, dest = next(words), next(words)
+        target = f"{STAGE}/{len(staged)}"
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        _mount(source, target, None, MS_BIND | MS_REC)
+        staged += ["--bind" if word == STAGED_BIND else "--ro-bind", target, dest]
+    return staged
+
+
+def _mount(
+    source: str | bytes | None,
+    target: str,
+    kind: bytes | None,
+    flags: int,
+    data: bytes | None = None,
+) -> None:
+    encoded = os.fsencode(source) if source is not None else None
+    if _libc("mount", encoded, os.fsencode(target), kind, flags, data) != 0:
+        raise OSError(f"cannot bind {os.fsdecode(source or b'none')} for the sandbox")
+
+
+def user_namespace(inside: int, outside: int) -> int:
+    """A new user namespace where ``inside`` is host uid and gid ``outside``; its fd.
+
+    A child makes the namespace (``unshare``), we write its maps (root may
+    map any host id), the child then forbids user namespaces below it
+    (``user.max_user_namespaces`` 0: a job cannot become root of a nested
+    one) and exits; the open fd keeps the namespace for ``bwrap --userns``.
+    """
+    ready_read, ready_write = os.pipe()
+    go_read, go_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (a child; its exit code says how it went)
+        code = 1
+        try:
+            os.close(ready_read)
+            os.close(go_write)
+            if _libc("unshare", CLONE_NEWUSER) == 0:
+                os.write(ready_write, b"u")
+                code = 2
+                if os.read(go_read, 1) == b"g":
+                    with open("/proc/sys/user/max_user_namespaces", "w") as handle:
+                        handle.write("0")
+                    code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_write)
+    os.close(go_read)
+    try:
+        if os.read(ready_read, 1) != b"u":
+            raise OSError("the kernel gives no user namespace (user.max_user_namespaces)")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as handle:
+                handle.write(f"{inside} {outside} 1\n")
+        fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+        os.write(go_write, b"g")
+    finally:
+        os.close(ready_read)
+        os.close(go_write)
+        _, status = os.waitpid(pid, 0)
+    if status != 0:
+        os.close(fd)
+        raise OSError(f"the job's user namespace could not be closed to nesting ({status})")
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def _libc(name: str, *args: int | bytes | None) -> int:
+    program = _ctypes.dlopen(None)  # type: ignore[arg-type]
+    return int(_ctypes.call_function(_ctypes.dlsym(program, name), args))
 
 
 def supervise(main_pid: int | None, grace: float) -> tuple[int, str]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,15 @@ from workers.executor.errors import (
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.playbooks import AnsibleSetup, is_playbook
 from workers.executor.process import StepLimits, cancel_requested, run_step
-from workers.executor.sandbox import bwrap_prefix
+from workers.executor.recycle import remove_tree
+from workers.executor.sandbox import (
+    Sandbox,
+    SandboxLimits,
+    give,
+    host_uid,
+    prepare,
+    require_user_namespaces,
+)
 from workers.executor.secrets import (
     Redactor,
     decrypted_strings,
@@ -95,6 +103,11 @@ class RunnerOptions:
     log_limit: int | None = 256 * 1024 * 1024
     # "bwrap": every executable runs in bubblewrap (workers/executor/sandbox.py)
     sandbox: str = "none"
+    # which steps share the host's network: "loopback" (none), "nodes"
+    # (playbooks of a build with nodes) or "host" (every step)
+    sandbox_network: str = "loopback"
+    # processes, memory, file size and open files of a sandboxed step
+    sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
     # host folders a sandboxed job may write besides its own build
     sandbox_writable: tuple[Path, ...] = ()
     # files and folders a sandboxed job must not read (sluice.yaml, keys)
@@ -164,6 +177,8 @@ class BuildRun:
     ansible: AnsibleSetup | None = field(init=False, default=None)
     # the first playbook step that found a host unreachable: the build is retried
     unreachable: StepRun | None = field(init=False, default=None)
+    # what every step of a sandboxed build sees (None: no sandbox)
+    sandbox: Sandbox | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.layout = BuildLayout.for_build(
@@ -208,9 +223,15 @@ class BuildRun:
         )
         write_job_files(spec, self.layout)
         self._resolve_executables(StepLocator(spec, self.layout, chosen, share=share))
+        uid = self._prepare_sandbox()
         if any(is_playbook(s.path) for phase in PHASES for s in spec.steps(phase.value)):
             self.ansible = AnsibleSetup.prepare(
-                spec, self.layout, chosen, self.options.node_key, self.options.result_data_limit
+                spec,
+                self.layout,
+                chosen,
+                self.options.node_key,
+                result_data_limit=self.options.result_data_limit,
+                uid=uid,
             )
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
         info = StartedInfo(
@@ -242,19 +263,41 @@ class BuildRun:
             return Outcome(Result.POST_FAILURE, _describe(post.step))
         return outcome
 
-    def _sandbox(self) -> list[str]:
+    def _prepare_sandbox(self) -> int | None:
+        """The build's sandbox, its folders handed to the job; the job's host uid."""
         if self.options.sandbox != "bwrap":
-            return []
-        state = self.options.state_dir
-        sockets = () if self.ansible is None else (self.ansible.sockets,)
-        return bwrap_prefix(
+            return None
+        require_user_namespaces()
+        uid = host_uid(self.spec.build_uuid)
+        sources = [Path(s) for s in self.spec.sources.values() if "://" not in s]
+        self.sandbox = Sandbox(
             self.layout,
-            state,
-            builds=self.layout.root.parent,
-            readable=[state / "git"],
-            writable=(*self.options.sandbox_writable, *sockets),
+            uid,
+            readable=tuple(s for s in sources if s.is_absolute()),
+            writable=self.options.sandbox_writable,
             hidden=self.options.hidden,
+            limits=self.options.sandbox_limits,
         )
+        prepare(self.sandbox)
+        return uid
+
+    def _sandbox(self, job_step: JobStep) -> list[str]:
+        """The sandbox prefix of one step: its network, the trusted copies read-only."""
+        if self.sandbox is None:
+            return []
+        network = self.options.sandbox_network == "host" or (
+            self.options.sandbox_network == "nodes"
+            and bool(self.spec.nodes)
+            and is_playbook(job_step.path)
+        )
+        sandbox = self.sandbox
+        if self.ansible is not None:
+            sandbox = replace(sandbox, writable=(*sandbox.writable, self.ansible.sockets))
+        content = self.layout.root / "content"
+        trusted = [self.layout.root / "ansible"] if self.ansible is not None else []
+        if content.is_dir():
+            trusted.append(content)
+        return sandbox.prefix(network=network, read_only=trusted)
 
     def run_phase(
         self,
@@ -311,6 +354,8 @@ class BuildRun:
             secrets_file = self._secrets_file(phase, index, job_step)
             if secrets_file is not None:
                 env = {**env, "SLUICE_SECRETS_FILE": str(secrets_file)}
+            if job_step.protected:
+                env = {**env, **self._fresh_home(f"{phase.value}-{index}")}
             try:
                 executable, args, env = self._command(
                     job_step, self.executables[(phase, index)], env
@@ -321,12 +366,14 @@ class BuildRun:
                     env=env,
                     output=LineSplitter(self.job_log, phase.value),
                     limits=limits,
-                    prefix=self._sandbox(),
+                    prefix=self._sandbox(job_step),
                     args=args,
                 )
             finally:
                 if secrets_file is not None:
                     secrets_file.unlink(missing_ok=True)
+                if job_step.protected:
+                    remove_tree(self.layout.root / "step")
             exit_, outcome = ended.exit_code, ended.outcome
         project = job_step.project or self.spec.project
         duration = time.monotonic() - began
@@ -351,7 +398,29 @@ class BuildRun:
         seen = step_secrets(job_step, self.secrets)
         if not seen:
             return None
-        return write_step_secrets(self.layout.root / "secrets", f"{phase.value}-{index}", seen)
+        path = write_step_secrets(self.layout.root / "secrets", f"{phase.value}-{index}", seen)
+        give(path, self._job_uid)
+        return path
+
+    def _fresh_home(self, label: str) -> dict[str, str]:
+        """A trusted or secret-holding step's own ``HOME`` and ``TMPDIR``, made now.
+
+        Earlier steps could write the build's ``home/`` (a ``.gitconfig``
+        whose hooks would run with this step's secrets); this one starts
+        clean, in a folder they could not prepare, removed when it ends.
+        """
+        folder = self.layout.root / "step" / label
+        remove_tree(folder.parent)
+        found = {}
+        for name, variable in (("home", "HOME"), ("tmp", "TMPDIR")):
+            (folder / name).mkdir(parents=True)
+            give(folder / name, self._job_uid)
+            found[variable] = str(folder / name)
+        return found
+
+    @property
+    def _job_uid(self) -> int | None:
+        return None if self.sandbox is None else self.sandbox.uid
 
     def collect_result(self, outcome: Outcome) -> tuple[dict[str, Any], Outcome]:
         """The job's result data, validated; invalid data turns SUCCESS into FAILURE."""

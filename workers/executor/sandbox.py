@@ -1,34 +1,130 @@
 """Running a job's executables in bubblewrap (``executor.sandbox: bwrap``).
 
-A job sees the host read-only and only its own build writable: its
-workspace (checkouts, ``HOME``, ``TMPDIR``, vars and result files) and its
-log folder. Everything else under the worker's state dir (other builds'
-workspaces and logs, the SQL database, the stack's files) is hidden behind
-an empty tmpfs; the merger's repo cache stays readable because the
-checkouts borrow its objects. The worker's secrets are hidden too:
-``sluice.yaml`` and every key, certificate and CA file it names (ZooKeeper
-TLS, JWT public keys) read as empty. The job gets its own PID, IPC and UTS
-namespaces and dies with the runner.
+What a sandboxed step sees (docs/security.md has the threat model):
 
-The virtualenv and the source Sluice runs from stay readable even under
-``/tmp`` (:func:`installation`): playbook steps run ansible-playbook from them.
+* **A minimal root, read-only**: the system folders (``/usr`` and the
+  ``/bin``, ``/lib`` ... links or folders beside it), a short list of
+  ``/etc`` entries (:data:`ETC`: name service, TLS roots, ssh client
+  config; never ``shadow``, host keys or ``sudoers``), an ``/etc/passwd``
+  and ``/etc/group`` of its own naming the job's user, Sluice's virtualenv
+  and the two packages its Ansible plugins import, and the repositories of
+  the build's own projects in the repo cache (the checkouts borrow their
+  objects). A fresh ``/proc``, ``/dev``, ``/tmp`` and ``/var/tmp``.
+* **Writable**: its workspace and ``executor.sandbox_writable``; the log
+  folder for files of its own, never ``job-output.txt`` (the executor's,
+  bound read-only over itself) nor ``vars.json``; the ``content/`` copies
+  that trusted and secret-holding steps run from are read-only.
+* **Who it is**: uid and gid :data:`JOB_UID` inside a user namespace of
+  its own, with no capability in any namespace and no nested user
+  namespace. Run as root, the executor maps that uid to a host uid of the
+  build's own (:func:`host_uid`), so the job owns nothing on the host but
+  what the executor hands it (:func:`hand_over`), and its process limit
+  counts its own processes only. Run as another user, bubblewrap maps the
+  job to that user (the best it can do without root).
+* **Namespaces**: its own PID, IPC, UTS and network namespaces (only
+  loopback; ``executor.sandbox_network`` opens the host network to
+  playbooks that reach the build's nodes, or to every step), a new
+  session (no ``TIOCSTI`` into a terminal), and it dies with its reaper.
+* **Limits** (:class:`SandboxLimits`, ``executor.sandbox_limits``):
+  processes, memory and file size per process, open files; no core dumps.
 
-The reaper (``reaper.py``) starts ``bwrap ... -- EXECUTABLE``, so timeouts,
-cancels and the clean-up of a step's tree work as without a sandbox.
+The reaper (``reaper.py``) starts ``SANDBOX LIMITS bwrap ... -- EXECUTABLE``:
+it makes the user namespace, sets the limits, then starts bubblewrap, so
+timeouts, cancels and the clean-up of a step's tree work as without one.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import shutil
+import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from scheduler.errors import SettingsError
 from workers.executor.errors import WorkspaceError
+from workers.executor.reaper import SANDBOX, STAGED_BIND, STAGED_RO_BIND, USERNS_FD
 from workers.executor.workspace import BuildLayout
 
 SANDBOXES = ("none", "bwrap")
+NETWORKS = ("loopback", "nodes", "host")
+# The uid and gid a job has inside its sandbox, and its user's name.
+JOB_UID = 1000
+JOB_USER = "sluice"
+# Host uids of jobs of a root executor: one a build, in [BASE, BASE + SPAN).
+HOST_UID_BASE = 1 << 30
+HOST_UID_SPAN = 1 << 24
+# The system folders a job sees, read-only (a link among them stays a link).
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The entries of /etc a job sees, read-only: what programs need to run,
+# resolve names, speak TLS and SSH, and nothing that holds a secret.
+ETC = (
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "environment",
+    "gai.conf",
+    "gitconfig",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "profile",
+    "protocols",
+    "python3",
+    "python3.11",
+    "python3.12",
+    "python3.13",
+    "resolv.conf",
+    "services",
+    "shells",
+    "ssh/ssh_config",
+    "ssh/ssh_config.d",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "timezone",
+)
+# bwrap's own binds, for an executor that is not root (its job is its user)
+RW = ("--ro-bind", "--bind")
+# What kernels without user namespaces for root say, and where to look.
+USERNS_SYSCTL = "user.max_user_namespaces"
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of every process of a sandboxed step (0: no limit).
+
+    ``processes`` counts the build's own processes (its host uid); memory
+    is address space per process (``RLIMIT_AS``); a process that goes over
+    a limit fails its allocation, fork or write, and the step fails with it.
+    """
+
+    processes: int = 1024
+    memory_mb: int = 8192
+    file_size_mb: int = 8192
+    open_files: int = 4096
+
+    def directive(self) -> list[str]:
+        pairs = [
+            ("nproc", self.processes),
+            ("as", self.memory_mb << 20),
+            ("fsize", self.file_size_mb << 20),
+            ("nofile", self.open_files),
+        ]
+        return [f"{name}={value}" for name, value in pairs if value > 0] + ["core=0"]
 
 
 def bwrap_path() -> str:
@@ -41,67 +137,198 @@ def bwrap_path() -> str:
 
 
 @functools.cache
+def require_user_namespaces() -> None:
+    """Raise :class:`SettingsError` (one line, naming the sysctl) where bwrap cannot run jobs.
+
+    The sandbox needs a user namespace for every step; a kernel built
+    without them, or with ``user.max_user_namespaces`` 0, cannot give one,
+    and a job would run as the worker's user. Checked by trying, once a
+    process.
+    """
+    bwrap = bwrap_path()
+    probe = [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/true"]
+    try:
+        ran = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SettingsError(f"executor.sandbox is bwrap but bubblewrap cannot run: {exc}") from None
+    if ran.returncode != 0:
+        said = ran.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        raise SettingsError(
+            "executor.sandbox is bwrap but this kernel gives no user namespace "
+            f"({said[0]}): set sysctl {USERNS_SYSCTL} above 0 (and "
+            "kernel.unprivileged_userns_clone=1 where it exists), or set executor.sandbox: none"
+        )
+
+
+def host_uid(build_uuid: str) -> int | None:
+    """The host uid (and gid) of the build's job processes; None for a non-root executor.
+
+    Derived from the build's uuid, so every step of a build is the same
+    user and two builds are (all but surely) two users.
+    """
+    if os.geteuid() != 0:
+        return None
+    digest = hashlib.blake2b(build_uuid.encode(), digest_size=8).digest()
+    return HOST_UID_BASE + int.from_bytes(digest, "big") % HOST_UID_SPAN
+
+
+@functools.cache
 def installation() -> tuple[Path, ...]:
-    """Where Sluice runs from: its virtualenv and its source (an editable install).
+    """What of Sluice's installation a job sees: its interpreters and two packages.
 
-    A playbook step runs ``ansible-playbook`` from the virtualenv inside the
-    sandbox, with plugins that import Sluice; both stay readable even when
-    they live under ``/tmp`` (a CI checkout), which the job sees empty. A
-    state dir or secret inside them is still hidden (bound later).
+    A playbook step runs ``ansible-playbook`` from the virtualenv with
+    plugins that import ``workers`` and ``scheduler``; the rest of the
+    source tree (a state dir, a ``sluice.yaml`` beside it) stays out.
     """
-    return (Path(sys.prefix), Path(__file__).resolve().parents[2])
+    source = Path(__file__).resolve().parents[2]
+    found = [Path(sys.prefix), Path(sys.base_prefix)]
+    found += [source / "workers", source / "scheduler"]
+    return tuple(dict.fromkeys(p for p in found if not _under(p, SYSTEM)))
 
 
-def bwrap_prefix(
-    layout: BuildLayout,
-    state_dir: Path,
-    *,
-    builds: Path | None = None,
-    readable: Iterable[Path] = (),
-    writable: Iterable[Path] = (),
-    hidden: Iterable[Path] = (),
-) -> list[str]:
-    """The argv that runs an executable inside the build's sandbox (ends with ``--``).
+@dataclass(frozen=True)
+class Sandbox:
+    """The sandbox of one build's steps (see the module docstring).
 
-    ``writable`` folders (``executor.sandbox_writable``) are bound before the
-    state dir is hidden, so a writable folder holding the state dir still
-    shows none of it. ``builds``, the folder of all workspaces, is hidden
-    like the state dir when it lies outside it (``executor.build_dir``).
+    ``readable`` are the repositories of the build's projects in the repo
+    cache; ``hidden`` are files and folders no job may read (``sluice.yaml``
+    and the keys it names) wherever a bound folder would show them.
     """
-    argv = [
-        bwrap_path(),
-        "--die-with-parent",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--tmpfs", "/tmp",
-    ]  # fmt: skip
-    for path in installation():
-        if path.is_relative_to("/tmp"):  # hidden by the job's own /tmp: shown again
-            argv += ["--ro-bind", str(path), str(path)]
-    for path in writable:
-        if path.is_dir():
-            argv += ["--bind", str(path), str(path)]
-    argv += ["--tmpfs", str(state_dir)]
-    if builds is not None and not builds.is_relative_to(state_dir):
-        argv += ["--tmpfs", str(builds)]
-    for path in readable:
-        if path.exists():
-            argv += ["--ro-bind", str(path), str(path)]
-    for path in (layout.root, layout.log_dir):
-        argv += ["--bind", str(path), str(path)]
-    argv += _hide(hidden, state_dir)
-    return [*argv, "--"]
+
+    layout: BuildLayout
+    uid: int | None
+    readable: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    limits: SandboxLimits = SandboxLimits()
+
+    @property
+    def etc_dir(self) -> Path:
+        """The build's ``passwd`` and ``group`` (outside what the job may write)."""
+        return self.layout.root / "etc"
+
+    def prefix(self, *, network: bool = False, read_only: Iterable[Path] = ()) -> list[str]:
+        """The argv that runs an executable inside the sandbox (ends with ``--``).
+
+        ``network`` shares the host's network; ``read_only`` are folders of
+        the workspace bound read-only over themselves (trusted content).
+        """
+        directive = self.limits.directive()
+        argv = [bwrap_path(), "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        if self.uid is None:
+            argv += ["--unshare-user", "--disable-userns"]
+        else:
+            directive.insert(0, f"userns={JOB_UID}:{self.uid}")
+            argv += ["--userns", USERNS_FD]
+        argv += ["--uid", str(JOB_UID), "--gid", str(JOB_UID)]
+        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sluice-job"]
+        if not network:
+            argv.append("--unshare-net")
+        argv += _system()
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+        # staged: bound by the reaper (as root) where the job's user can reach them
+        read, write = (STAGED_RO_BIND, STAGED_BIND) if self.uid is not None else RW
+        for name in ("passwd", "group"):
+            argv += [read, str(self.etc_dir / name), f"/etc/{name}"]
+        bound = [*installation(), *self.readable]
+        for path in bound:
+            if path.exists():
+                argv += [read, str(path), str(path)]
+        for path in self.writable:
+            if path.is_dir():
+                argv += [write, str(path), str(path)]
+        layout = self.layout
+        argv += [write, str(layout.root), str(layout.root)]
+        argv += [write, str(layout.log_dir), str(layout.log_dir)]
+        for path in (layout.log_file, layout.vars_file, self.etc_dir, *read_only):
+            argv += [read, str(path), str(path)]
+        argv += _hide(self.hidden, [*bound, *self.writable])
+        return [SANDBOX, ",".join(directive), *argv, "--"]
 
 
-def _hide(paths: Iterable[Path], state_dir: Path) -> Sequence[str]:
+def prepare(sandbox: Sandbox) -> None:
+    """Write the build's ``passwd`` and ``group`` and hand the job its folders."""
+    layout = sandbox.layout
+    etc = sandbox.etc_dir
+    etc.mkdir(mode=0o755, exist_ok=True)
+    home = layout.home_dir
+    users = (
+        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+        f"{JOB_USER}:x:{JOB_UID}:{JOB_UID}:Sluice job:{home}:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+    groups = f"root:x:0:\n{JOB_USER}:x:{JOB_UID}:\nnogroup:x:65534:\n"
+    for name, text in (("passwd", users), ("group", groups)):
+        (etc / name).write_text(text)
+        (etc / name).chmod(0o644)
+    for made in (layout.log_file, layout.vars_file, layout.result_file):
+        if not os.path.lexists(made):
+            made.parent.mkdir(parents=True, exist_ok=True)
+            made.touch()
+    layout.log_dir.chmod(0o1777)  # files of the job's own; job-output.txt stays ours
+    hand_over(layout, sandbox.uid)
+
+
+def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) -> None:
+    """Make the job's folders its own: ``src``, ``home``, ``tmp``, ``sluice`` (and ``extra``).
+
+    The workspace's root, ``content/`` and ``vars.json`` stay the
+    executor's: a job cannot replace them, or a file a trusted step runs.
+    """
+    if uid is None:
+        return
+    os.chmod(layout.root, 0o755)
+    for top in (layout.src_dir, layout.home_dir, layout.tmp_dir, *extra):
+        for path in _walk(top):
+            os.lchown(path, uid, uid)
+    folder = layout.result_file.parent
+    os.lchown(folder, uid, uid)
+    os.lchown(layout.result_file, uid, uid)
+
+
+def give(path: Path, uid: int | None) -> None:
+    """One file (or folder) the executor made for the job: the job's to read and write."""
+    if uid is not None:
+        os.lchown(path, uid, uid)
+
+
+def _walk(top: Path) -> Iterator[str]:
+    """Every path under ``top`` (itself included), never following a link."""
+    if not os.path.lexists(top):
+        return
+    yield str(top)
+    for folder, dirs, files in os.walk(top):
+        for name in dirs:
+            yield os.path.join(folder, name)
+        for name in files:
+            yield os.path.join(folder, name)
+
+
+@functools.cache
+def _system() -> tuple[str, ...]:
+    argv: list[str] = []
+    for path in SYSTEM:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for name in ETC:
+        path = f"/etc/{name}"
+        if os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    return tuple(argv)
+
+
+def _under(path: Path, folders: Sequence[str]) -> bool:
+    return any(path.is_relative_to(folder) for folder in folders)
+
+
+def _hide(paths: Iterable[Path], bound: Sequence[Path]) -> list[str]:
+    """Cover each of ``paths`` that a bound folder would show: empty, or an empty folder."""
     argv: list[str] = []
     for path in paths:
-        if not path.exists() or path.is_relative_to(state_dir):
-            continue  # absent, or already behind the state dir's tmpfs
+        if not path.exists() or not any(path.is_relative_to(b) for b in bound):
+            continue
         if path.is_dir():
             argv += ["--tmpfs", str(path)]
         else:

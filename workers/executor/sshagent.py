@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from workers.executor.errors import WorkspaceError
 from workers.executor.process import reaper_argv
@@ -53,8 +54,12 @@ class SshAgent:
         self.process = process
 
     @classmethod
-    def start(cls, folder: Path, key: Path) -> SshAgent:
+    def start(cls, folder: Path, key: Path, uid: int | None = None) -> SshAgent:
         """Start an agent with its socket in ``folder`` and add ``key``.
+
+        ``uid`` is the host uid of the build's sandboxed job (None: the
+        worker's): ssh-agent answers only its own user (and root), so it
+        runs as the job's user; the key is added by this process.
 
         Raises :class:`WorkspaceError` (the build is retried) when the agent
         cannot start or refuses the key; the agent is stopped then.
@@ -63,7 +68,7 @@ class SshAgent:
         if program is None:
             raise WorkspaceError("ssh-agent is not installed (Debian: openssh-client)")
         try:
-            process = _under_reaper([program, "-D", "-a", str(folder / "agent.sock")])
+            process = _under_reaper([program, "-D", "-a", str(folder / "agent.sock")], uid)
         except OSError as exc:
             raise WorkspaceError(f"cannot start ssh-agent: {exc}") from None
         agent = cls(folder, process)
@@ -117,13 +122,16 @@ class SshAgent:
             self.process.stderr.close()
 
 
-def _under_reaper(argv: list[str]) -> subprocess.Popen[bytes]:
-    """Start ``argv`` under the step reaper, which ends it when this thread dies.
+def _under_reaper(argv: list[str], uid: int | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` under the step reaper (as ``uid``), which ends it when this thread dies.
 
     The reaper's status line (how the agent ended) goes to ``/dev/null``:
     nothing waits for it, :meth:`SshAgent.stop` only needs the reaper gone.
     """
     status = os.open(os.devnull, os.O_WRONLY)
+    who: dict[str, Any] = {}
+    if uid is not None:
+        who = {"user": uid, "group": uid, "extra_groups": []}
     try:
         return subprocess.Popen(
             reaper_argv(argv, STOP_GRACE, status),
@@ -133,6 +141,7 @@ def _under_reaper(argv: list[str]) -> subprocess.Popen[bytes]:
             start_new_session=True,
             close_fds=True,
             pass_fds=(status,),
+            **who,
         )
     finally:
         os.close(status)

@@ -255,7 +255,9 @@ class StepLocator:
     at the branch checked out for it runs from ``src/<project>``. A step at
     another branch gets a checkout of its own, once per project and branch,
     under ``content/<n>/<project>`` (Zuul keeps job content apart the same
-    way).
+    way). A trusted step, or one that holds a secret, always runs from such
+    a checkout: ``content/`` stays the executor's, so no other step of the
+    build can change what it runs.
     """
 
     def __init__(
@@ -283,7 +285,7 @@ class StepLocator:
         if project not in self.spec.repo_state:
             raise RefusedError(f"{step.path}: project {project} is not in the repo state")
         branch = step.branch or self.chosen[project]
-        if branch == self.chosen[project] and step.commit is None:
+        if branch == self.chosen[project] and step.commit is None and not step.protected:
             return self.layout.project_dir(project)
         commit = step.commit or self.spec.repo_state[project].get(branch)
         if commit is None:

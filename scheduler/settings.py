@@ -13,7 +13,7 @@ Environment variables override the file (for containers and tests):
 ``SLUICE_ZK_HOSTS``, ``SLUICE_ZK_ROOT``, ``SLUICE_ZK_SESSION_TIMEOUT``,
 ``SLUICE_BROKER_URL``, ``SLUICE_DATABASE_URL``, ``SLUICE_STATE_DIR``,
 ``SLUICE_TENANT_CONFIG``, ``SLUICE_SWEEP_INTERVAL``, ``SLUICE_WEB_LISTEN``,
-``SLUICE_KEYSTORE_PASSWORD_FILE``, ``SLUICE_BROKER_PASSWORD_FILE``,
+``SLUICE_KEYSTORE_PASSWORD_FILE``, ``SLUICE_BROKER_PASSWORD_FILE``, ``SLUICE_ZK_PASSWORD_FILE``,
 ``SLUICE_SANDBOX_WRITABLE`` (folders joined by ``:``), ``SLUICE_FAST_SEND``
 (``0`` or ``1``: ``broker.fast_send``).
 """
@@ -38,14 +38,22 @@ DEFAULT_CONFIG_NAME = "sluice.yaml"
 DEFAULT_STATE_DIR = ".sluice"
 # the broker password the local stack makes for the Redis it starts
 BROKER_PASSWORD_FILE = "broker.password"
+# ... and the ZooKeeper password of its identity (user ZOOKEEPER_USER) on a loopback ZooKeeper
+ZOOKEEPER_PASSWORD_FILE = "zookeeper.password"
+ZOOKEEPER_USER = "sluice"
 
 
 @dataclass(frozen=True)
 class ZooKeeperAuth:
-    """Digest authentication for the ZooKeeper client."""
+    """Digest authentication for the ZooKeeper client (``zookeeper.auth``).
+
+    ``password`` is inline or the first line of ``password_file`` ("" while
+    that file is missing: :func:`scheduler.zk.client.connect` refuses it).
+    """
 
     username: str
     password: str
+    password_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,26 @@ class ConnectionSettings:
 
 
 @dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of every process of a sandboxed step (0: no limit).
+
+    ``processes`` counts the build's own processes (a root executor gives
+    each build a host uid of its own); memory is address space per process
+    (``RLIMIT_AS``), file size per file written. A process over a limit
+    fails its fork, allocation or write, and its step fails with it; the
+    executor and other builds go on (``executor.sandbox_limits``).
+    """
+
+    processes: int = 1024
+    memory_mb: int = 8192
+    file_size_mb: int = 8192
+    open_files: int = 4096
+
+
+SANDBOX_NETWORKS = ("loopback", "nodes", "host")
+
+
+@dataclass(frozen=True)
 class ExecutorSettings:
     """How an executor runs jobs (``executor:`` in ``sluice.yaml``, docs/executor.md).
 
@@ -108,6 +136,11 @@ class ExecutorSettings:
     sandbox: str = "bwrap"
     # host folders a sandboxed job may write besides its own build (a shared cache)
     sandbox_writable: tuple[Path, ...] = ()
+    # which steps share the host's network: "loopback" (none: each step has
+    # its own loopback), "nodes" (playbooks of a build with nodes), "host" (all)
+    sandbox_network: str = "loopback"
+    # processes, memory, file size and open files of a sandboxed step
+    sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
     # Always merge an item's changes again in this executor's own repo cache,
     # even where the merger's cache is readable (an executor on another host
     # does it anyway when the commits are missing: workers/executor/speculation.py)
@@ -126,7 +159,8 @@ class Authenticator:
 
     ``algorithm`` HS256 checks the signature with ``secret``; RS256 with the
     PEM public key at ``public_key``. ``issuer`` and ``audience``, when set,
-    must match the token's ``iss`` and ``aud`` claims.
+    must match the token's ``iss`` and ``aud`` claims. ``skew`` and
+    ``max_validity_time`` are Zuul's options of the same names (docs/web.md).
     """
 
     name: str
@@ -137,6 +171,11 @@ class Authenticator:
     audience: str = ""
     # the claim naming the user in logs and outcomes
     uid_claim: str = "sub"
+    # seconds: a token must carry ``iat`` and is refused once issued longer ago,
+    # or when made to last longer (``exp - iat``); 0: no limit but ``exp``
+    max_validity_time: float = 0.0
+    # seconds of clock difference allowed to the token's issuer (exp, nbf, iat)
+    skew: int = 0
 
 
 class ListenAddress:
@@ -272,6 +311,14 @@ class Settings:
         """Where the broker's password is kept: ``broker.password_file``, else the stack's."""
         return self.broker.password_file or self.state_dir / BROKER_PASSWORD_FILE
 
+    @property
+    def zookeeper_password_file(self) -> Path:
+        """ZooKeeper's password file: ``zookeeper.auth.password_file``, else the stack's."""
+        auth = self.zookeeper.auth
+        if auth is not None and auth.password_file is not None:
+            return auth.password_file
+        return self.state_dir / ZOOKEEPER_PASSWORD_FILE
+
 
 # --------------------------------------------------------------------------
 # Loading
@@ -306,13 +353,14 @@ def _read_zookeeper(reader: SettingsReader | None, base: Path) -> ZooKeeperSetti
     auth = None
     auth_reader = reader.sub("auth")
     if auth_reader is not None:
-        auth = ZooKeeperAuth(
-            username=auth_reader.get("username", str, ""),
-            password=auth_reader.get("password", str, ""),
-        )
+        username = auth_reader.get("username", str, "")
+        password, path = _read_password(auth_reader, base)
         auth_reader.finish()
-        if not auth.username:
+        if not username:
             raise reader.error("auth", "needs a username")
+        if path is not None:
+            password = read_password_file(path, "zookeeper.auth.password_file")
+        auth = ZooKeeperAuth(username, password, path)
     tls = _read_tls(reader.sub("tls"), base)
     reader.finish()
     return ZooKeeperSettings(hosts, root, session_timeout, call_timeout, auth, tls)
@@ -403,6 +451,10 @@ def _read_executor(reader: SettingsReader | None) -> ExecutorSettings:
     listed = reader.get("sandbox_writable", list, [])
     if not all(isinstance(p, str) and os.path.isabs(p) for p in listed):
         raise reader.error("sandbox_writable", "expected a list of absolute paths")
+    network = reader.get("sandbox_network", str, default.sandbox_network)
+    if network not in SANDBOX_NETWORKS:
+        raise reader.error("sandbox_network", f"expected loopback, nodes or host, got {network!r}")
+    limits = _read_sandbox_limits(reader.sub("sandbox_limits"))
     build_dir = reader.get("build_dir", str, "")
     if build_dir and not os.path.isabs(build_dir):
         raise reader.error("build_dir", f"expected an absolute path, got {build_dir!r}")
@@ -413,11 +465,29 @@ def _read_executor(reader: SettingsReader | None) -> ExecutorSettings:
         share_objects=share_objects,
         sandbox=sandbox,
         sandbox_writable=tuple(Path(p) for p in listed),
+        sandbox_network=network,
+        sandbox_limits=limits,
         merge_here=merge_here,
         build_dir=Path(build_dir) if build_dir else None,
         recycle_workspaces=recycle,
         **counts,
     )
+
+
+def _read_sandbox_limits(reader: SettingsReader | None) -> SandboxLimits:
+    """``executor.sandbox_limits``: each a count (0: no limit)."""
+    default = SandboxLimits()
+    if reader is None:
+        return default
+    found = {}
+    for key in ("processes", "memory_mb", "file_size_mb", "open_files"):
+        found[key] = reader.get(key, int, getattr(default, key))
+        if found[key] < 0:
+            raise reader.error(key, "must not be negative (0: no limit)")
+    if 0 < found["processes"] < 16:
+        raise reader.error("processes", "must be 0 or at least 16 (a shell and its pipes)")
+    reader.finish()
+    return SandboxLimits(**found)
 
 
 ALGORITHMS = ("HS256", "RS256")
@@ -444,7 +514,13 @@ def _read_authenticator(reader: SettingsReader, index: int, base: Path) -> Authe
         issuer=reader.get("issuer", str, ""),
         audience=reader.get("audience", str, ""),
         uid_claim=reader.get("uid_claim", str, "sub"),
+        max_validity_time=float(reader.get("max_validity_time", (int, float), 0)),
+        skew=reader.get("skew", int, 0),
     )
+    if found.max_validity_time < 0:
+        raise reader.error("max_validity_time", "expected a number of seconds above 0")
+    if found.skew < 0:
+        raise reader.error("skew", "expected a number of seconds, 0 or more")
     reader.finish()
     return found
 
@@ -596,4 +672,5 @@ def load_settings(
     else:
         settings = parse_settings(path.read_text(), str(path), path.parent)
         settings = replace(settings, source=path)
-    return exposure.with_broker_password(apply_environment(settings, environ))
+    settings = exposure.with_zookeeper_auth(apply_environment(settings, environ))
+    return exposure.with_broker_password(settings)

@@ -279,7 +279,10 @@ def test_a_playbook_runs_on_a_node_over_ssh(
         vars={"mark": str(mark), "node_key": str(ssh_host.key)},
         nodes=(node(ssh_host.host, ssh_host.port),),
     )
-    options = replace(sandboxed, node_key=ssh_host.key, hidden=(ssh_host.key,))
+    # the node listens on the host's loopback: playbooks of a build with nodes share its network
+    options = replace(
+        sandboxed, node_key=ssh_host.key, hidden=(ssh_host.key,), sandbox_network="nodes"
+    )
 
     result = run_build(spec, BaseControl(), options)
 

@@ -66,7 +66,7 @@ def test_spec_for_job_maps_every_field() -> None:
         "unit",
     )
     assert spec.run == (JobStep("ci/run.sh", "org/app", "main"),)
-    assert spec.post_run == (JobStep("ci/logs.sh", "org/config", "main"),)
+    assert spec.post_run == (JobStep("ci/logs.sh", "org/config", "main", trusted=True),)
     assert spec.timeout == 30.0
     assert spec.post_timeout is None
     assert spec.vars == {"level": 1}

@@ -84,6 +84,7 @@ def test_the_job_is_an_unprivileged_user_of_its_own_with_no_network(tmp_path: Pa
     layout = BuildLayout.for_build(tmp_path / "state", "b1")
     create_folders(layout)
     made = sandbox_for(layout)
+
     def seen(script: str) -> list[str]:
         ran = run(made.prefix(), "/bin/sh", "-c", script)
         assert ran.returncode == 0, ran.stderr

@@ -244,6 +244,11 @@ class AnsibleSetup:
         (self.folder / "ansible.cfg").write_text(_config(self.folder, self.sockets))
 
     @property
+    def read_only(self) -> list[Path]:
+        """What a sandboxed playbook reads and must not change: config, vars, inventory."""
+        return [self.folder / "ansible.cfg", self.folder / "zuul.json", self.folder / "inventory"]
+
+    @property
     def unreachable_file(self) -> Path:
         """Where the callback notes an unreachable host (in a folder the job may write)."""
         return self.folder / "tmp" / "unreachable"

@@ -27,6 +27,7 @@ cause; it is a process boundary, so even a bug in the runner becomes a
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -35,7 +36,7 @@ from typing import Any
 
 from scheduler.errors import SettingsError
 from scheduler.model.results import Result
-from scheduler.settings import ConnectionSettings, Settings
+from scheduler.settings import ConnectionSettings, SandboxLimits, Settings
 from scheduler.wire.build_result import PHASES, BuildResult, Phase, StepOutcome, StepRun
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.control import BuildControl, StartedInfo
@@ -59,7 +60,6 @@ from workers.executor.process import StepLimits, cancel_requested, run_step
 from workers.executor.recycle import remove_tree
 from workers.executor.sandbox import (
     Sandbox,
-    SandboxLimits,
     give,
     host_uid,
     prepare,
@@ -294,7 +294,7 @@ class BuildRun:
         if self.ansible is not None:
             sandbox = replace(sandbox, writable=(*sandbox.writable, self.ansible.sockets))
         content = self.layout.root / "content"
-        trusted = [self.layout.root / "ansible"] if self.ansible is not None else []
+        trusted = [] if self.ansible is None else self.ansible.read_only
         if content.is_dir():
             trusted.append(content)
         return sandbox.prefix(network=network, read_only=trusted)
@@ -373,7 +373,7 @@ class BuildRun:
                 if secrets_file is not None:
                     secrets_file.unlink(missing_ok=True)
                 if job_step.protected:
-                    remove_tree(self.layout.root / "step")
+                    remove_tree(self.layout.root / "step" / f"{phase.value}-{index}")
             exit_, outcome = ended.exit_code, ended.outcome
         project = job_step.project or self.spec.project
         duration = time.monotonic() - began
@@ -399,7 +399,9 @@ class BuildRun:
         if not seen:
             return None
         path = write_step_secrets(self.layout.root / "secrets", f"{phase.value}-{index}", seen)
-        give(path, self._job_uid)
+        if self._job_uid is not None:  # the job's user passes through to its own file
+            path.parent.chmod(0o711)
+            give(path, self._job_uid)
         return path
 
     def _fresh_home(self, label: str) -> dict[str, str]:
@@ -410,10 +412,12 @@ class BuildRun:
         clean, in a folder they could not prepare, removed when it ends.
         """
         folder = self.layout.root / "step" / label
-        remove_tree(folder.parent)
+        if os.path.lexists(folder):
+            remove_tree(folder)
+        folder.mkdir(parents=True)
         found = {}
         for name, variable in (("home", "HOME"), ("tmp", "TMPDIR")):
-            (folder / name).mkdir(parents=True)
+            (folder / name).mkdir()
             give(folder / name, self._job_uid)
             found[variable] = str(folder / name)
         return found

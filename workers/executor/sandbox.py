@@ -42,16 +42,15 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scheduler.errors import SettingsError
+from scheduler.settings import SandboxLimits
 from workers.executor.errors import WorkspaceError
 from workers.executor.reaper import SANDBOX, STAGED_BIND, STAGED_RO_BIND, USERNS_FD
 from workers.executor.workspace import BuildLayout
 
-SANDBOXES = ("none", "bwrap")
-NETWORKS = ("loopback", "nodes", "host")
 # The uid and gid a job has inside its sandbox, and its user's name.
 JOB_UID = 1000
 JOB_USER = "sluice"
@@ -103,28 +102,15 @@ RW = ("--ro-bind", "--bind")
 USERNS_SYSCTL = "user.max_user_namespaces"
 
 
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits of every process of a sandboxed step (0: no limit).
-
-    ``processes`` counts the build's own processes (its host uid); memory
-    is address space per process (``RLIMIT_AS``); a process that goes over
-    a limit fails its allocation, fork or write, and the step fails with it.
-    """
-
-    processes: int = 1024
-    memory_mb: int = 8192
-    file_size_mb: int = 8192
-    open_files: int = 4096
-
-    def directive(self) -> list[str]:
-        pairs = [
-            ("nproc", self.processes),
-            ("as", self.memory_mb << 20),
-            ("fsize", self.file_size_mb << 20),
-            ("nofile", self.open_files),
-        ]
-        return [f"{name}={value}" for name, value in pairs if value > 0] + ["core=0"]
+def limits_directive(limits: SandboxLimits) -> list[str]:
+    """The reaper's resource limits (``reaper.enter_sandbox``); no core dumps ever."""
+    pairs = [
+        ("nproc", limits.processes),
+        ("as", limits.memory_mb << 20),
+        ("fsize", limits.file_size_mb << 20),
+        ("nofile", limits.open_files),
+    ]
+    return [f"{name}={value}" for name, value in pairs if value > 0] + ["core=0"]
 
 
 def bwrap_path() -> str:
@@ -200,7 +186,7 @@ class Sandbox:
     readable: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
-    limits: SandboxLimits = SandboxLimits()
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
 
     @property
     def etc_dir(self) -> Path:
@@ -213,7 +199,7 @@ class Sandbox:
         ``network`` shares the host's network; ``read_only`` are folders of
         the workspace bound read-only over themselves (trusted content).
         """
-        directive = self.limits.directive()
+        directive = limits_directive(self.limits)
         argv = [bwrap_path(), "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if self.uid is None:
             argv += ["--unshare-user", "--disable-userns"]
@@ -240,7 +226,8 @@ class Sandbox:
         layout = self.layout
         argv += [write, str(layout.root), str(layout.root)]
         argv += [write, str(layout.log_dir), str(layout.log_dir)]
-        for path in (layout.log_file, layout.vars_file, self.etc_dir, *read_only):
+        mine = (layout.root / "secrets", layout.root / "step", self.etc_dir)
+        for path in (layout.log_file, layout.vars_file, *mine, *read_only):
             argv += [read, str(path), str(path)]
         argv += _hide(self.hidden, [*bound, *self.writable])
         return [SANDBOX, ",".join(directive), *argv, "--"]
@@ -261,6 +248,9 @@ def prepare(sandbox: Sandbox) -> None:
     for name, text in (("passwd", users), ("group", groups)):
         (etc / name).write_text(text)
         (etc / name).chmod(0o644)
+    for folder in (layout.root / "secrets", layout.root / "step"):
+        folder.mkdir(mode=0o711, exist_ok=True)  # made before any step could make them
+        folder.chmod(0o711)
     for made in (layout.log_file, layout.vars_file, layout.result_file):
         if not os.path.lexists(made):
             made.parent.mkdir(parents=True, exist_ok=True)
@@ -272,12 +262,16 @@ def prepare(sandbox: Sandbox) -> None:
 def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) -> None:
     """Make the job's folders its own: ``src``, ``home``, ``tmp``, ``sluice`` (and ``extra``).
 
-    The workspace's root, ``content/`` and ``vars.json`` stay the
+    The workspace's root stays the executor's, sticky and open to all (a job
+    may add files and folders of its own there, as Zuul's ``work_root``
+    allows); what the executor put there (``content/``, ``secrets/``,
+    ``step/``, ``etc/``, ``ansible/``) and ``vars.json`` stay the
     executor's: a job cannot replace them, or a file a trusted step runs.
     """
     if uid is None:
         return
-    os.chmod(layout.root, 0o755)
+    # the job may add entries beside ours, never rename or remove ours (sticky)
+    os.chmod(layout.root, 0o1777)
     for top in (layout.src_dir, layout.home_dir, layout.tmp_dir, *extra):
         for path in _walk(top):
             os.lchown(path, uid, uid)

@@ -153,6 +153,8 @@ def runner_options(settings: Settings) -> RunnerOptions:
         log_limit=executor.log_limit or None,
         sandbox=executor.sandbox,
         sandbox_writable=executor.sandbox_writable,
+        sandbox_network=executor.sandbox_network,
+        sandbox_limits=executor.sandbox_limits,
         hidden=secret_files(settings),
         keystore_password=settings.keystore.password,
         connections=settings.connections,

@@ -8,6 +8,12 @@ it). A ``rediss://`` URL gets Celery's TLS options from ``broker.tls``
 (:func:`broker_ssl_options`). A broker that refuses a client is named with
 what failed, authentication, TLS or the connection (:func:`broker_failure`).
 
+ZooKeeper: a loopback ZooKeeper without ``zookeeper.auth`` is reached as
+the local stack's identity (user ``sluice``, the password of
+``<state_dir>/zookeeper.password``) once the stack has made that file
+(:func:`with_zookeeper_auth`); one outside loopback needs ``zookeeper.auth``
+(:func:`refuse_open_zookeeper`).
+
 The listeners never start unauthenticated outside loopback: ``sluice web``
 on a non-loopback address needs an authenticator (or the explicit
 ``web.allow_unauthenticated``), and the stack's Flower a configured login
@@ -29,7 +35,13 @@ from scheduler.errors import SettingsError, SluiceError
 from scheduler.settings_yaml import read_password_file
 
 if TYPE_CHECKING:
-    from scheduler.settings import FlowerSettings, Settings, TLSSettings, WebSettings
+    from scheduler.settings import (
+        FlowerSettings,
+        Settings,
+        TLSSettings,
+        WebSettings,
+        ZooKeeperSettings,
+    )
 
 REDIS_SCHEMES = ("redis", "rediss")
 
@@ -200,6 +212,79 @@ def broker_failure(exc: BaseException) -> str:
 def broker_error(url: str, exc: BaseException) -> BrokerError:
     """A :class:`BrokerError` naming the broker (redacted) and what failed."""
     return BrokerError(f"broker {redact(url)}: {broker_failure(exc)}")
+
+
+# ---------------------------------------------------------------- ZooKeeper
+
+
+def zookeeper_hosts(hosts: str) -> list[str]:
+    """The host of every server of a ZooKeeper connect string (``a:2181,[::1]:2182/chroot``)."""
+    found = []
+    for entry in hosts.split(","):
+        address = entry.strip().split("/", 1)[0]
+        host, colon, port = address.rpartition(":")
+        bare_ipv6 = address.count(":") > 1 and not address.startswith("[")
+        if not colon or not port.isdigit() or bare_ipv6:  # no port
+            host = address
+        found.append(host.strip("[]") or "127.0.0.1")
+    return found
+
+
+def zookeeper_on_loopback(zookeeper: ZooKeeperSettings) -> bool:
+    return all(is_loopback(host) for host in zookeeper_hosts(zookeeper.hosts))
+
+
+def with_zookeeper_auth(settings: Settings) -> Settings:
+    """``settings`` whose ``zookeeper.auth`` holds the password of its file, when it has one.
+
+    Without ``zookeeper.auth``, a ZooKeeper all on loopback is reached as
+    the local stack's identity (user ``sluice``) once
+    ``<state_dir>/zookeeper.password`` exists; a ``password_file`` read
+    before it existed is read again. Every process loads its settings
+    through this (:func:`scheduler.settings.load_settings`), so every node
+    it creates carries that identity's ACL.
+    """
+    from scheduler.settings import ZOOKEEPER_USER, ZooKeeperAuth  # a leaf: at call time
+
+    zookeeper = settings.zookeeper
+    auth = zookeeper.auth
+    if auth is not None and (auth.password or auth.password_file is None):
+        return settings
+    if auth is None and not zookeeper_on_loopback(zookeeper):
+        return settings
+    path = settings.zookeeper_password_file
+    password = read_password_file(path, "zookeeper.auth.password_file")
+    if not password:
+        return settings
+    username = auth.username if auth is not None else ZOOKEEPER_USER
+    fresh = ZooKeeperAuth(username, password, path)
+    return replace(settings, zookeeper=replace(zookeeper, auth=fresh))
+
+
+def refuse_open_zookeeper(zookeeper: ZooKeeperSettings) -> None:
+    """SettingsError for a ZooKeeper outside loopback that ``zookeeper.auth`` does not cover.
+
+    Every node Sluice creates carries the ACL of its digest identity; without
+    one, anyone who reaches the server reads and changes the whole tree.
+    """
+    outside = [host for host in zookeeper_hosts(zookeeper.hosts) if not is_loopback(host)]
+    if not outside or zookeeper.auth is not None:
+        return
+    raise SettingsError(
+        f"refusing to use ZooKeeper at {zookeeper.hosts} without authentication: "
+        f"zookeeper.hosts names {outside[0]}, outside loopback, and zookeeper.auth is not "
+        "set; set zookeeper.auth (username and password_file), or use a loopback ZooKeeper"
+    )
+
+
+def zookeeper_cleartext(zookeeper: ZooKeeperSettings) -> str | None:
+    """A note when the digest password would cross a network in the clear (no TLS)."""
+    if zookeeper.tls is not None or zookeeper.auth is None or zookeeper_on_loopback(zookeeper):
+        return None
+    return (
+        f"ZooKeeper at {zookeeper.hosts}: digest authentication without zookeeper.tls sends "
+        "the password over the network in the clear"
+    )
 
 
 # ---------------------------------------------------------------- the listeners

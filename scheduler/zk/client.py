@@ -25,7 +25,11 @@ configured root and adds what kazoo leaves to its users:
   its error. A TLS refusal (no or untrusted client certificate, untrusted
   server certificate) raises :class:`~scheduler.zk.errors.AccessDeniedError`:
   retrying cannot help. With auth configured, every node the client creates
-  carries a creator-only digest ACL (``default_acl``), recipes included.
+  carries a creator-only digest ACL (``default_acl``), recipes included,
+  and so do the chroot and its parents (:func:`_ensure_root`); auth whose
+  password file is missing or empty is refused before connecting. Closing
+  the rest of a server (``/``, ``/zookeeper``, nodes made by others) is
+  :mod:`scheduler.zk.acls`.
 
 A kazoo client must never cross a ``fork()``: a client created in a parent
 hangs in the child. :func:`process_client` therefore keys the client by the
@@ -57,9 +61,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
-from scheduler.errors import SluiceError
+from scheduler.errors import SettingsError, SluiceError
 from scheduler.processlocal import ProcessLocal
-from scheduler.settings import ZooKeeperSettings
+from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError, ZooKeeperUnavailableError
 from scheduler.zk.pollhandler import PollHandler
 from scheduler.zk.trace import RequestTrace, process_trace
@@ -413,13 +417,24 @@ def _hosts_with_chroot(settings: ZooKeeperSettings) -> str:
     return settings.hosts + root if root else settings.hosts
 
 
+def _digest(auth: ZooKeeperAuth) -> tuple[str, str]:
+    """kazoo's ``auth_data`` entry of ``auth``; SettingsError when it has no password."""
+    if not auth.password:
+        where = auth.password_file or "zookeeper.auth.password"
+        raise SettingsError(f"zookeeper.auth: no password ({where} is missing or empty)")
+    return ("digest", f"{auth.username}:{auth.password}")
+
+
 def _make_kazoo(
-    settings: ZooKeeperSettings, hosts: str, client_id: tuple[int, bytes] | None = None
+    settings: ZooKeeperSettings,
+    hosts: str,
+    client_id: tuple[int, bytes] | None = None,
+    also_as: Sequence[ZooKeeperAuth] = (),
 ) -> KazooClient:
-    auth_data = None
+    auth_data = [_digest(auth) for auth in also_as] or None
     default_acl = None
     if settings.auth is not None:
-        auth_data = [("digest", f"{settings.auth.username}:{settings.auth.password}")]
+        auth_data = [_digest(settings.auth), *(auth_data or [])]
         # ACLs are not inherited: every node this client creates carries them.
         default_acl = [make_digest_acl(settings.auth.username, settings.auth.password, all=True)]
     kwargs: dict[str, object] = {}
@@ -444,19 +459,32 @@ def _make_kazoo(
     )
 
 
-def _ensure_root(settings: ZooKeeperSettings) -> None:
-    """Create the chroot node itself, which a chrooted client cannot do."""
-    if settings.root in ("", "/"):
-        return
-    bare = _make_kazoo(settings, settings.hosts)
+@contextlib.contextmanager
+def bare_client(
+    settings: ZooKeeperSettings, also_as: Sequence[ZooKeeperAuth] = ()
+) -> Iterator[KazooClient]:
+    """A started kazoo client without the chroot, authenticated also as ``also_as``.
+
+    For what a chrooted client cannot reach: the chroot node itself and the
+    nodes above it. Calls on it need their own deadlines (``.get(timeout=...)``).
+    """
+    bare = _make_kazoo(settings, settings.hosts, also_as=also_as)
     try:
         _start(bare, settings, "could not reach")
-        bare.ensure_path_async(settings.root).get(timeout=settings.call_timeout)
+        yield bare
     except KazooTimeoutError:
         raise CallTimeoutError(f"could not reach ZooKeeper at {settings.hosts}") from None
     finally:
         bare.stop()
         bare.close()
+
+
+def _ensure_root(settings: ZooKeeperSettings) -> None:
+    """Create the chroot node itself (with its parents), which a chrooted client cannot do."""
+    if settings.root in ("", "/"):
+        return
+    with bare_client(settings) as bare:
+        bare.ensure_path_async(settings.root).get(timeout=settings.call_timeout)
 
 
 def connect(settings: ZooKeeperSettings) -> ZooKeeperClient:

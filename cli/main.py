@@ -119,6 +119,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "web",
         "Serve the REST API, the status pages, /health and /metrics over HTTP.",
     ),
+    "zookeeper": (
+        "cli.commands.zookeeper",
+        "zookeeper",
+        "Close a ZooKeeper to clients without Sluice's password; print a superuser's digest.",
+    ),
 }
 
 

@@ -101,9 +101,12 @@ def load_tenants(conf: Settings) -> None:
 @clear_errors
 def down() -> None:
     """Stop exactly what `sluice stack up` started."""
-    stopped = LocalStack(settings()).down()
+    local = LocalStack(settings())
+    stopped = local.down()
     for component in stopped:
         click.echo(f"stopped {component.name} (pid {component.pid})")
+    for what in local.left_alone:
+        click.echo(f"left alone {what}", err=True)
     if not stopped:
         click.echo("nothing to stop")
 

@@ -1,15 +1,18 @@
 """``sluice stack up | down | status``: the local stack under the state dir.
 
 ``up`` starts what is missing: a ZooKeeper server (Debian's package, own data
-dir and port), Redis (a reachable one at the configured URL is reused; one it
-starts asks for the broker's password, made once and kept in
-``<state_dir>/broker.password``), and one ``celery worker`` per queue, and
-``sluice web`` on ``web.listen``. The web and Flower are refused before
-anything starts if they would listen outside loopback unauthenticated
-(:mod:`scheduler.exposure`). It waits by probing (``ruok``, ``PING``, Celery
-ping, the web port) and fails naming the component and its log file. What
-``up`` started is recorded in ``<state_dir>/run/stack.json`` so ``down``
-stops exactly that and nothing else, and a second ``up`` is harmless.
+dir and port) closed to clients without Sluice's password (digest ACLs,
+:func:`LocalStack._close_zookeeper`), Redis (a reachable one at the
+configured URL is reused if it asks for a password; one it starts asks for
+the broker's password, made once and kept in ``<state_dir>/broker.password``),
+and one ``celery worker`` per queue, and ``sluice web`` on ``web.listen``.
+What would run open is refused before anything starts, and the state dir
+is made private (:mod:`cli.stack.closed`). It waits by probing (``ruok``,
+``PING``, Celery ping, the web port) and fails naming the component and its
+log file. What ``up`` started is recorded in ``<state_dir>/run/stack.json``
+with each process's identity (start time, boot, executable), so ``down``
+stops exactly that and nothing else: a pid that is now another process's is
+reported and left alone. A second ``up`` is harmless.
 """
 
 from __future__ import annotations
@@ -29,14 +32,15 @@ from urllib.parse import unquote
 
 from celery import Celery
 
+from cli.stack import closed, process, workers
 from cli.stack import flower as flower_service
-from cli.stack import process, workers
 from cli.stack import redis as redis_service
 from cli.stack import zookeeper as zk_service
 from scheduler import exposure
 from scheduler.errors import StackError
-from scheduler.settings import Settings
+from scheduler.settings import Settings, ZooKeeperAuth
 from scheduler.settings_yaml import read_password_file
+from scheduler.zk import acls
 
 SUPERVISOR = "supervisor"
 FLOWER = "flower"
@@ -45,6 +49,11 @@ WEB = "web"
 KEYSTORE_PASSWORD_FILE = "keystore.password"
 # where ``python -m cli.stack.supervisor`` is importable from
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# the superuser of the stack's ZooKeeper (its password beside the server's zoo.cfg)
+ZOOKEEPER_SUPER_USER = "super"
+ZOOKEEPER_SUPER_FILE = "super.password"
+# what the stack's ZooKeeper answers of the four-letter words: health and counts only
+ZOOKEEPER_FOUR_LETTER_WORDS = "ruok,srvr,mntr"
 
 
 @dataclass
@@ -61,6 +70,30 @@ class StackEntry:
     restarts: int = 0
     restarted_at: float = 0.0
     last_exit: str = ""
+    # the process's identity when it was started (process.Identity)
+    start_time: int = 0
+    boot_id: str = ""
+    exe: str = ""
+
+    @classmethod
+    def started(
+        cls, name: str, kind: str, pid: int, address: str, log: str, *, queues: str = ""
+    ) -> StackEntry:
+        """The entry of a process spawned just now, with its identity."""
+        found = process.identity(pid) or process.Identity(0, "", "")
+        return cls(
+            name, kind, pid, address, log, queues,
+            start_time=found.start_time, boot_id=found.boot_id, exe=found.exe,
+        )  # fmt: skip
+
+    def identity(self) -> process.Identity:
+        return process.Identity(self.start_time, self.boot_id, self.exe)
+
+    def not_ours(self) -> str | None:
+        """Why the process of this entry may not be signalled (None: it is ours)."""
+        if self.pid is None:
+            return "not started by the stack"
+        return process.mismatch(self.pid, self.identity())
 
 
 @dataclass
@@ -91,16 +124,18 @@ class LocalStack:
         self.stack_file = settings.run_dir / "stack.json"
         # user:password of a Flower that ``up`` started just now (printed once)
         self.flower_login: str | None = None
-        # what ``up`` wants the operator to know (a reused Redis without a password)
+        # what ``up`` wants the operator to know (nodes it closed, a password in the clear)
         self.notes: list[str] = []
+        # what ``down`` did not stop: processes it cannot prove are the ones ``up`` started
+        self.left_alone: list[str] = []
 
     # -- the record of what we started ----------------------------------
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Exclusive use of the stack file (``up``, ``down`` and the supervisor share it)."""
-        self.stack_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.stack_file.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        process.private_dir(self.stack_file.parent)
+        fd = process.open_private(self.stack_file.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -117,10 +152,12 @@ class LocalStack:
         return {entry["name"]: StackEntry(**entry) for entry in raw.get("components", [])}
 
     def save(self, components: dict[str, StackEntry]) -> None:
-        self.stack_file.parent.mkdir(parents=True, exist_ok=True)
+        process.private_dir(self.stack_file.parent)
         tmp = self.stack_file.with_suffix(".tmp")
         data = {"components": [asdict(c) for c in components.values()]}
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        with os.fdopen(process.open_private(tmp, flags), "w") as out:
+            out.write(json.dumps(data, indent=2) + "\n")
         tmp.replace(self.stack_file)
 
     # -- up ---------------------------------------------------------------
@@ -133,15 +170,14 @@ class LocalStack:
         the credentials of a Flower started now, to print once).
         """
         self.flower_login = None
-        self.notes = []
-        # refused before anything starts: nothing listens outside loopback unauthenticated
-        exposure.refuse_open_web(self.settings.web)
-        if flower:
-            exposure.refuse_open_flower(self.settings.flower)
+        # refused before anything starts: nothing runs open (cli/stack/closed.py)
+        self.notes = closed.refuse_open(self.settings, flower=flower)
+        closed.private_state_dir(self.settings)
         with self.locked():
             password_file = keystore_password_file(self.settings)
             if password_file is not None:
                 ensure_password_file(password_file)
+            self._zookeeper_identity()
             components = self.load()
             try:
                 for component in self._start_services(components):
@@ -169,7 +205,7 @@ class LocalStack:
         log = self.settings.log_dir / "flower.log"
         started = flower_service.start(self.settings.flower, self._worker_env(), log, PROJECT_ROOT)
         self.flower_login = started.generated_login
-        return StackEntry(FLOWER, "flower", started.pid, started.address, str(log))
+        return StackEntry.started(FLOWER, "flower", started.pid, started.address, str(log))
 
     def _start_web(self) -> StackEntry:
         """``sluice web`` on ``web.listen`` (127.0.0.1:9000 unless configured)."""
@@ -189,20 +225,24 @@ class LocalStack:
             log_file=log,
             alive=lambda: process.is_alive(proc.pid),
         )
-        return StackEntry(WEB, "web", proc.pid, address, str(log))
+        return StackEntry.started(WEB, "web", proc.pid, address, str(log))
 
     def _start_supervisor(self) -> StackEntry:
         log = self.settings.log_dir / "supervisor.log"
         argv = [sys.executable, "-m", "cli.stack.supervisor"]
         argv += [str(self.worker_concurrency), str(self.executor_concurrency)]
         proc = process.spawn(argv, log, env=self._worker_env(), cwd=PROJECT_ROOT)
-        return StackEntry(SUPERVISOR, "supervisor", proc.pid, "-", str(log))
+        return StackEntry.started(SUPERVISOR, "supervisor", proc.pid, "-", str(log))
 
     def _start_services(self, known: dict[str, StackEntry]) -> Iterator[StackEntry]:
         host, port = self.zookeeper_address()
         current = known.get("zookeeper")
-        if not (current and self._running(current) and zk_service.is_healthy(host, port)):
-            yield self._start_zookeeper(host, port)
+        if current is None or not (self._running(current) and zk_service.is_healthy(host, port)):
+            current = self._start_zookeeper(host, port)
+            if current.pid is None:  # a reused one is refused before it is recorded
+                self._close_zookeeper(current)
+            yield current
+        self._close_zookeeper(current)
         current = known.get("redis")
         if not (current and self._running(current) and self._broker_answers()):
             yield self.start_redis()
@@ -216,12 +256,70 @@ class LocalStack:
                 f"ZooKeeper: port {address} is taken by something that does not answer "
                 "'ruok'; free it or set zookeeper.hosts in sluice.yaml"
             )
+        superuser = self._zookeeper_superuser()
         server = zk_service.ZooKeeperServer(
-            data_dir=self.settings.state_dir / "zookeeper", port=port, host=host
+            data_dir=self.zookeeper_dir,
+            port=port,
+            host=host,
+            four_letter_words=ZOOKEEPER_FOUR_LETTER_WORDS,
+            super_digest=zk_service.super_digest(superuser.username, superuser.password),
         )
         pid = server.start()
         server.wait_ready(timeout=90)
-        return StackEntry("zookeeper", "zookeeper", pid, address, str(server.log_file))
+        return StackEntry.started("zookeeper", "zookeeper", pid, address, str(server.log_file))
+
+    @property
+    def zookeeper_dir(self) -> Path:
+        return self.settings.state_dir / "zookeeper"
+
+    def _zookeeper_identity(self) -> None:
+        """Sluice's ZooKeeper password: the configured one, else one made once in a file.
+
+        From now on this process's clients use it, and every process that
+        loads the same ``sluice.yaml`` finds it (:func:`exposure.with_zookeeper_auth`).
+        """
+        auth = self.settings.zookeeper.auth
+        if auth is not None and auth.password:
+            return
+        # without zookeeper.auth the ZooKeeper is on loopback (closed.refuse_open)
+        ensure_password_file(self.settings.zookeeper_password_file)
+        self.settings = exposure.with_zookeeper_auth(self.settings)
+
+    def _zookeeper_superuser(self) -> ZooKeeperAuth:
+        """The superuser of the stack's ZooKeeper, its password made once (0600)."""
+        path = self.zookeeper_dir / ZOOKEEPER_SUPER_FILE
+        process.private_dir(self.zookeeper_dir)
+        ensure_password_file(path)
+        return ZooKeeperAuth(ZOOKEEPER_SUPER_USER, read_password_file(path), path)
+
+    def _close_zookeeper(self, entry: StackEntry) -> None:
+        """The stack's own ZooKeeper closed to all but Sluice; a reused one checked.
+
+        Its own: ``/``, ``/zookeeper`` and every node of an older, open tree
+        get Sluice's ACL (:func:`acls.close_server`, as the superuser when a
+        node shuts Sluice out). A reused one must be closed already: one that
+        lets anyone create nodes at ``/`` or read the chroot is refused.
+        """
+        where = f"ZooKeeper at {entry.address}"
+        if entry.pid is None:
+            found = acls.open_parts(self.settings.zookeeper)
+            if found:
+                raise StackError(
+                    f"refusing to reuse the {where} (zookeeper.hosts), not started by the "
+                    f"stack: {'; '.join(found)}; close it (ACL of / and of "
+                    f"{self.settings.zookeeper.root}), or point zookeeper.hosts at a free "
+                    "port so the stack starts its own"
+                )
+            return
+        closing = acls.close_server(self.settings.zookeeper, [self._zookeeper_superuser()])
+        if closing.refused:
+            raise StackError(
+                f"{where}: could not give Sluice's ACL to {', '.join(closing.refused[:5])}"
+            )
+        if closing.tree:
+            self.notes.append(
+                f"{where}: {len(closing.tree)} nodes given Sluice's ACL (a tree made without it)"
+            )
 
     def start_redis(self) -> StackEntry:
         """The broker's Redis: one answering ``broker_url`` is reused, else one is started.
@@ -236,9 +334,7 @@ class LocalStack:
         host, port = redis_service.host_port(url)
         address = f"{host}:{port}"
         failure = redis_service.probe(url, self._broker_ssl())
-        if not failure:
-            if exposure.url_password(url) is None:
-                self.notes.append(f"Redis at {address} (reused) asks for no password")
+        if not failure:  # not an open one: closed.refuse_open refused that before
             return StackEntry("redis", "redis", None, address)
         where = f"Redis at {exposure.redact(url)}"
         if not exposure.is_loopback(host) or self._broker_ssl() is not None:
@@ -253,7 +349,7 @@ class LocalStack:
         )
         pid = server.start()
         server.wait_ready()
-        return StackEntry("redis", "redis", pid, address, str(server.log_file))
+        return StackEntry.started("redis", "redis", pid, address, str(server.log_file))
 
     def _broker_password(self) -> str:
         """The password of the Redis the stack starts; made and kept in a file if none is set."""
@@ -303,7 +399,7 @@ class LocalStack:
         concurrency = self.executor_concurrency if queue == "executor" else self.worker_concurrency
         argv = workers.worker_command([queue], node, concurrency=concurrency, extra=extra)
         proc = process.spawn(argv, log, env=self._worker_env())
-        return StackEntry(name, "worker", proc.pid, node, str(log), queue)
+        return StackEntry.started(name, "worker", proc.pid, node, str(log), queues=queue)
 
     def _worker_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -341,16 +437,27 @@ class LocalStack:
     # -- down ------------------------------------------------------------
 
     def down(self) -> list[StackEntry]:
-        """Stop exactly what ``up`` started: the supervisor, then workers, then services."""
+        """Stop exactly what ``up`` started: the supervisor, then workers, then services.
+
+        A process is signalled (its whole group) only while it is provably the
+        one ``up`` started (:meth:`StackEntry.not_ours`); any other is named in
+        :attr:`left_alone` and left running.
+        """
+        self.left_alone = []
         with self.locked():
             components = self.load()
         stopped = []
         rank = {"supervisor": 0, "flower": 1, "web": 1, "worker": 2}
         order = sorted(components.values(), key=lambda c: rank.get(c.kind, 3))
         for component in order:
-            if component.pid is not None and process.is_alive(component.pid):
-                process.stop_group(component.pid, timeout=15)
-                stopped.append(component)
+            if component.pid is None or not process.is_alive(component.pid):
+                continue
+            why = component.not_ours()
+            if why is not None:
+                self.left_alone.append(f"{component.name} (pid {component.pid}): {why}")
+                continue
+            process.stop_group(component.pid, timeout=15, recorded=component.identity())
+            stopped.append(component)
         self.stack_file.unlink(missing_ok=True)
         return stopped
 
@@ -399,7 +506,20 @@ class LocalStack:
 
     @staticmethod
     def _running(component: StackEntry) -> bool:
-        return component.pid is None or process.is_alive(component.pid)
+        return running(component)
+
+
+def running(component: StackEntry) -> bool:
+    """True while the process of ``component`` runs (a reused service counts as running).
+
+    A pid that is now another process's does not count; an entry written
+    before identities were recorded counts while its pid is alive.
+    """
+    if component.pid is None:
+        return True
+    if not component.start_time:
+        return process.is_alive(component.pid)
+    return process.is_alive(component.pid) and component.not_ours() is None
 
 
 def keystore_password_file(settings: Settings) -> Path | None:
@@ -424,7 +544,7 @@ def ensure_password_file(path: Path) -> bool:
     if read_password_file(path):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = process.open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     with os.fdopen(fd, "w") as out:
         out.write(secrets.token_urlsafe(32) + "\n")
     return True

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import quote, urlparse, urlsplit, urlunsplit
 
 import redis
 
@@ -40,6 +40,17 @@ def probe(url: str, ssl_options: Mapping[str, Any] | None = None, timeout: float
 def ping(url: str, ssl_options: Mapping[str, Any] | None = None, timeout: float = 1.0) -> bool:
     """True if the Redis at ``url`` answers PING."""
     return not probe(url, ssl_options, timeout)
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with no user nor password: what a client that knows none of them reaches."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def is_open(url: str, ssl_options: Mapping[str, Any] | None = None) -> bool:
+    """True if the Redis at ``url`` answers a client that gives no password (an open Redis)."""
+    return ping(without_credentials(url), ssl_options)
 
 
 def host_port(url: str) -> tuple[str, int]:
@@ -94,13 +105,12 @@ class RedisServer:
     def write_config(self) -> None:
         """The config file with ``requirepass``, readable by its owner only."""
         quoted = self.password.replace("\\", "\\\\").replace('"', '\\"')
-        fd = os.open(self.config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
-        with os.fdopen(fd, "w") as out:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        with os.fdopen(process.open_private(self.config_file, flags), "w") as out:
             out.write(f'requirepass "{quoted}"\n')
 
     def start(self) -> int:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        process.private_dir(self.data_dir)
         if self.password:
             self.write_config()
         proc = process.spawn(self.command(), self.log_file)

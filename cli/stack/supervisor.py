@@ -21,8 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from cli.stack import process
-from cli.stack.local import LocalStack, StackEntry
+from cli.stack.local import LocalStack, StackEntry, running
 from cli.stack.workers import EXECUTOR_CONCURRENCY
 from scheduler.settings import Settings, load_settings
 
@@ -84,7 +83,7 @@ class Supervisor:
                 if entry.kind != "worker" or entry.pid is None:
                     continue
                 watch = self.watches.setdefault(name, Watch(started_at=now))
-                if process.is_alive(entry.pid):
+                if running(entry):  # a pid now another process's is a death
                     if watch.died_at is None and now - watch.started_at >= HEALTHY_AFTER:
                         watch.delay = FIRST_DELAY
                     continue

@@ -9,10 +9,18 @@ With :class:`ServerTLS` the server listens on a TLS-only client port
 (``secureClientPort``, Netty) and has no plaintext client port at all; the
 readiness probe then sends its four-letter words over TLS, presenting the
 probe's client certificate.
+
+``super_digest`` (``user:base64(sha1(user:password))``, :func:`super_digest`)
+makes that identity a superuser, whom no ACL stops; it goes into
+``zoo.cfg``, which is mode 0600 like everything under the data dir (the
+server runs with umask 077).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
 import socket
 import ssl
 from collections.abc import Sequence
@@ -29,6 +37,14 @@ ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 # netty-transport-native-unix-common is not on the Class-Path) to NIO.
 EXTRA_JARS = ("slf4j-simple.jar", "netty-codec.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+# zoo.cfg keys ZooKeeper does not know become system properties "zookeeper.<key>"
+SUPER_DIGEST_KEY = "DigestAuthenticationProvider.superDigest"
+
+
+def super_digest(username: str, password: str) -> str:
+    """ZooKeeper's digest of an identity: ``user:base64(sha1("user:password"))``."""
+    sha1 = hashlib.sha1(f"{username}:{password}".encode()).digest()
+    return f"{username}:{base64.b64encode(sha1).decode()}"
 
 
 def four_letter(
@@ -128,6 +144,10 @@ class ZooKeeperServer:
     # TLS-only client port: ``port`` becomes the secureClientPort.
     tls: ServerTLS | None = None
     proc_pid: int | None = None
+    # the four-letter words it answers ("*": all; the probe needs ruok and srvr)
+    four_letter_words: str = "*"
+    # the superuser's digest (super_digest()); "" for none
+    super_digest: str = ""
 
     @property
     def log_file(self) -> Path:
@@ -142,7 +162,7 @@ class ZooKeeperServer:
         return f"{self.host}:{self.port}"
 
     def write_config(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        process.private_dir(self.data_dir)
         # A TLS server has no plaintext client port at all.
         port_key = "clientPort" if self.tls is None else "secureClientPort"
         lines = {
@@ -154,7 +174,7 @@ class ZooKeeperServer:
             f"{port_key}Address": self.host,
             "minSessionTimeout": str(self.min_session_ms),
             "maxSessionTimeout": str(self.max_session_ms),
-            "4lw.commands.whitelist": "*",
+            "4lw.commands.whitelist": self.four_letter_words,
             "admin.enableServer": "false",
             "maxClientCnxns": "0",
             "autopurge.purgeInterval": "1",
@@ -163,9 +183,13 @@ class ZooKeeperServer:
             lines[f"server.{myid}"] = f"{self.host}:{quorum_port}:{election_port}"
         if self.tls is not None:
             lines.update(self.tls.config())
+        if self.super_digest:
+            lines[SUPER_DIGEST_KEY] = self.super_digest
         lines.update(self.extra_config)
-        self.config_file.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-        (self.data_dir / "data").mkdir(exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        with os.fdopen(process.open_private(self.config_file, flags), "w") as out:
+            out.write("".join(f"{k}={v}\n" for k, v in lines.items()))
+        process.private_dir(self.data_dir / "data")
         if self.peers:
             (self.data_dir / "data" / "myid").write_text(f"{self.myid}\n")
 

@@ -176,7 +176,9 @@ def test_a_component_that_cannot_start_is_named(tmp_path: Path) -> None:
     blocker.listen()
     port = blocker.getsockname()[1]
     config = tmp_path / "sluice.yaml"
-    config.write_text(f"zookeeper:\n  hosts: 127.0.0.1:{port}\n")
+    # a broker port of its own: an open Redis on the default port is refused first
+    broker = f"broker_url: redis://127.0.0.1:{process.free_port()}/0\n"
+    config.write_text(f"zookeeper:\n  hosts: 127.0.0.1:{port}\n{broker}")
     try:
         result = sluice(config, "stack", "up", timeout=60)
     finally:

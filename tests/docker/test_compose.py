@@ -4,7 +4,10 @@ Every command a container runs must be one the project has (parsed by the
 real Celery, Flower and ``sluice`` command lines), every environment
 variable one that something reads, every volume, network and dependency
 declared, the ZooKeeper nodes one ensemble, the shared ``sluice.yaml``
-valid, and Flower never open without a password. The smoke tests in
+valid, Flower never open without a password, Redis and ZooKeeper asking
+for theirs (required secrets, on no command line; ZooKeeper closed by
+``zk-init`` before any worker starts), and jobs run in bubblewrap with the
+executors' ``security_opt``. The smoke tests in
 ``test_smoke.py`` bring the same file up where Docker exists.
 """
 
@@ -12,17 +15,20 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
+import redis as redis_client
 from celery import Celery
 from celery.bin.base import CLIContext
 from celery.bin.celery import celery as celery_cli
 from sqlalchemy.engine import make_url
 
 from cli.main import cli as sluice_cli
+from cli.stack.process import free_port
 from scheduler import dispatch, settings, settings_env
 from scheduler.config import parse_tenant_config
 from tests.docker.deployment import (
@@ -45,6 +51,7 @@ from tests.docker.deployment import (
     worker_queues,
     worker_services,
 )
+from tests.fixtures.waiting import wait_until
 
 # Environment variables of the third-party images, as their documentation
 # names them (the official zookeeper and postgres images on Docker Hub).
@@ -585,3 +592,144 @@ def test_the_image_contains_every_package_a_worker_imports() -> None:
     # The worker's own imports: the modules Celery loads (-A tasks, the config).
     for package in packages:
         assert (ROOT / package / "__init__.py").is_file()
+
+
+# --------------------------------------------------------------------------
+# Closed by default: Redis's and ZooKeeper's passwords, ZooKeeper's ACLs, the sandbox
+
+SECRETS_DIR = Path("/run/secrets")
+# what the executors need for bubblewrap in a container (docker/README.md, "Jobs in bubblewrap")
+BWRAP_SECURITY_OPT = {
+    "seccomp=unconfined",
+    "apparmor=unconfined",
+    "systempaths=unconfined",
+    "no-new-privileges:true",
+}
+
+
+def secret_names(service: dict[str, Any]) -> list[str]:
+    return [s if isinstance(s, str) else s["source"] for s in service.get("secrets") or []]
+
+
+def is_executor(argv: list[str]) -> bool:
+    return any(q.split(".")[0] == dispatch.EXECUTOR_QUEUE for q in worker_queues(argv))
+
+
+def test_the_passwords_are_required_secrets_sluice_yaml_reads(
+    compose: dict[str, Any], sluice_settings: settings.Settings
+) -> None:
+    declared = compose["secrets"]
+    assert declared == {
+        "redis_password": {"environment": "REDIS_PASSWORD"},
+        "zookeeper_password": {"environment": "ZOOKEEPER_PASSWORD"},
+    }
+    # compose refuses to start without either (an empty one would be no password)
+    required = [interpolations(str(item)) for item in compose["x-required"]]
+    assert [(n, op) for found in required for n, op, _ in found] == [
+        ("REDIS_PASSWORD", ":?"),
+        ("ZOOKEEPER_PASSWORD", ":?"),
+    ]
+    for item in compose["x-required"]:
+        with pytest.raises(KeyError):
+            interpolate(str(item), {"REDIS_PASSWORD": "", "ZOOKEEPER_PASSWORD": ""})
+    assert sluice_settings.broker.password_file == SECRETS_DIR / "redis_password"
+    auth = sluice_settings.zookeeper.auth
+    assert auth is not None and auth.username
+    assert auth.password_file == SECRETS_DIR / "zookeeper_password"
+    for name, service in sluice_services(compose).items():
+        wanted = {"redis_password"} if name == "flower" else set(declared)
+        assert set(secret_names(service)) == wanted, f"{name}: secrets {secret_names(service)}"
+    # never in an environment nor on a command line
+    for name, service in services(compose).items():
+        shown = " ".join([*environment(service).values(), *service_argv(name, service)])
+        for variable in ("REDIS_PASSWORD", "ZOOKEEPER_PASSWORD"):
+            assert variable not in shown, f"{name}: {variable} outside its secret"
+
+
+def _redis_start(port: int, secret: Path, config: Path) -> str:
+    """The redis service's start script, run here: its files in tmp, no privilege drop."""
+    script = interpolate(services(load_compose())["redis"]["command"][2])
+    script = script.replace("/run/secrets/redis_password", str(secret))
+    script = script.replace("/tmp/redis.conf", str(config))
+    script = script.replace("chown redis", "true").replace("docker-entrypoint.sh ", "")
+    return f"{script} --port {port} --bind 127.0.0.1 --save '' --dir {config.parent}"
+
+
+def test_redis_asks_for_the_password_of_its_secret(tmp_path: Path) -> None:
+    """The service's own start script and health check, against a real redis-server."""
+    service = services(load_compose())["redis"]
+    assert service["command"][:2] == ["sh", "-c"] and secret_names(service) == ["redis_password"]
+    assert "--requirepass" not in service["command"][2]  # from a file, never argv
+    secret, config = tmp_path / "redis_password", tmp_path / "redis.conf"
+    port = free_port()
+    secret.write_text("")
+    empty = subprocess.run(["sh", "-c", _redis_start(port, secret, config)], check=False)
+    assert empty.returncode != 0  # an empty secret starts no Redis
+    password = 'a pass"word with $ and %s'.replace('"', "")
+    secret.write_text(password + "\n")
+    server = subprocess.Popen(["sh", "-c", _redis_start(port, secret, config)])
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        wait_until(lambda: _answers(f"redis://:{password}@127.0.0.1:{port}/0"), 20, "Redis")
+        assert config.stat().st_mode & 0o777 == 0o600
+        with pytest.raises(redis_client.AuthenticationError):
+            redis_client.Redis.from_url(url).ping()
+        assert password not in Path(f"/proc/{server.pid}/cmdline").read_text()
+        health = healthcheck_command(service).replace("/run/secrets/redis_password", str(secret))
+        health = interpolate(health).replace("redis-cli ping", f"redis-cli -p {port} ping")
+        assert subprocess.run(["sh", "-c", health], check=False).returncode == 0
+        secret.write_text("wrong\n")
+        assert subprocess.run(["sh", "-c", health], check=False).returncode != 0
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis_client.Redis.from_url(url, socket_timeout=1).ping())
+    except redis_client.RedisError:
+        return False
+
+
+def test_zookeeper_is_closed_before_any_worker_starts(compose: dict[str, Any]) -> None:
+    every = services(compose)
+    init = every["zk-init"]
+    argv = service_argv("zk-init", init)
+    assert argv == ["sluice", "zookeeper", "secure"]
+    check_sluice_command(argv)
+    assert init["restart"] == "no" and "zookeeper_password" in secret_names(init)
+    for name in [*worker_services(compose), "cli"]:
+        depends = every[name]["depends_on"]
+        assert depends["zk-init"]["condition"] == "service_completed_successfully", name
+    for name, service in zookeeper_services(compose).items():
+        env = environment(service)
+        words = set(env["ZOO_4LW_COMMANDS_WHITELIST"].split(","))
+        assert words <= {"ruok", "srvr", "mntr"}, f"{name}: 4lw {sorted(words)} name paths"
+        key, _, value = env["ZOO_CFG_EXTRA"].partition("=")
+        assert key == "DigestAuthenticationProvider.superDigest"
+        assert [(n, op) for n, op, _ in interpolations(value)] == [("ZOOKEEPER_SUPER_DIGEST", ":-")]
+
+
+def test_jobs_run_in_bubblewrap_with_the_privileges_it_needs(
+    compose: dict[str, Any], sluice_settings: settings.Settings
+) -> None:
+    assert sluice_settings.executor.sandbox == "bwrap"
+    executors = 0
+    for name, argv in worker_services(compose).items():
+        service = services(compose)[name]
+        if is_executor(argv):
+            executors += 1
+            assert set(service.get("security_opt") or []) == BWRAP_SECURITY_OPT, name
+        else:
+            assert "security_opt" not in service, f"{name} runs no job: Docker's defaults"
+    assert executors >= 2
+    for name, service in services(compose).items():
+        assert not service.get("privileged"), name
+        assert "SYS_ADMIN" not in (service.get("cap_add") or []), name
+    runs = " ".join(i.arguments for i in dockerfile_instructions() if i.keyword == "RUN")
+    assert re.search(r"apt-get install\b.*\bbubblewrap\b", runs)
+    readme = DOCKER_README.read_text()
+    for option in BWRAP_SECURITY_OPT:
+        assert f"`{option}`" in readme, f"docker/README.md: why {option}"
+    assert "apparmor_restrict_unprivileged_userns" in readme

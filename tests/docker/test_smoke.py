@@ -115,8 +115,11 @@ def deployment() -> Iterator[Deployment]:
     env = dict(os.environ)
     flower_port = _free_port()
     flower_auth = f"smoke:{secrets.token_hex(12)}"
+    redis_password = secrets.token_hex(16)
     env.update(
         POSTGRES_PASSWORD=secrets.token_hex(16),
+        REDIS_PASSWORD=redis_password,
+        ZOOKEEPER_PASSWORD=secrets.token_hex(16),
         FLOWER_BASIC_AUTH=flower_auth,
         FLOWER_PORT=str(flower_port),
         SLUICE_IMAGE_TAG="smoke",
@@ -137,7 +140,7 @@ def deployment() -> Iterator[Deployment]:
             "up", "--detach", "--wait", "--wait-timeout", str(UP_TIMEOUT), timeout=UP_TIMEOUT + 60
         )
         host, port = deployment.published("redis", 6379)
-        deployment.broker_url = f"redis://{host}:{port}/0"
+        deployment.broker_url = f"redis://:{redis_password}@{host}:{port}/0"
         yield deployment
     finally:
         logs = deployment.compose("logs", "--no-color", "--tail", "50", check=False).stdout

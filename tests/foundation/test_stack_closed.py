@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
-from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl, make_digest_acl_credential
 
 from cli.stack import closed, process
 from cli.stack.local import LocalStack, StackEntry
@@ -34,7 +34,7 @@ from scheduler.errors import SettingsError
 from scheduler.settings import load_settings
 from scheduler.zk import paths
 from tests.e2e.system import Repos
-from tests.fixtures.cli import run_sluice
+from tests.fixtures.cli import SLUICE, run_sluice
 from tests.fixtures.waiting import wait_until
 
 
@@ -417,3 +417,49 @@ def test_stack_down_through_the_command_line_names_what_it_left_alone(tmp_path: 
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_sluice_zookeeper_secure_closes_a_deployments_server(
+    tmp_path: Path, client: Callable[..., KazooClient]
+) -> None:
+    """What docker/compose.yaml's zk-init runs, against a server of its own."""
+    superuser = tmp_path / "super.password"
+    superuser.write_text("the operator's\n")
+    printed = subprocess.run(
+        [SLUICE, "zookeeper", "digest", "super"],
+        input="the operator's\n", capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    assert printed == make_digest_acl_credential("super", "the operator's")
+    port = process.free_port()
+    server = ZooKeeperServer(
+        data_dir=tmp_path / "zk", port=port, four_letter_words="ruok,srvr", super_digest=printed
+    )
+    server.start()
+    try:
+        server.wait_ready(timeout=60)
+        hosts = server.hosts
+        before = client(hosts)
+        before.create("/sluice/tenant/t", b"open", makepath=True)
+        before.create("/sluice/theirs", b"", acl=[make_digest_acl("other", "x", all=True)])
+        (tmp_path / "zk.password").write_text("deployment's\n")
+        config = _config(
+            tmp_path,
+            f"zookeeper:\n  hosts: {hosts}\n  auth:\n    username: sluice\n"
+            "    password_file: zk.password\n",
+        )
+        secure = ("--config", str(config), "zookeeper", "secure")
+        refused = run_sluice(*secure, cwd=tmp_path)
+        assert refused.returncode == 1
+        assert "could not give sluice's ACL to /sluice/theirs" in refused.stderr
+        done = run_sluice(*secure, "--super-password-file", str(superuser), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert f"ZooKeeper at {hosts}: closed to all but sluice" in done.stdout
+        stranger = client(hosts)
+        for path in ("/", "/sluice", "/sluice/tenant/t", "/sluice/theirs"):
+            assert _refused(lambda path=path: stranger.get_children(path)), path
+        sluice = client(hosts, "sluice:deployment's")
+        assert sluice.get("/sluice/tenant/t")[0] == b"open"
+        again = run_sluice(*secure, cwd=tmp_path)
+        assert again.returncode == 0 and "ACL set" not in again.stdout  # closed already
+    finally:
+        server.stop()

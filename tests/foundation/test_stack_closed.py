@@ -33,6 +33,7 @@ from scheduler import exposure
 from scheduler.errors import SettingsError
 from scheduler.settings import load_settings
 from scheduler.zk import paths
+from scheduler.zk.client import connect
 from tests.e2e.system import Repos
 from tests.fixtures.cli import SLUICE, run_sluice
 from tests.fixtures.waiting import wait_until
@@ -318,6 +319,21 @@ def test_zookeeper_auth_settings(tmp_path: Path) -> None:
     env = {"SLUICE_ZK_PASSWORD_FILE": str(secret)}
     auth = load_settings(remote, env).zookeeper.auth
     assert auth is not None and (auth.username, auth.password) == ("sluice", "from-a-file")
+    # digest auth across a network without TLS: stack up notes the password goes in the clear
+    assert exposure.zookeeper_cleartext(load_settings(remote, env).zookeeper) == (
+        "ZooKeeper at zk1:2181: digest authentication without zookeeper.tls sends the "
+        "password over the network in the clear"
+    )
+    assert exposure.zookeeper_cleartext(load_settings(plain, {}).zookeeper) is None
+    # a password file that is missing or empty is refused before connecting
+    (tmp_path / "state" / "zookeeper.password").write_text("")
+    configured = _config(
+        tmp_path,
+        "zookeeper:\n  hosts: 127.0.0.1:1\n  auth:\n    username: ci\n"
+        "    password_file: state/zookeeper.password\n",
+    )
+    with pytest.raises(SettingsError, match=r"zookeeper.auth: no password \(.* is missing"):
+        connect(load_settings(configured, {}).zookeeper)
 
 
 def test_a_looser_state_dir_is_tightened_and_a_shared_one_refused(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ writable. (``/tmp`` is the job's own: a tmpfs.)
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,7 @@ def test_a_job_sees_only_its_own_build(system: SluiceSystem) -> None:
         leak=0
         cat {planted} 2>/dev/null && leak=1
         grep -q . {system.config} 2>/dev/null && {{ echo "read sluice.yaml"; leak=1; }}
-        touch /var/tmp/sluice-probe 2>/dev/null && {{ echo "wrote /var/tmp"; leak=1; }}
+        touch /var/tmp/sluice-probe 2>/dev/null  # its own tmpfs, not the host's
         touch /etc/sluice-probe 2>/dev/null && {{ echo "wrote /etc"; leak=1; }}
         others=$(ls {state}/builds 2>/dev/null | wc -l)
         [ "$others" -le 1 ] || {{ echo "sees $others builds"; leak=1; }}
@@ -58,6 +59,7 @@ def test_a_job_sees_only_its_own_build(system: SluiceSystem) -> None:
     log = (state / "logs" / build["uuid"] / "job-output.txt").read_text()
     assert build["result"] == "SUCCESS", log
     assert "sandbox probe: leak=0" in log
+    assert not Path("/var/tmp/sluice-probe").exists() and not Path("/etc/sluice-probe").exists()
     assert "another build's secret" not in log
     assert not (state / "logs" / build["uuid"] / "missing").exists()
     assert (state / "logs" / build["uuid"] / "own").read_text() == "ok\n"  # its log folder

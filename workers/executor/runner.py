@@ -277,6 +277,7 @@ class BuildRun:
             writable=self.options.sandbox_writable,
             hidden=self.options.hidden,
             limits=self.options.sandbox_limits,
+            state_dir=self.options.state_dir,
         )
         prepare(self.sandbox)
         return uid

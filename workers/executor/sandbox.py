@@ -39,6 +39,7 @@ import functools
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -186,6 +187,8 @@ class Sandbox:
     readable: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
+    # the worker's state dir: empty wherever a bound folder would show it
+    state_dir: Path | None = None
     limits: SandboxLimits = field(default_factory=SandboxLimits)
 
     @property
@@ -216,20 +219,26 @@ class Sandbox:
         read, write = (STAGED_RO_BIND, STAGED_BIND) if self.uid is not None else RW
         for name in ("passwd", "group"):
             argv += [read, str(self.etc_dir / name), f"/etc/{name}"]
-        bound = [*installation(), *self.readable]
-        for path in bound:
-            if path.exists():
-                argv += [read, str(path), str(path)]
+        layout = self.layout
         for path in self.writable:
             if path.is_dir():
                 argv += [write, str(path), str(path)]
-        layout = self.layout
+        bound = [*installation(), *self.writable]
+        private = [layout.root.parent, *([self.state_dir] if self.state_dir else [])]
+        for path in private:  # other builds, the database, the stack's files
+            if any(path.is_relative_to(b) for b in bound):
+                argv += ["--tmpfs", str(path)]
+        for path in [*installation(), *self.readable]:
+            if path.exists():
+                argv += [read, str(path), str(path)]
+        bound += self.readable
         argv += [write, str(layout.root), str(layout.root)]
         argv += [write, str(layout.log_dir), str(layout.log_dir)]
         mine = (layout.root / "secrets", layout.root / "step", self.etc_dir)
         for path in (layout.log_file, layout.vars_file, *mine, *read_only):
             argv += [read, str(path), str(path)]
-        argv += _hide(self.hidden, [*bound, *self.writable])
+        argv += _hide(self.hidden, bound)
+        argv += ["--remount-ro", "/"]  # the folders bwrap made for its binds (/etc, /var...)
         return [SANDBOX, ",".join(directive), *argv, "--"]
 
 
@@ -275,6 +284,10 @@ def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) 
     for top in (layout.src_dir, layout.home_dir, layout.tmp_dir, *extra):
         for path in _walk(top):
             os.lchown(path, uid, uid)
+    for path in _walk(layout.root / "content"):  # the job reads and runs it, never writes it
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISLNK(mode):
+            os.chmod(path, mode | (0o555 if stat.S_ISDIR(mode) or mode & 0o100 else 0o444))
     folder = layout.result_file.parent
     os.lchown(folder, uid, uid)
     os.lchown(layout.result_file, uid, uid)

@@ -9,13 +9,16 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scheduler.settings import load_settings
-from workers.executor import sandbox
+from scheduler.model.results import Result
+from scheduler.settings import SandboxLimits, load_settings
+from tests.executor.helpers import Repo, make_spec
+from workers.executor import BaseControl, RunnerOptions, run_build, sandbox
 from workers.executor.process import reaper_argv
 from workers.executor.sandbox import Sandbox, host_uid, prepare
 from workers.executor.service import secret_files
@@ -239,3 +242,52 @@ def test_a_sandboxed_step_leaves_no_process_to_init(tmp_path: Path) -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["0"]
+
+
+NO_USERNS = """#!/bin/sh
+echo "bwrap: No permissions to create a new namespace, likely because the kernel" \
+    "does not allow non-privileged user namespaces." >&2
+exit 1
+"""
+
+
+def test_a_kernel_without_user_namespaces_refuses_the_build_naming_the_sysctl(
+    tmp_path: Path, repo: Repo, options: RunnerOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No user namespace, no sandboxed build: ERROR (a retry cannot help), one line, the sysctl."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(NO_USERNS)
+    fake.chmod(0o755)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: str(fake))
+    sandbox.require_user_namespaces.cache_clear()
+    repo.script("run.sh", "echo ran > /dev/null")
+    spec = make_spec(repo, repo.commit(), run=("run.sh",))
+    try:
+        result = run_build(spec, BaseControl(), replace(options, sandbox="bwrap"))
+    finally:
+        sandbox.require_user_namespaces.cache_clear()
+    assert result.result is Result.ERROR
+    assert "user.max_user_namespaces" in result.message and "\n" not in result.message
+    assert not result.steps  # nothing ran unconfined
+
+
+def test_limits_end_a_step_never_the_runner(repo: Repo, options: RunnerOptions) -> None:
+    """A fork bomb, a memory hog and a big file each fail their step; the next step runs."""
+    limits = SandboxLimits(processes=32, memory_mb=256, file_size_mb=4)
+    repo.script("bomb.sh", "bomb() { bomb | bomb & }\nbomb\nsleep 30")
+    repo.script("hog.sh", "exec python3 -c 'b = bytearray(1 << 30)'")
+    repo.script("big.sh", 'head -c 16M /dev/zero > "$HOME/big"')
+    repo.script("after.sh", 'ls -l "$HOME/big"; echo still here')
+    spec = make_spec(
+        repo, repo.commit(), run=("hog.sh",), post_run=("big.sh", "bomb.sh", "after.sh")
+    )
+    spec = replace(spec, post_timeout=5.0)
+    sandboxed = replace(options, sandbox="bwrap", sandbox_limits=limits)
+    result = run_build(spec, BaseControl(), sandboxed)
+    outcomes = {step.path: (step.outcome.value, step.exit_code) for step in result.steps}
+    text = Path(result.log_path).read_text()
+    assert outcomes["hog.sh"] == ("failed", 1) and "MemoryError" in text
+    assert outcomes["big.sh"][0] == "failed"  # SIGXFSZ
+    assert outcomes["bomb.sh"][0] == "timed_out"
+    assert outcomes["after.sh"] == ("ok", 0) and "still here" in text
+    assert " 4194304 " in text  # the file stopped at the limit

@@ -46,9 +46,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.errors import SettingsError
 from scheduler.settings import SandboxLimits
-from workers.executor.errors import WorkspaceError
+from workers.executor.errors import RefusedError, WorkspaceError
 from workers.executor.reaper import SANDBOX, STAGED_BIND, STAGED_RO_BIND, USERNS_FD
 from workers.executor.workspace import BuildLayout
 
@@ -125,22 +124,23 @@ def bwrap_path() -> str:
 
 @functools.cache
 def require_user_namespaces() -> None:
-    """Raise :class:`SettingsError` (one line, naming the sysctl) where bwrap cannot run jobs.
+    """Raise :class:`RefusedError` (one line, naming the sysctl) where bwrap cannot run jobs.
 
     The sandbox needs a user namespace for every step; a kernel built
     without them, or with ``user.max_user_namespaces`` 0, cannot give one,
-    and a job would run as the worker's user. Checked by trying, once a
-    process.
+    and a job would run as the worker's user: the build is refused
+    (``ERROR``, a retry cannot help). Checked by trying, once a process
+    (a failure is checked again next time).
     """
     bwrap = bwrap_path()
     probe = [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:
         ran = subprocess.run(probe, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SettingsError(f"executor.sandbox is bwrap but bubblewrap cannot run: {exc}") from None
+        raise RefusedError(f"executor.sandbox is bwrap but bubblewrap cannot run: {exc}") from None
     if ran.returncode != 0:
         said = ran.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
-        raise SettingsError(
+        raise RefusedError(
             "executor.sandbox is bwrap but this kernel gives no user namespace "
             f"({said[0]}): set sysctl {USERNS_SYSCTL} above 0 (and "
             "kernel.unprivileged_userns_clone=1 where it exists), or set executor.sandbox: none"

@@ -172,7 +172,13 @@ def secret_files(settings: Settings) -> tuple[Path, ...]:
         if tls is not None:
             found += [tls.ca, tls.cert, tls.key]
     found += [a.public_key for a in settings.web.authenticators]
-    for path in (settings.broker.password_file, settings.flower.basic_auth_file):
+    auth = settings.zookeeper.auth
+    zookeeper_password = auth.password_file if auth is not None else None
+    for path in (
+        settings.broker.password_file,
+        settings.flower.basic_auth_file,
+        zookeeper_password,
+    ):
         found.append(str(path) if path is not None else None)
     keystore = settings.keystore.password_file
     found.append(str(keystore) if keystore is not None else None)

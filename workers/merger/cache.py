@@ -41,6 +41,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -75,6 +76,8 @@ _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 # (maintenance.auto off: repo.py, Upkeep); uploadpack lets an executor fetch
 # a speculative commit by sha.
 _MAINTENANCE_OFF = ("maintenance.auto", "false")
+# What git adds is readable by all, whatever the worker's umask (readable_by_all).
+_SHARED = ("core.sharedRepository", "0644")
 _REPO_CONFIG = (
     ("remote.origin.fetch", "+refs/heads/*:refs/heads/*"),
     ("gc.autoDetach", "false"),
@@ -252,6 +255,9 @@ class RepoCache:
             if self._is_sound(path):
                 # a repo cloned by an older version still runs git's auto maintenance
                 self.git.run(["config", *_MAINTENANCE_OFF], path)
+                if self.git.run(["config", _SHARED[0]], path, check=False).returncode:
+                    self.git.run(["config", *_SHARED], path)  # and was private to its user
+                    readable_by_all(path)
                 self._checked.add(path)
                 return
             self._discard(path)
@@ -290,7 +296,11 @@ class RepoCache:
             # the cache shares no object files with it. git runs in the
             # folder it fills, so a killed worker's clone is found there.
             tmp.mkdir()
-            self.git.run(["clone", "--bare", "--quiet", "--no-local", "--", url, "."], tmp)
+            shared = "=".join(_SHARED)
+            self.git.run(
+                ["clone", "-c", shared, "--bare", "--quiet", "--no-local", "--", url, "."], tmp
+            )
+            readable_by_all(tmp)  # what git wrote before it read its config
             for key, value in _REPO_CONFIG:
                 self.git.run(["config", key, value], tmp)
             self.git.run(
@@ -314,6 +324,21 @@ class RepoCache:
             os.rename(path, aside)
         shutil.rmtree(aside, ignore_errors=True)
         shutil.rmtree(Repo.worktree_path(path), ignore_errors=True)
+
+
+def readable_by_all(top: Path) -> None:
+    """Every folder of ``top`` passable and every file readable by all (never a link followed).
+
+    A sandboxed job is a user of its own and reads its projects' objects
+    through its checkout's alternates; the state dir above keeps others out.
+    """
+    for folder, _dirs, files in os.walk(top):
+        os.chmod(folder, os.lstat(folder).st_mode | 0o555)
+        for name in files:
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                os.chmod(path, mode | 0o444)
 
 
 def _note_holder(fd: int, holder: bytes, label: str) -> bool:

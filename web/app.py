@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -26,6 +27,8 @@ import web.admin
 import web.live  # noqa: F401 (registers its endpoints)
 from scheduler.settings import Settings
 from web import hooks
+from web.auth import ALL
+from web.bodies import CloseUnread
 from web.context import WebContext
 from web.errors import ApiError, error_response
 from web.rest import API
@@ -56,9 +59,15 @@ async def health(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    """Prometheus metrics; with ``protect_reads``, for a token naming every tenant ("*")."""
     from scheduler.metrics import registry
 
     ctx: WebContext = request.app.state.context
+    if ctx.settings.web.protect_reads:
+        try:
+            await run_in_threadpool(ctx.auth.authorize, request, ALL, False)
+        except ApiError as exc:
+            return error_response(exc)
 
     def collect() -> bytes:
         try:
@@ -101,6 +110,7 @@ def create_app(settings: Settings) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
+        middleware=[Middleware(CloseUnread)],
         exception_handlers={404: not_found, 405: method_not_allowed},
     )
     app.state.context = context

@@ -12,7 +12,6 @@ and SQL, which block): they run in Starlette's thread pool.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -20,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from scheduler.errors import SluiceError
+from web.auth import ALL
+from web.bodies import parse_json, read_body
 from web.errors import ApiError, error_response, status_of
 
 log = logging.getLogger(__name__)
@@ -132,8 +133,11 @@ class Call:
 
 
 Handler = Callable[[Call], Any]
-# Checks the token of a request: the claims, or ApiError 401/403.
-Authorizer = Callable[[Request, str | None], Mapping[str, Any]]
+# Checks the token of a request: the claims, or ApiError 401/403. Its
+# arguments: the request, the tenant it acts on or reads (a raw path value,
+# unchecked; ALL: every tenant; None: any valid token will do), and whether
+# it is an admin verb.
+Authorizer = Callable[[Request, str | None, bool], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,17 @@ class Endpoint:
     admin: bool = False
     # answered without a token even when reads are protected (capabilities)
     public: bool = False
+    # with protect_reads, any valid token reads it and the handler shows only the
+    # tenants the token may read (the tenant list); otherwise an endpoint outside
+    # /api/tenant/<t>/ needs a token for every tenant ("*")
+    listing: bool = False
     status: int = 200
+
+    def scope(self, request: Request) -> str | None:
+        """The tenant a token must name to call this endpoint (see :data:`Authorizer`)."""
+        if any(p.name == "tenant" for p in self.path_params):
+            return str(request.path_params.get("tenant", ""))
+        return None if self.listing else ALL
 
     @property
     def operation_id(self) -> str:
@@ -282,6 +296,8 @@ def _dispatcher(
             return await _answer(request, endpoint, authorize, protect_reads)
         except ApiError as exc:
             return error_response(exc)
+        except ClientDisconnect:  # gone while sending its body: nobody reads the answer
+            return Response(status_code=400)
         except SluiceError as exc:
             return error_response(ApiError(status_of(exc), str(exc)))
         except Exception:
@@ -306,6 +322,12 @@ async def _answer(
 async def _call(
     request: Request, endpoint: Endpoint, authorize: Authorizer, protect_reads: bool
 ) -> Call:
+    """The checked call: the token first (nothing of the request is read before
+    it passed), then the path, the query and the body."""
+    claims: Mapping[str, Any] = {}
+    if endpoint.admin or (protect_reads and not endpoint.public):
+        scope = endpoint.scope(request)
+        claims = await run_in_threadpool(authorize, request, scope, endpoint.admin)
     args: dict[str, Any] = {}
     for param in endpoint.path_params:
         args[param.name] = param.parse(request.path_params.get(param.name), "path parameter")
@@ -323,21 +345,12 @@ async def _call(
             raise ApiError(400, f"query parameter {param.name!r} is required", param.name)
     if endpoint.body:
         args.update(await _body(request, endpoint.body))
-    claims: Mapping[str, Any] = {}
-    if endpoint.admin or (protect_reads and not endpoint.public):
-        tenant = args.get("tenant")
-        claims = await run_in_threadpool(authorize, request, tenant if endpoint.admin else None)
     return Call(request, args, claims)
 
 
 async def _body(request: Request, params: Sequence[Param]) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise ApiError(413, f"request body larger than {MAX_BODY} bytes")
-    try:
-        data = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "request body: not valid JSON") from None
+    raw = await read_body(request, MAX_BODY)
+    data = parse_json(raw) if raw.strip() else {}
     if not isinstance(data, dict):
         raise ApiError(400, "request body: expected a JSON object")
     args: dict[str, Any] = {}

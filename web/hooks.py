@@ -11,31 +11,43 @@ and only then answers 2xx and nudges the connection hop.
   ``X-Gitlab-Event`` names the event, ``X-Gitlab-Event-UUID`` identifies it.
 
 A missing or wrong signature is a 401 and nothing is stored; a body that is
-not a JSON object is a 400; an event type the driver does not use is
-acknowledged (202, ``ignored``) and not stored; a delivery id stored before
-is acknowledged (200, ``duplicate``) and not stored again.
+not a JSON object (or nests deeper than :data:`web.bodies.MAX_DEPTH`) is a
+400; an event type the driver does not use is acknowledged (202,
+``ignored``) and not stored; a delivery id stored before is acknowledged
+(200, ``duplicate``) and not stored again.
+
+The signature is checked before the body is parsed, and whatever can be
+checked without the body first: a connection without ``webhook_token``, a
+GitHub delivery without ``X-Hub-Signature-256`` or a GitLab delivery with
+the wrong ``X-Gitlab-Token`` is refused before a byte of the body is read.
+A GitHub body is hashed as it streams in, into a spool that keeps at most
+:data:`SPOOL_IN_MEMORY` bytes in memory (the rest in a temporary file), and
+refused with 413 once it passes :data:`MAX_BODY`; only a body whose
+signature matched is read back and parsed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
+import tempfile
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from scheduler import dispatch, tasknames
 from scheduler.drivers import webhooks
 from scheduler.settings import ConnectionSettings
+from web.bodies import chunks, parse_json
 from web.errors import ApiError, error_response
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 10 * 1024 * 1024
+SPOOL_IN_MEMORY = 256 * 1024
 HEADERS = {
     "github": ("x-github-event", "x-github-delivery"),
     "gitlab": ("x-gitlab-event", "x-gitlab-event-uuid"),
@@ -47,17 +59,32 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("latin-1", "replace"), expected.encode("utf-8"))
 
 
-def _check_signature(connection: ConnectionSettings, request: Request, body: bytes) -> None:
+def _secret(connection: ConnectionSettings, request: Request) -> str:
+    """The connection's secret, once what the headers alone can prove passed; 401 otherwise."""
     secret = str(connection.options.get("webhook_token") or "")
     if not secret:
         raise ApiError(401, f"connection {connection.name!r} has no webhook_token configured")
     if connection.driver == "github":
-        given = request.headers.get("x-hub-signature-256", "")
-        digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        if not given or not _same(given, f"sha256={digest}"):
+        if not request.headers.get("x-hub-signature-256", ""):
             raise ApiError(401, "X-Hub-Signature-256 is missing or does not match")
     elif not _same(request.headers.get("x-gitlab-token", ""), secret):
         raise ApiError(401, "X-Gitlab-Token is missing or does not match")
+    return secret
+
+
+async def _signed_body(connection: ConnectionSettings, request: Request, secret: str) -> bytes:
+    """The body, read in bounded chunks; for GitHub only once its HMAC matched (401)."""
+    mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
+        async for chunk in chunks(request, MAX_BODY, "body"):
+            mac.update(chunk)
+            spool.write(chunk)
+        if connection.driver == "github":
+            given = request.headers.get("x-hub-signature-256", "")
+            if not _same(given, f"sha256={mac.hexdigest()}"):
+                raise ApiError(401, "X-Hub-Signature-256 is missing or does not match")
+        spool.seek(0)
+        return spool.read()
 
 
 async def payload(request: Request) -> Response:
@@ -67,6 +94,11 @@ async def payload(request: Request) -> Response:
         if exc.status == 401:
             log.warning("webhook refused: %s", exc.description)
         return error_response(exc)
+    except ClientDisconnect:  # gone while sending its body: nobody reads the answer
+        return Response(status_code=400)
+    except Exception:
+        log.exception("webhook for %s failed", request.path_params.get("connection"))
+        return error_response(ApiError(500, "internal error (logged by the server)"))
 
 
 async def _receive(request: Request) -> Response:
@@ -77,10 +109,7 @@ async def _receive(request: Request) -> Response:
     connection = ctx.settings.connections.get(name)
     if connection is None or connection.driver not in HEADERS:
         raise ApiError(404, f"no github or gitlab connection {name!r}")
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise ApiError(413, f"body larger than {MAX_BODY} bytes")
-    _check_signature(connection, request, body)
+    body = await _signed_body(connection, request, _secret(connection, request))
     found = _delivery(connection, request, body)
     if isinstance(found, Response):
         return found
@@ -117,10 +146,7 @@ def _delivery(
         return JSONResponse({"status": "pong"})
     if event not in webhooks.STORED[connection.driver]:
         return JSONResponse({"status": "ignored", "event": event}, status_code=202)
-    try:
-        parsed: Any = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the body is not JSON") from None
+    parsed: Any = parse_json(body, "body")
     if not isinstance(parsed, dict):
         raise ApiError(400, "the body is not a JSON object")
     return webhooks.WebhookDelivery(connection.driver, event, delivery, parsed)

@@ -15,6 +15,7 @@ from scheduler.reporting.results import BuildResult
 from scheduler.zk.autoholds import AutoholdRequest, AutoholdStore
 from scheduler.zk.components import all_components
 from web import shapes
+from web.auth import allows
 from web.context import WebContext
 from web.endpoints import NAME, PROJECT, UUID, Api, Call, Param
 from web.errors import ApiError
@@ -79,16 +80,20 @@ def info(call: Call) -> Any:
 @API.get(T + "/info", public=True)
 def tenant_info(call: Call) -> Any:
     """What this API offers, for one tenant."""
-    ctx, tenant = tenant_of(call)
-    return _info(ctx, tenant)
+    ctx = context(call)
+    if ctx.settings.web.protect_reads:  # open: it does not say whether the tenant exists
+        return _info(ctx, call["tenant"])
+    return _info(ctx, ctx.check_tenant(call["tenant"]))
 
 
-@API.get("/api/tenants")
+@API.get("/api/tenants", listing=True)
 def tenants(call: Call) -> Any:
-    """Every tenant with its project count and queued items."""
+    """Every tenant (the token may read) with its project count and queued items."""
     ctx = context(call)
     found = []
     for name in ctx.tenants():
+        if ctx.settings.web.protect_reads and not allows(call.claims, name):
+            continue
         state = ctx.layouts.state(name)
         queued = sum(len(p.items) for p in ctx.pipelines(name))
         projects = len(state.tenant.projects) if state else 0

@@ -61,6 +61,7 @@ class WebServer:
     url: str
     system: SluiceSystem
     log: Path
+    pid: int = 0
 
     def request(
         self, method: str, path: str, body: Any = None, *, auth: str | None = None
@@ -108,7 +109,7 @@ def start_web(system: SluiceSystem, config: str) -> Iterator[WebServer]:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    server = WebServer(f"http://127.0.0.1:{port}", system, log)
+    server = WebServer(f"http://127.0.0.1:{port}", system, log, proc.pid)
     try:
 
         def up() -> bool:

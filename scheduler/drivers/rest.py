@@ -7,6 +7,13 @@ GitLab's ``RateLimit-Reset``) waits until the reset (at most
 :data:`MAX_RATE_WAIT` seconds) and tries once more. Every failure becomes
 the driver's :class:`~scheduler.drivers.ForgeError` subclass with the HTTP
 status (0 for no answer).
+
+Redirects are followed as urllib follows them, with one difference: when
+one leads to another origin (scheme, host or port), the credentials
+(``Authorization``, GitLab's ``PRIVATE-TOKEN`` and ``JOB-TOKEN``, cookies)
+are not sent there, and a redirect to anything but http or https is an
+error. A forge (or whoever answers in its name) cannot send a token to a
+host of its choosing.
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Any
+from http.client import HTTPMessage
+from typing import IO, Any
+from urllib.parse import urlsplit
 
 from scheduler.drivers import ForgeError
 
@@ -25,6 +34,41 @@ log = logging.getLogger(__name__)
 
 MAX_RATE_WAIT = 300.0
 TIMEOUT = 30.0
+# headers that carry a credential: never sent to another origin than the one asked
+CREDENTIALS = frozenset({"authorization", "private-token", "job-token", "cookie"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """``(scheme, host, port)`` of ``url``, the port made explicit."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or DEFAULT_PORTS.get(scheme)
+
+
+class CredentialsStayHome(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, without the credentials when the origin changes."""
+
+    def redirect_request(  # noqa: PLR0917 (urllib's signature)
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if urlsplit(newurl).scheme.lower() not in DEFAULT_PORTS:
+            raise urllib.error.HTTPError(newurl, code, f"redirect to {newurl!r}", headers, fp)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and origin(new.full_url) != origin(req.full_url):
+            for name in [n for n in new.headers if n.lower() in CREDENTIALS]:
+                del new.headers[name]
+            log.warning("%s redirected to %s: credentials not sent there", req.full_url, newurl)
+        return new
+
+
+_opener = urllib.request.build_opener(CredentialsStayHome)
 
 
 def rate_limit_wait(exc: urllib.error.HTTPError, now: float | None = None) -> float | None:
@@ -64,7 +108,7 @@ def call(
     for attempt in (1, 2):
         try:
             request = urllib.request.Request(url, data, sent, method=method)
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with _opener.open(request, timeout=timeout) as response:
                 raw = response.read()
             return json.loads(raw) if raw else None
         except urllib.error.HTTPError as exc:

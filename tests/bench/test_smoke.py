@@ -27,6 +27,7 @@ SMOKES = {
     "scale": ["scale.py", "--smoke"],
     "send": ["send.py", "--smoke"],
     "sql_report": ["sql_report.py", "--smoke"],
+    "web_body": ["web_body.py", "--megabytes", "20"],
     "zk_primitives": ["zk_primitives.py", "--seconds", "0.2"],
 }
 

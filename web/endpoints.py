@@ -258,6 +258,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         "responses": responses,
     }
     if endpoint.body:
+        responses["413"] = {"description": f"Body larger than {MAX_BODY} bytes", "content": error}
         operation["requestBody"] = {
             "required": True,
             "content": {

@@ -137,7 +137,7 @@ class ExecutorSettings:
     # host folders a sandboxed job may write besides its own build (a shared cache)
     sandbox_writable: tuple[Path, ...] = ()
     # which steps share the host's network: "loopback" (none: each step has
-    # its own loopback), "nodes" (playbooks of a build with nodes), "host" (all)
+    # its own loopback), "nodes" (the steps of a build with nodes), "host" (all)
     sandbox_network: str = "loopback"
     # processes, memory, file size and open files of a sandboxed step
     sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)

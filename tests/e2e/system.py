@@ -119,6 +119,11 @@ class Repos:
         return self.git(project, "rev-parse", "HEAD")
 
 
+# Jobs that reach their nodes share the host's network (the sandbox gives
+# every other step only a loopback of its own: docs/security.md).
+NODE_NETWORK = "executor:\n  sandbox_network: nodes\n"
+
+
 class SluiceSystem:
     def __init__(self, environment: ServiceEnvironment, workers: WorkerFactory, root: Path) -> None:
         self.environment = environment

@@ -26,7 +26,7 @@ from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore
 from scheduler.zk.node_records import NodeState
 from scheduler.zk.nodes import NodeStore
-from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
+from tests.e2e.system import CHECK_CONFIG, NODE_NETWORK, TENANT_YAML, SluiceSystem
 from tests.fixtures.services import missing_service
 from tests.fixtures.waiting import wait_until
 from workers.launcher.addresses import AddressPool
@@ -135,7 +135,7 @@ def test_a_playbook_runs_on_a_node_booted_from_a_built_image(
     script.write_text(IMAGE_SCRIPT)
     script.chmod(0o755)
     settings = textwrap.dedent(SETTINGS).format(root=system.root)
-    system.config.write_text(system.config.read_text() + settings)
+    system.config.write_text(system.config.read_text() + NODE_NETWORK + settings)
     system.tenant(TENANT_YAML)
     system.repos.commit("config", "main", CHECK_CONFIG)
     base = system.repos.commit("app", "main", APP)
@@ -187,7 +187,9 @@ def test_a_killed_executor_s_node_is_recovered_and_the_build_retried(
     script.write_text(IMAGE_SCRIPT)
     script.chmod(0o755)
     system.config.write_text(
-        system.config.read_text() + textwrap.dedent(SETTINGS).format(root=system.root)
+        system.config.read_text()
+        + NODE_NETWORK
+        + textwrap.dedent(SETTINGS).format(root=system.root)
     )
     system.tenant(TENANT_YAML)
     playbook = WAITING_PLAYBOOK.format(markers=markers, go=go)
@@ -207,8 +209,10 @@ def test_a_killed_executor_s_node_is_recovered_and_the_build_retried(
         90,
         "image base built",
     )
+    markers.touch()
+    markers.chmod(0o666)  # both attempts append: each build's job is a user of its own
     system.enqueue("feature0")
-    wait_until(markers.exists, 90, "the first attempt's playbook on its node")
+    wait_until(lambda: markers.read_text().strip(), 90, "the first attempt's playbook on its node")
     store = NodeStore(client)
     (first,) = [n.id for n in store.nodes() if n.state == NodeState.IN_USE]
 

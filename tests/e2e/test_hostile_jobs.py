@@ -19,7 +19,7 @@ default sandbox (bubblewrap), as root as CI runs it:
 
 The outcomes make the table of what a job can reach in docs/security.md:
 the test fails when the table there differs from what it saw (run it with
-``SLUICE_WRITE_SECURITY_TABLE=1`` to write the table after a change).
+``WRITE_SECURITY_TABLE=1`` to write the table after a change).
 """
 
 from __future__ import annotations
@@ -80,13 +80,17 @@ exit 0
 """
 
 # The untrusted child: overwrite every copy of the parent's post-run, poison HOME.
+# Its own checkout of the config project (src/) is its to change; the copy
+# the trusted post-run runs from (content/) is not.
 THIEF = """#!/bin/sh
+evil='#!/bin/sh\\necho STOLEN; cat "$SLUICE_SECRETS_FILE"\\n'
 for f in $(find "$SLUICE_WORKSPACE" -name publish.sh 2>/dev/null); do
-    printf '#!/bin/sh\\necho STOLEN; cat "$SLUICE_SECRETS_FILE"\\n' > "$f" 2>/dev/null \\
-        && echo "REWROTE $f"
-    chmod u+w "$f" 2>/dev/null && echo "CHMOD $f"
-    mv "$(dirname "$f")" "$(dirname "$f").gone" 2>/dev/null && echo "MOVED $f"
+    case "$f" in */content/*) where=TRUSTED ;; *) where=own ;; esac
+    printf "$evil" > "$f" 2>/dev/null && echo "$where REWROTE $f"
+    chmod u+w "$f" 2>/dev/null && echo "$where CHMOD $f"
+    mv "$(dirname "$f")" "$(dirname "$f").gone" 2>/dev/null && echo "$where MOVED $f"
 done
+mv "$SLUICE_WORKSPACE/content" "$SLUICE_WORKSPACE/gone" 2>/dev/null && echo "TRUSTED MOVED content"
 ls "$SLUICE_WORKSPACE/secrets" 2>/dev/null | grep . && echo "SAW SECRETS"
 printf '[core]\\n\\tpager = echo PAGER\\n' > "$HOME/.gitconfig"
 mkdir -p "$SLUICE_WORKSPACE/step" 2>/dev/null
@@ -133,7 +137,7 @@ ATTACKS: list[tuple[str, str, str, str]] = [
     (
         "log-remove",
         "remove or rename its `job-output.txt`",
-        'rm -f "$SLUICE_LOG_DIR/job-output.txt" || mv "$SLUICE_LOG_DIR/job-output.txt" "$SLUICE_LOG_DIR/x"',
+        'L="$SLUICE_LOG_DIR"; rm -f "$L/job-output.txt" || mv "$L/job-output.txt" "$L/x"',
         "refused",
     ),
     (
@@ -224,7 +228,7 @@ OTHER_ATTACKS = [
     ("secrets-folder", "list the secrets folder from an untrusted step", "refused"),
     ("fork-bomb", "fork without end (`processes: 64`)", "its build ends; the next change passes"),
     ("memory-hog", "allocate 2 GiB (`memory_mb: 512`)", "its build fails; the next change passes"),
-    ("big-file", "write a 64 MiB file (`file_size_mb: 16`)", "its build fails at 16 MiB"),
+    ("big-file", "write a 64 MiB file (`file_size_mb: 16`)", "its build fails (`SIGXFSZ`)"),
 ]
 
 
@@ -248,8 +252,9 @@ def write_or_check_table(rows: list[tuple[str, str, str]]) -> None:
     before, rest = text.split(TABLE_BEGIN, 1)
     _, after = rest.split(TABLE_END, 1)
     wanted = f"{before}{TABLE_BEGIN}\n" + "\n".join(table) + f"\n{TABLE_END}{after}"
-    if os.environ.get("SLUICE_WRITE_SECURITY_TABLE") == "1":
+    if os.environ.get("WRITE_SECURITY_TABLE") == "1":
         SECURITY_DOC.write_text(wanted)
+        return
     assert text == wanted, "docs/security.md's table differs from what the jobs reached"
 
 
@@ -288,6 +293,7 @@ def test_hostile_jobs_reach_nothing_they_were_not_given(system: SluiceSystem) ->
 
     system.tenant(TENANT)
     system.repos.commit("config", "main", {"zuul.d/pipelines.yaml": PIPELINES})
+    base = system.repos.commit("app", "main", {"README": "app\n"})
     system.start_workers()
     system.sluice("reconfigure")
     plaintext = system.root / "plaintext"
@@ -339,7 +345,6 @@ def test_hostile_jobs_reach_nothing_they_were_not_given(system: SluiceSystem) ->
         "ci/big-file.sh": '#!/bin/sh\nhead -c 64M /dev/zero > "$HOME/big"\n',
         "ci/canary.sh": "#!/bin/sh\necho canary alive\n",
     }
-    base = system.repos.commit("app", "main", {"README": "app\n"})
     system.repos.commit("app", "hostile", app, base=base)
     system.enqueue("hostile")
     system.sluice("wait", "--idle", "--timeout", "240")
@@ -366,7 +371,8 @@ def test_hostile_jobs_reach_nothing_they_were_not_given(system: SluiceSystem) ->
     thief = logs["thief"]
     assert builds["thief"]["result"] == "SUCCESS", thief
     assert "genuine post-run with 1 secret field(s)" in thief, thief
-    for word in ("STOLEN", "REWROTE", "CHMOD", "MOVED", "SAW SECRETS", "HOME POISONED"):
+    assert "own REWROTE" in thief  # it did try: its own checkout took the edit
+    for word in ("STOLEN", "TRUSTED ", "SAW SECRETS", "HOME POISONED"):
         assert word not in thief, (word, thief)
     assert PLAINTEXT not in thief
     rows.append(("trusted-post-run", OTHER_ATTACKS[0][1], OTHER_ATTACKS[0][2]))
@@ -378,6 +384,7 @@ def test_hostile_jobs_reach_nothing_they_were_not_given(system: SluiceSystem) ->
     assert builds["memory-hog"]["result"] == "FAILURE", logs["memory-hog"]
     assert "MemoryError" in logs["memory-hog"]
     assert builds["big-file"]["result"] == "FAILURE", logs["big-file"]
+    assert "exit code 153" in logs["big-file"]  # 128 + SIGXFSZ
     system.repos.commit(
         "app",
         "after",

@@ -32,7 +32,7 @@ from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
 from scheduler.zk.node_records import NodeRequest, NodeRequestState
 from scheduler.zk.nodes import NodeStore
-from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
+from tests.e2e.system import CHECK_CONFIG, NODE_NETWORK, TENANT_YAML, SluiceSystem
 from tests.fixtures.services import missing_service
 from tests.fixtures.sshd import SshHost, ssh_options
 from tests.fixtures.waiting import wait_until
@@ -117,7 +117,8 @@ def _job_key(system: SluiceSystem, key: Path) -> Path:
     copy = system.root / "job-key" / "id_ed25519"
     copy.parent.mkdir()
     shutil.copyfile(key, copy)
-    copy.chmod(0o600)
+    copy.chmod(0o644)  # the job is a user of its own; ssh takes a key it does not own
+    copy.parent.chmod(0o755)
     return copy
 
 
@@ -170,7 +171,7 @@ def local_nodes(system: SluiceSystem) -> Iterator[Path]:
 
 
 def _start(system: SluiceSystem, nodes: str, app: dict[str, str], refs: int = 1) -> None:
-    system.config.write_text(system.config.read_text() + nodes)
+    system.config.write_text(system.config.read_text() + NODE_NETWORK + nodes)
     system.tenant(TENANT_YAML)
     system.repos.commit("config", "main", CHECK_CONFIG)
     base = system.repos.commit("app", "main", app)
@@ -230,7 +231,9 @@ def test_a_node_that_cannot_boot_fails_its_request_and_leaves_nothing(
     system: SluiceSystem, client: ZooKeeperClient, local_nodes: Path
 ) -> None:
     _publish_image(client, system.root / "image", broken=True)
-    system.config.write_text(system.config.read_text() + LOCAL.format(root=system.root))
+    system.config.write_text(
+        system.config.read_text() + NODE_NETWORK + LOCAL.format(root=system.root)
+    )
     system.start_worker(("launcher",), concurrency=1)
     store = NodeStore(client)
     failed = _served(store, store.submit(["sandbox"], "t/check/a"))
@@ -257,7 +260,9 @@ def test_a_killed_launcher_leaves_its_node_running_and_another_removes_it(
 ) -> None:
     key = system.root / "ssh" / "nodes_ed25519"
     _publish_image(client, system.root / "image")
-    system.config.write_text(system.config.read_text() + LOCAL.format(root=system.root))
+    system.config.write_text(
+        system.config.read_text() + NODE_NETWORK + LOCAL.format(root=system.root)
+    )
     doomed = system.start_worker(("launcher",), concurrency=1)
     store = NodeStore(client)
     served = _served(store, store.submit(["sandbox"], "t/check/a"))
@@ -290,7 +295,9 @@ def test_a_launcher_killed_mid_boot_leaves_nothing_once_another_recovers(
 ) -> None:
     """SIGKILL with the node's address leased and its network made, before its sshd."""
     _publish_image(client, system.root / "image")
-    system.config.write_text(system.config.read_text() + LOCAL.format(root=system.root))
+    system.config.write_text(
+        system.config.read_text() + NODE_NETWORK + LOCAL.format(root=system.root)
+    )
     flag = system.root / "hold-boot"
     flag.write_text("")
     doomed = system.start_worker(("launcher",), concurrency=1, env={testhooks.HOLD_BOOT: str(flag)})

@@ -63,6 +63,7 @@ from workers.executor.sandbox import (
     give,
     host_uid,
     prepare,
+    readable,
     require_user_namespaces,
 )
 from workers.executor.secrets import (
@@ -104,7 +105,7 @@ class RunnerOptions:
     # "bwrap": every executable runs in bubblewrap (workers/executor/sandbox.py)
     sandbox: str = "none"
     # which steps share the host's network: "loopback" (none), "nodes"
-    # (playbooks of a build with nodes) or "host" (every step)
+    # (the steps of a build with nodes) or "host" (every step)
     sandbox_network: str = "loopback"
     # processes, memory, file size and open files of a sandboxed step
     sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
@@ -233,6 +234,8 @@ class BuildRun:
                 result_data_limit=self.options.result_data_limit,
                 uid=uid,
             )
+            if uid is not None:
+                readable(self.ansible.folder)  # its config, vars and inventory
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
         info = StartedInfo(
             build_uuid=spec.build_uuid,
@@ -287,9 +290,7 @@ class BuildRun:
         if self.sandbox is None:
             return []
         network = self.options.sandbox_network == "host" or (
-            self.options.sandbox_network == "nodes"
-            and bool(self.spec.nodes)
-            and is_playbook(job_step.path)
+            self.options.sandbox_network == "nodes" and bool(self.spec.nodes)
         )
         sandbox = self.sandbox
         if self.ansible is not None:

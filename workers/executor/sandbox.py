@@ -23,7 +23,7 @@ What a sandboxed step sees (docs/security.md has the threat model):
   job to that user (the best it can do without root).
 * **Namespaces**: its own PID, IPC, UTS and network namespaces (only
   loopback; ``executor.sandbox_network`` opens the host network to
-  playbooks that reach the build's nodes, or to every step), a new
+  the steps of a build with nodes, or to every step), a new
   session (no ``TIOCSTI`` into a terminal), and it dies with its reaper.
 * **Limits** (:class:`SandboxLimits`, ``executor.sandbox_limits``):
   processes, memory and file size per process, open files; no core dumps.
@@ -225,9 +225,10 @@ class Sandbox:
                 argv += [write, str(path), str(path)]
         bound = [*installation(), *self.writable]
         private = [layout.root.parent, *([self.state_dir] if self.state_dir else [])]
-        for path in private:  # other builds, the database, the stack's files
-            if any(path.is_relative_to(b) for b in bound):
-                argv += ["--tmpfs", str(path)]
+        covered = [p for p in private if any(p.is_relative_to(b) for b in bound)]
+        covered = [p for p in covered if not any(p != o and p.is_relative_to(o) for o in covered)]
+        for path in covered:  # other builds, the database, the stack's files
+            argv += ["--tmpfs", str(path)]
         for path in [*installation(), *self.readable]:
             if path.exists():
                 argv += [read, str(path), str(path)]
@@ -237,8 +238,10 @@ class Sandbox:
         mine = (layout.root / "secrets", layout.root / "step", self.etc_dir)
         for path in (layout.log_file, layout.vars_file, *mine, *read_only):
             argv += [read, str(path), str(path)]
-        argv += _hide(self.hidden, bound)
-        argv += ["--remount-ro", "/"]  # the folders bwrap made for its binds (/etc, /var...)
+        argv += _hide(self.hidden, bound, self.uid)
+        # the folders bwrap made for its binds (/etc, /var...), what covers the state dir
+        for top in ["/", *map(str, covered)]:
+            argv += ["--remount-ro", top]
         return [SANDBOX, ",".join(directive), *argv, "--"]
 
 
@@ -247,6 +250,7 @@ def prepare(sandbox: Sandbox) -> None:
     layout = sandbox.layout
     etc = sandbox.etc_dir
     etc.mkdir(mode=0o755, exist_ok=True)
+    etc.chmod(0o755)
     home = layout.home_dir
     users = (
         "root:x:0:0:root:/root:/usr/sbin/nologin\n"
@@ -284,13 +288,19 @@ def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) 
     for top in (layout.src_dir, layout.home_dir, layout.tmp_dir, *extra):
         for path in _walk(top):
             os.lchown(path, uid, uid)
-    for path in _walk(layout.root / "content"):  # the job reads and runs it, never writes it
+    for made in (layout.result_file.parent, layout.result_file):
+        os.lchown(made, uid, uid)
+    # the job reads (and runs) these, never writes them, whatever the worker's umask
+    for top in (layout.root / "content", layout.vars_file, layout.root / "nodes.json"):
+        readable(top)
+
+
+def readable(top: Path) -> None:
+    """``top`` and everything in it readable by all, folders passable (never a link followed)."""
+    for path in _walk(top):
         mode = os.lstat(path).st_mode
         if not stat.S_ISLNK(mode):
             os.chmod(path, mode | (0o555 if stat.S_ISDIR(mode) or mode & 0o100 else 0o444))
-    folder = layout.result_file.parent
-    os.lchown(folder, uid, uid)
-    os.lchown(layout.result_file, uid, uid)
 
 
 def give(path: Path, uid: int | None) -> None:
@@ -304,6 +314,8 @@ def _walk(top: Path) -> Iterator[str]:
     if not os.path.lexists(top):
         return
     yield str(top)
+    if not os.path.isdir(top) or os.path.islink(top):
+        return
     for folder, dirs, files in os.walk(top):
         for name in dirs:
             yield os.path.join(folder, name)
@@ -330,14 +342,35 @@ def _under(path: Path, folders: Sequence[str]) -> bool:
     return any(path.is_relative_to(folder) for folder in folders)
 
 
-def _hide(paths: Iterable[Path], bound: Sequence[Path]) -> list[str]:
-    """Cover each of ``paths`` that a bound folder would show: empty, or an empty folder."""
+def _hide(paths: Iterable[Path], bound: Sequence[Path], uid: int | None) -> list[str]:
+    """Cover each of ``paths`` that a bound folder would show: empty, or an empty folder.
+
+    A path the job's user could not reach anyway (a folder above it lets
+    only its owner through) is left as it is: bubblewrap, as that user,
+    could not reach it to cover it either.
+    """
     argv: list[str] = []
     for path in paths:
-        if not path.exists() or not any(path.is_relative_to(b) for b in bound):
+        outer = next((b for b in bound if path.is_relative_to(b)), None)
+        if outer is None or not path.exists() or not _passable(outer, path, uid):
             continue
         if path.is_dir():
             argv += ["--tmpfs", str(path)]
         else:
             argv += ["--ro-bind", "/dev/null", str(path)]
     return argv
+
+
+def _passable(outer: Path, path: Path, uid: int | None) -> bool:
+    """Whether the job's user passes through every folder from ``outer`` down to ``path``."""
+    if uid is None:
+        return True  # the job is the worker's user
+    folder = path.parent
+    while folder.is_relative_to(outer):
+        info = folder.stat()
+        if info.st_uid != uid and not info.st_mode & 0o001:
+            return False
+        if folder == outer:
+            break
+        folder = folder.parent
+    return True

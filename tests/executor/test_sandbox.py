@@ -291,3 +291,57 @@ def test_limits_end_a_step_never_the_runner(repo: Repo, options: RunnerOptions) 
     assert outcomes["bomb.sh"][0] == "timed_out"
     assert outcomes["after.sh"] == ("ok", 0) and "still here" in text
     assert " 4194304 " in text  # the file stopped at the limit
+
+
+NOT_ROOT = """
+import os, subprocess, sys
+from pathlib import Path
+from workers.executor.process import reaper_argv
+from workers.executor.sandbox import Sandbox, host_uid, prepare
+from workers.executor.workspace import BuildLayout, create_folders
+layout = BuildLayout.for_build(Path(sys.argv[1]), "b1")
+create_folders(layout)
+made = Sandbox(layout, host_uid("b1"))
+assert made.uid is None  # not root: the job is the executor's user
+prepare(made)
+(layout.root / "content").mkdir()
+status_read, status_write = os.pipe()
+argv = [*made.prefix(read_only=[layout.root / "content"]), "/bin/sh", "-c", sys.argv[2]]
+ran = subprocess.run(reaper_argv(argv, 1.0, status_write), pass_fds=(status_write,),
+                     capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+print(ran.stdout, end="")
+"""
+
+
+def test_an_executor_that_is_not_root_gives_its_jobs_its_own_user(tmp_path: Path) -> None:
+    """bwrap maps the job to the executor's user; trusted copies and the log stay read-only."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.fail("this test runs as root (as CI does) with setpriv (util-linux)")
+    top = Path(tempfile.mkdtemp(prefix="sluice-not-root-", dir="/tmp"))
+    try:
+        os.chown(top, 65534, 65534)
+        script = top / "not_root.py"
+        script.write_text(NOT_ROOT)
+        work = top / "state" / "builds" / "b1"
+        probe = (
+            "id -u; grep CapEff /proc/self/status;"
+            f"touch {work}/home/x && echo home-writable;"
+            f"touch {work}/content/x 2>/dev/null || echo content-read-only;"
+            f"echo x >> {top}/state/logs/b1/job-output.txt 2>/dev/null || echo log-read-only;"
+            "unshare -U true 2>/dev/null || echo no-nested"
+        )
+        ran = subprocess.run(
+            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+             sys.executable, str(script), str(top / "state"), probe],
+            capture_output=True, text=True, timeout=60, check=False,
+            cwd=Path(__file__).resolve().parents[2],
+            env={"PATH": os.defpath, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.split() == [
+            "1000", "CapEff:", "0000000000000000", "home-writable", "content-read-only",
+            "log-read-only", "no-nested",
+        ]  # fmt: skip
+        assert (work / "home" / "x").stat().st_uid == 65534
+    finally:
+        shutil.rmtree(top)

@@ -180,6 +180,8 @@ class BuildRun:
     unreachable: StepRun | None = field(init=False, default=None)
     # what every step of a sandboxed build sees (None: no sandbox)
     sandbox: Sandbox | None = field(init=False, default=None)
+    # the phase and index of the step being started
+    _running: tuple[Phase, int] = field(init=False, default=(Phase.RUN, 0))
 
     def __post_init__(self) -> None:
         self.layout = BuildLayout.for_build(
@@ -299,7 +301,11 @@ class BuildRun:
         trusted = [] if self.ansible is None else self.ansible.read_only
         if content.is_dir():
             trusted.append(content)
-        return sandbox.prefix(network=network, read_only=trusted)
+        own = []
+        if job_step.protected:
+            phase, index = self._running
+            own.append(self.layout.root / "step" / f"{phase.value}-{index}")
+        return sandbox.prefix(network=network, read_only=trusted, own=own)
 
     def run_phase(
         self,
@@ -358,6 +364,7 @@ class BuildRun:
                 env = {**env, "SLUICE_SECRETS_FILE": str(secrets_file)}
             if job_step.protected:
                 env = {**env, **self._fresh_home(f"{phase.value}-{index}")}
+            self._running = (phase, index)
             try:
                 executable, args, env = self._command(
                     job_step, self.executables[(phase, index)], env

@@ -196,11 +196,19 @@ class Sandbox:
         """The build's ``passwd`` and ``group`` (outside what the job may write)."""
         return self.layout.root / "etc"
 
-    def prefix(self, *, network: bool = False, read_only: Iterable[Path] = ()) -> list[str]:
+    def prefix(
+        self,
+        *,
+        network: bool = False,
+        read_only: Iterable[Path] = (),
+        own: Iterable[Path] = (),
+    ) -> list[str]:
         """The argv that runs an executable inside the sandbox (ends with ``--``).
 
         ``network`` shares the host's network; ``read_only`` are folders of
-        the workspace bound read-only over themselves (trusted content).
+        the workspace bound read-only over themselves (trusted content);
+        ``own`` are folders of the executor's this step alone writes (its
+        ``HOME`` under ``step/``).
         """
         directive = limits_directive(self.limits)
         argv = [bwrap_path(), "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
@@ -238,6 +246,8 @@ class Sandbox:
         mine = (layout.root / "secrets", layout.root / "step", self.etc_dir)
         for path in (layout.log_file, layout.vars_file, *mine, *read_only):
             argv += [read, str(path), str(path)]
+        for path in own:
+            argv += [write, str(path), str(path)]
         argv += _hide(self.hidden, bound, self.uid)
         # the folders bwrap made for its binds (/etc, /var...), what covers the state dir
         for top in ["/", *map(str, covered)]:

@@ -424,6 +424,7 @@ class BuildRun:
         if os.path.lexists(folder):
             remove_tree(folder)
         folder.mkdir(parents=True)
+        folder.chmod(0o711)  # passable to the job's user whatever the umask
         found = {}
         for name, variable in (("home", "HOME"), ("tmp", "TMPDIR")):
             (folder / name).mkdir()

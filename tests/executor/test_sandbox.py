@@ -17,12 +17,14 @@ import pytest
 
 from scheduler.model.results import Result
 from scheduler.settings import SandboxLimits, load_settings
+from scheduler.wire.build_spec import JobStep
 from tests.executor.helpers import Repo, make_spec
 from workers.executor import BaseControl, RunnerOptions, run_build, sandbox
 from workers.executor.process import reaper_argv
 from workers.executor.sandbox import Sandbox, host_uid, prepare
 from workers.executor.service import secret_files
 from workers.executor.workspace import BuildLayout, create_folders
+from workers.merger.cache import readable_by_all
 
 
 @pytest.fixture
@@ -345,3 +347,26 @@ def test_an_executor_that_is_not_root_gives_its_jobs_its_own_user(tmp_path: Path
         assert (work / "home" / "x").stat().st_uid == 65534
     finally:
         shutil.rmtree(top)
+
+
+def test_a_worker_at_umask_077_still_hands_its_job_what_it_needs(
+    repo: Repo, options: RunnerOptions
+) -> None:
+    """The stack starts workers at umask 077: the job still reads its vars, its repository's
+    objects (the merger makes its cache readable: ``readable_by_all``), runs a trusted step
+    from its read-only copy with a home of its own."""
+    repo.script("run.sh", 'git log -1 --format=%s; cat "$SLUICE_VARS_FILE" >/dev/null && echo vars')
+    repo.script("post.sh", 'touch "$HOME/mine" && echo "trusted home $HOME"')
+    commit = repo.commit("the change")
+    readable_by_all(repo.path)
+    post = (JobStep("post.sh", trusted=True),)
+    spec = make_spec(repo, commit, post_run=post)
+    previous = os.umask(0o077)
+    try:
+        result = run_build(spec, BaseControl(), replace(options, sandbox="bwrap"))
+    finally:
+        os.umask(previous)
+    text = Path(result.log_path).read_text()
+    assert result.result is Result.SUCCESS, text
+    assert "run | the change" in text and "run | vars" in text
+    assert "post-run | trusted home " in text and "/step/post-run-0/home" in text

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.system import SluiceSystem, dedent
+from tests.e2e.system import CHECK_CONFIG, SluiceSystem, dedent
 
 ROOT = Path(__file__).resolve().parents[2]
 SECURITY_DOC = ROOT / "docs" / "security.md"
@@ -47,17 +47,6 @@ TENANT = """
       local:
         config-projects: [config]
         untrusted-projects: [app]
-"""
-
-PIPELINES = """
-- pipeline:
-    name: check
-    manager: independent
-    trigger: {}
-- job:
-    name: base
-    parent: null
-    timeout: 120
 """
 
 # A trusted parent (in the config project) whose post-run holds a secret.
@@ -292,7 +281,7 @@ def test_hostile_jobs_reach_nothing_they_were_not_given(system: SluiceSystem) ->
     }
 
     system.tenant(TENANT)
-    system.repos.commit("config", "main", {"zuul.d/pipelines.yaml": PIPELINES})
+    system.repos.commit("config", "main", CHECK_CONFIG)
     base = system.repos.commit("app", "main", {"README": "app\n"})
     system.start_workers()
     system.sluice("reconfigure")
@@ -306,7 +295,7 @@ def test_hostile_jobs_reach_nothing_they_were_not_given(system: SluiceSystem) ->
         "config",
         "main",
         {
-            "zuul.d/pipelines.yaml": PIPELINES,
+            **CHECK_CONFIG,
             "zuul.d/parent.yaml": secret_yaml + dedent(PARENT),
             "playbooks/publish.sh": PUBLISH,
         },

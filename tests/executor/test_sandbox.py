@@ -21,6 +21,7 @@ from scheduler.wire.build_spec import JobStep
 from tests.executor.helpers import Repo, make_spec
 from workers.executor import BaseControl, RunnerOptions, run_build, sandbox
 from workers.executor.process import reaper_argv
+from workers.executor.recycle import spare_of
 from workers.executor.sandbox import Sandbox, host_uid, prepare
 from workers.executor.service import secret_files
 from workers.executor.workspace import BuildLayout, create_folders
@@ -370,3 +371,24 @@ def test_a_worker_at_umask_077_still_hands_its_job_what_it_needs(
     assert result.result is Result.SUCCESS, text
     assert "run | the change" in text and "run | vars" in text
     assert "post-run | trusted home " in text and "/step/post-run-0/home" in text
+
+
+def test_the_spare_workspace_is_scrubbed_when_the_build_ends(
+    repo: Repo, options: RunnerOptions
+) -> None:
+    """Nothing the job left lives on: no file of its user, no set-id bit, no FIFO, no home."""
+    repo.script(
+        "run.sh",
+        'src="$SLUICE_SRC_DIR/org/project"; cp /bin/true "$src/suid" && chmod 4755 "$src/suid"\n'
+        'mkfifo "$src/fifo"; echo planted > "$HOME/.profile"; ls -l "$src/suid"',
+    )
+    spec = make_spec(repo, repo.commit())
+    result = run_build(spec, BaseControl(), replace(options, sandbox="bwrap"))
+    assert result.result is Result.SUCCESS, Path(result.log_path).read_text()
+    assert "-rwsr-xr-x" in Path(result.log_path).read_text()  # it did plant one
+    spare = spare_of(options.state_dir / "builds")
+    found = [Path(folder) / name for folder, dirs, files in os.walk(spare) for name in dirs + files]
+    assert found and not any(os.lstat(p).st_uid != 0 for p in found)
+    assert not any(os.lstat(p).st_mode & 0o6000 for p in found)
+    assert not (spare / "src" / "org" / "project" / "fifo").exists()
+    assert not list((spare / "home").iterdir())

@@ -462,7 +462,8 @@ class BuildRun:
             return str(self.layout.root)
         try:
             if self.options.recycle_workspaces:
-                put_workspace_aside(self.layout)
+                scrub_for = self.spec.repo_state if self.sandbox is not None else None
+                put_workspace_aside(self.layout, scrub_for)
             else:
                 remove_workspace(self.layout)
         except OSError:

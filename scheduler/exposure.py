@@ -11,7 +11,7 @@ what failed, authentication, TLS or the connection (:func:`broker_failure`).
 ZooKeeper: a loopback ZooKeeper without ``zookeeper.auth`` is reached as
 the local stack's identity (user ``sluice``, the password of
 ``<state_dir>/zookeeper.password``) once the stack has made that file
-(:func:`with_zookeeper_auth`); one outside loopback needs ``zookeeper.auth``
+(:func:`scheduler.settings.with_zookeeper_auth`); one outside loopback needs ``zookeeper.auth``
 (:func:`refuse_open_zookeeper`).
 
 The listeners never start unauthenticated outside loopback: ``sluice web``
@@ -232,33 +232,6 @@ def zookeeper_hosts(hosts: str) -> list[str]:
 
 def zookeeper_on_loopback(zookeeper: ZooKeeperSettings) -> bool:
     return all(is_loopback(host) for host in zookeeper_hosts(zookeeper.hosts))
-
-
-def with_zookeeper_auth(settings: Settings) -> Settings:
-    """``settings`` whose ``zookeeper.auth`` holds the password of its file, when it has one.
-
-    Without ``zookeeper.auth``, a ZooKeeper all on loopback is reached as
-    the local stack's identity (user ``sluice``) once
-    ``<state_dir>/zookeeper.password`` exists; a ``password_file`` read
-    before it existed is read again. Every process loads its settings
-    through this (:func:`scheduler.settings.load_settings`), so every node
-    it creates carries that identity's ACL.
-    """
-    from scheduler.settings import ZOOKEEPER_USER, ZooKeeperAuth  # a leaf: at call time
-
-    zookeeper = settings.zookeeper
-    auth = zookeeper.auth
-    if auth is not None and (auth.password or auth.password_file is None):
-        return settings
-    if auth is None and not zookeeper_on_loopback(zookeeper):
-        return settings
-    path = settings.zookeeper_password_file
-    password = read_password_file(path, "zookeeper.auth.password_file")
-    if not password:
-        return settings
-    username = auth.username if auth is not None else ZOOKEEPER_USER
-    fresh = ZooKeeperAuth(username, password, path)
-    return replace(settings, zookeeper=replace(zookeeper, auth=fresh))
 
 
 def refuse_open_zookeeper(zookeeper: ZooKeeperSettings) -> None:

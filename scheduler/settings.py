@@ -661,6 +661,41 @@ def parse_settings(text: str, where: str, base: Path) -> Settings:
     return _from_mapping(load_mapping(text, where), where, base)
 
 
+def _zookeeper_password_file(settings: Settings, path: Path) -> Settings:
+    """``SLUICE_ZK_PASSWORD_FILE``: ``zookeeper.auth`` with its password (user ``sluice``
+    unless one is set)."""
+    current = settings.zookeeper.auth
+    username = current.username if current is not None else ZOOKEEPER_USER
+    password = read_password_file(path, "SLUICE_ZK_PASSWORD_FILE")
+    auth = ZooKeeperAuth(username, password, path)
+    return replace(settings, zookeeper=replace(settings.zookeeper, auth=auth))
+
+
+def with_zookeeper_auth(settings: Settings) -> Settings:
+    """``settings`` whose ``zookeeper.auth`` holds the password of its file, when it has one.
+
+    Without ``zookeeper.auth``, a ZooKeeper all on loopback is reached as
+    the local stack's identity (user ``sluice``) once
+    ``<state_dir>/zookeeper.password`` exists; a ``password_file`` read
+    before it existed is read again. Every process loads its settings
+    through this (:func:`scheduler.settings.load_settings`), so every node
+    it creates carries that identity's ACL.
+    """
+    zookeeper = settings.zookeeper
+    auth = zookeeper.auth
+    if auth is not None and (auth.password or auth.password_file is None):
+        return settings
+    if auth is None and not exposure.zookeeper_on_loopback(zookeeper):
+        return settings
+    path = settings.zookeeper_password_file
+    password = read_password_file(path, "zookeeper.auth.password_file")
+    if not password:
+        return settings
+    username = auth.username if auth is not None else ZOOKEEPER_USER
+    fresh = ZooKeeperAuth(username, password, path)
+    return replace(settings, zookeeper=replace(zookeeper, auth=fresh))
+
+
 def load_settings(
     config: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
@@ -672,5 +707,9 @@ def load_settings(
     else:
         settings = parse_settings(path.read_text(), str(path), path.parent)
         settings = replace(settings, source=path)
-    settings = exposure.with_zookeeper_auth(apply_environment(settings, environ))
+    settings = apply_environment(settings, environ)
+    if environ.get("SLUICE_ZK_PASSWORD_FILE"):
+        path = Path(environ["SLUICE_ZK_PASSWORD_FILE"]).resolve()
+        settings = _zookeeper_password_file(settings, path)
+    settings = with_zookeeper_auth(settings)
     return exposure.with_broker_password(settings)

@@ -47,17 +47,6 @@ def _float_env(name: str, value: str) -> float:
         raise SettingsError(f"environment {name}: expected a number, got {value!r}") from None
 
 
-def _zookeeper_password_file(settings: Settings, path: Path) -> Settings:
-    """``zookeeper.auth`` with the password of ``path`` (user ``sluice`` unless one is set)."""
-    from scheduler.settings import ZOOKEEPER_USER, ZooKeeperAuth  # settings imports this module
-
-    current = settings.zookeeper.auth
-    username = current.username if current is not None else ZOOKEEPER_USER
-    password = read_password_file(path, "SLUICE_ZK_PASSWORD_FILE")
-    auth = ZooKeeperAuth(username, password, path)
-    return replace(settings, zookeeper=replace(settings.zookeeper, auth=auth))
-
-
 def _keystore_from_file(settings: Settings, path: Path) -> Settings:
     keystore = replace(settings.keystore, password=read_password_file(path), password_file=path)
     return replace(settings, keystore=keystore)
@@ -74,7 +63,6 @@ ENV_OVERRIDES: dict[str, Callable[[Settings, str], Settings]] = {
             call_timeout=_float_env("SLUICE_ZK_SESSION_TIMEOUT", v),
         ),
     ),
-    "SLUICE_ZK_PASSWORD_FILE": lambda s, v: _zookeeper_password_file(s, Path(v).resolve()),
     "SLUICE_BROKER_URL": lambda s, v: replace(s, broker_url=v),
     "SLUICE_DATABASE_URL": lambda s, v: replace(s, database_url=v),
     "SLUICE_STATE_DIR": lambda s, v: replace(s, state_dir=Path(v).resolve()),

@@ -38,7 +38,7 @@ from cli.stack import redis as redis_service
 from cli.stack import zookeeper as zk_service
 from scheduler import exposure
 from scheduler.errors import StackError
-from scheduler.settings import Settings, ZooKeeperAuth
+from scheduler.settings import Settings, ZooKeeperAuth, with_zookeeper_auth
 from scheduler.settings_yaml import read_password_file
 from scheduler.zk import acls
 
@@ -276,14 +276,14 @@ class LocalStack:
         """Sluice's ZooKeeper password: the configured one, else one made once in a file.
 
         From now on this process's clients use it, and every process that
-        loads the same ``sluice.yaml`` finds it (:func:`exposure.with_zookeeper_auth`).
+        loads the same ``sluice.yaml`` finds it (:func:`scheduler.settings.with_zookeeper_auth`).
         """
         auth = self.settings.zookeeper.auth
         if auth is not None and auth.password:
             return
         # without zookeeper.auth the ZooKeeper is on loopback (closed.refuse_open)
         ensure_password_file(self.settings.zookeeper_password_file)
-        self.settings = exposure.with_zookeeper_auth(self.settings)
+        self.settings = with_zookeeper_auth(self.settings)
 
     def _zookeeper_superuser(self) -> ZooKeeperAuth:
         """The superuser of the stack's ZooKeeper, its password made once (0600)."""

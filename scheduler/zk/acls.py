@@ -79,7 +79,7 @@ def _auth(settings: ZooKeeperSettings) -> ZooKeeperAuth:
     return settings.auth
 
 
-class _Walker:
+class _AclWalker:
     def __init__(self, kazoo: KazooClient, settings: ZooKeeperSettings) -> None:
         self.kazoo = kazoo
         self.timeout = settings.call_timeout
@@ -141,7 +141,7 @@ def close_server(settings: ZooKeeperSettings, also_as: Sequence[ZooKeeperAuth] =
     """
     root = settings.root if settings.root not in ("", "/") else "/"
     with bare_client(settings, also_as) as kazoo:
-        walker = _Walker(kazoo, settings)
+        walker = _AclWalker(kazoo, settings)
         walker.call(kazoo.ensure_path_async(root))  # made with Sluice's ACL when missing
         walker.close(SYSTEM)
         walker.walk(QUOTA)
@@ -159,7 +159,7 @@ def open_parts(settings: ZooKeeperSettings) -> list[str]:
     root = settings.root if settings.root not in ("", "/") else "/"
     found = []
     with bare_client(settings) as kazoo:
-        walker = _Walker(kazoo, settings)
+        walker = _AclWalker(kazoo, settings)
         top = walker.acls("/")
         if top is not None and open_to_anyone(top, Permissions.CREATE):
             found.append("anyone may create nodes at /")

@@ -71,6 +71,9 @@ class GateRun:
         system.environment.session_timeout = SESSION_TIMEOUT
         system.tenant(MAIN_YAML)
         system.repos.commit("config", "main", CONFIG)
+        # every build is a user of its own: the folder is open to all of them
+        self.running_dir.mkdir(mode=0o777)
+        self.running_dir.chmod(0o777)
         app = {**APP, "ci/unit.sh": APP["ci/unit.sh"].replace("RUNNING", str(self.running_dir))}
         base = system.repos.commit("app", "main", app)
         for n, ref in enumerate(REFS):

@@ -170,7 +170,7 @@ ATTACKS: list[tuple[str, str, str, str]] = [
     (
         "worker-processes",
         "see (to signal or ptrace) a worker process",
-        "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -q celery",
+        "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -q 'cel[e]ry'",
         "refused",
     ),
     (

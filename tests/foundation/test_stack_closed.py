@@ -166,9 +166,17 @@ def test_stack_up_closes_zookeeper_and_its_state_dir(
         assert {str(p.relative_to(state)) for p in files} >= set(secrets_and_logs)
         for name in secrets_and_logs:
             assert _mode(state / name) == 0o600, name
-        # nothing below it is open to others (git's objects are 0400, its hooks 0700)
-        shared = [p for p in state.rglob("*") if _mode(p) & 0o077]
+        # nothing below it is open to others but what sandboxed jobs (each a user
+        # of its own) must read or write: the merger's repositories, workspaces and
+        # build log folders; the state dir's own 0700 keeps every other user out
+        for_jobs = ("git", "builds", "logs")
+        shared = [
+            p
+            for p in state.rglob("*")
+            if _mode(p) & 0o077 and p.relative_to(state).parts[0] not in for_jobs
+        ]
         assert shared == []
+        assert _mode(state) == 0o700
         stack = json.loads((state / "run" / "stack.json").read_text())["components"]
         pids = {entry["name"]: entry["pid"] for entry in stack}
         for name in ("zookeeper", "redis", "worker-executor", "web", "supervisor"):

@@ -42,7 +42,7 @@ ZUUL_YAML = """
           jobs: [compile, test]
     """
 
-# {markers}, {go}: absolute paths (there is no sandbox: docs/executor.md).
+# {markers}, {go}: absolute paths (the test's folder is open to sandboxed jobs).
 # compile pauses with its own build uuid as the artifact.
 COMPILE = """#!/bin/sh
 echo "compile-run $SLUICE_BUILD" >> {markers}
@@ -79,6 +79,8 @@ def job_states(system: SluiceSystem) -> dict[str, str]:
 def test_a_lost_paused_job_is_retried_with_its_dependents(system: SluiceSystem) -> None:
     system.environment.session_timeout = 4.0
     markers, go = system.root / "markers.txt", system.root / "go"
+    markers.touch()
+    markers.chmod(0o666)  # every build appends: each is a user of its own
     scripts = {"ci/compile.sh": COMPILE, "ci/compile-post.sh": COMPILE_POST, "ci/test.sh": TEST}
     files = {k: v.format(markers=markers, go=go) for k, v in scripts.items()}
     system.tenant(TENANT_YAML)

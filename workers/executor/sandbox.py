@@ -39,6 +39,7 @@ import functools
 import hashlib
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -211,20 +212,17 @@ class Sandbox:
         ``HOME`` under ``step/``).
         """
         directive = limits_directive(self.limits)
-        argv = [bwrap_path(), "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        if self.uid is None:
-            argv += ["--unshare-user", "--disable-userns"]
-        else:
+        if self.uid is not None:
             directive.insert(0, f"userns={JOB_UID}:{self.uid}")
-            argv += ["--userns", USERNS_FD]
-        argv += ["--uid", str(JOB_UID), "--gid", str(JOB_UID)]
-        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sluice-job"]
-        if not network:
-            argv.append("--unshare-net")
+        argv = self._namespaces(network)
         argv += _system()
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
         # staged: bound by the reaper (as root) where the job's user can reach them
         read, write = (STAGED_RO_BIND, STAGED_BIND) if self.uid is not None else RW
+        if self.state_dir is not None:
+            argv += [read, str(shared_etc(self.state_dir)), "/etc"]
+        else:
+            argv += _host_etc()
         for name in ("passwd", "group"):
             argv += [read, str(self.etc_dir / name), f"/etc/{name}"]
         layout = self.layout
@@ -232,9 +230,7 @@ class Sandbox:
             if path.is_dir():
                 argv += [write, str(path), str(path)]
         bound = [*installation(), *self.writable]
-        private = [layout.root.parent, *([self.state_dir] if self.state_dir else [])]
-        covered = [p for p in private if any(p.is_relative_to(b) for b in bound)]
-        covered = [p for p in covered if not any(p != o and p.is_relative_to(o) for o in covered)]
+        covered = self._covered(bound)
         for path in covered:  # other builds, the database, the stack's files
             argv += ["--tmpfs", str(path)]
         for path in [*installation(), *self.readable]:
@@ -243,16 +239,46 @@ class Sandbox:
         bound += self.readable
         argv += [write, str(layout.root), str(layout.root)]
         argv += [write, str(layout.log_dir), str(layout.log_dir)]
-        mine = (layout.root / "secrets", layout.root / "step", self.etc_dir)
-        for path in (layout.log_file, layout.vars_file, *mine, *read_only):
-            argv += [read, str(path), str(path)]
-        for path in own:
-            argv += [write, str(path), str(path)]
+        # vars.json is in the job's sluice/: a later (trusted) step reads the executor's
+        argv += [read, str(layout.vars_file), str(layout.vars_file)]
+        if self.uid is None:
+            argv += self._kept_by_binds(read_only, own)
         argv += _hide(self.hidden, bound, self.uid)
         # the folders bwrap made for its binds (/etc, /var...), what covers the state dir
         for top in ["/", *map(str, covered)]:
             argv += ["--remount-ro", top]
         return [SANDBOX, ",".join(directive), *argv, "--"]
+
+    def _namespaces(self, network: bool) -> list[str]:
+        """bwrap, its user (see the module docstring) and namespaces."""
+        argv = [bwrap_path(), "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        if self.uid is None:
+            argv += ["--unshare-user", "--disable-userns"]
+        else:
+            argv += ["--userns", USERNS_FD]
+        argv += ["--uid", str(JOB_UID), "--gid", str(JOB_UID)]
+        argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sluice-job"]
+        return argv if network else [*argv, "--unshare-net"]
+
+    def _covered(self, bound: Sequence[Path]) -> list[Path]:
+        """The state dir and the folder of all workspaces where a bound folder shows them."""
+        private = [self.layout.root.parent, *([self.state_dir] if self.state_dir else [])]
+        covered = [p for p in private if any(p.is_relative_to(b) for b in bound)]
+        return [p for p in covered if not any(p != o and p.is_relative_to(o) for o in covered)]
+
+    def _kept_by_binds(self, read_only: Iterable[Path], own: Iterable[Path]) -> list[str]:
+        """The executor's files, kept from a job that is the executor's own user by binds.
+
+        A root executor's job owns none of them, in a sticky folder: no bind needed.
+        """
+        layout = self.layout
+        mine = (layout.root / "secrets", layout.root / "step", self.etc_dir)
+        argv: list[str] = []
+        for path in (layout.log_file, *mine, *read_only):
+            argv += ["--ro-bind", str(path), str(path)]
+        for path in own:
+            argv += ["--bind", str(path), str(path)]
+        return argv
 
 
 def prepare(sandbox: Sandbox) -> None:
@@ -341,11 +367,50 @@ def _system() -> tuple[str, ...]:
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
+    return tuple(argv)
+
+
+def _host_etc() -> list[str]:
+    """The :data:`ETC` entries bound one by one (a sandbox without a state dir)."""
+    argv: list[str] = []
     for name in ETC:
         path = f"/etc/{name}"
         if os.path.exists(path):
             argv += ["--ro-bind", path, path]
-    return tuple(argv)
+    return argv
+
+
+@functools.cache
+def shared_etc(state_dir: Path) -> Path:
+    """This process's copy of the :data:`ETC` entries, bound as a job's ``/etc``.
+
+    One bind instead of one per entry: bubblewrap reads the mount table
+    again for every bind, so a step with fifty binds cost it some 20 ms of
+    CPU. Made once per worker process (a certificate installed later
+    reaches jobs when the worker restarts); the copies of processes that
+    are gone are removed.
+    """
+    folder = state_dir / "sandbox"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    host = socket.gethostname()
+    for old in folder.glob(f"etc-{host}-*"):
+        pid = old.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(old, ignore_errors=True)
+    etc = folder / f"etc-{host}-{os.getpid()}"
+    shutil.rmtree(etc, ignore_errors=True)
+    etc.mkdir(mode=0o755)
+    for name in ETC:
+        source, target = Path("/etc") / name, etc / name
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True)
+        elif source.is_file():  # a link (resolv.conf) copied as what it points to
+            shutil.copyfile(source, target)
+    for name in ("passwd", "group"):  # where each build's own are bound
+        (etc / name).touch()
+    readable(etc)
+    return etc
 
 
 def _under(path: Path, folders: Sequence[str]) -> bool:

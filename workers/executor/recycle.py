@@ -219,27 +219,24 @@ def _projects_shape(projects: Collection[str]) -> Shape:
 
 
 def scrub(root: Path, projects: Collection[str]) -> None:
-    """:func:`prune` ``root``, then make what is left the executor's: its owner, no set-id bit.
+    """:func:`prune` ``root``, then take every set-id bit, FIFO, socket and device node out.
 
     For a sandboxed build's workspace put aside: the job's user owned its
     checkouts and home, and may have left a set-id file or a FIFO in them.
+    What stays is inert in the private folder of workspaces until the next
+    build hands it to its own user (``sandbox.hand_over``).
     """
     prune(root, projects)
-    me, group = os.geteuid(), os.getegid()
     for folder, dirs, files in os.walk(root):
         for name in (*dirs, *files):
             path = os.path.join(folder, name)
             info = os.lstat(path)
             if stat.S_ISLNK(info.st_mode):
-                if info.st_uid != me:
-                    os.lchown(path, me, group)
-            elif not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+                continue
+            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
                 os.unlink(path)  # a FIFO, a socket, a device node: never in a checkout
-            else:
-                if info.st_uid != me or info.st_gid != group:
-                    os.lchown(path, me, group)
-                if info.st_mode & (stat.S_ISUID | stat.S_ISGID):
-                    os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+            elif info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
 def prune(root: Path, projects: Collection[str]) -> None:

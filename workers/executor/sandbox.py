@@ -323,7 +323,8 @@ def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) 
     os.chmod(layout.root, 0o1777)
     for top in (layout.src_dir, layout.home_dir, layout.tmp_dir, *extra):
         for path in _walk(top):
-            os.lchown(path, uid, uid)
+            if os.lstat(path).st_uid != uid:
+                os.lchown(path, uid, uid)
     for made in (layout.result_file.parent, layout.result_file):
         os.lchown(made, uid, uid)
     # the job reads (and runs) these, never writes them, whatever the worker's umask

@@ -5,15 +5,16 @@ What a sandboxed step sees (docs/security.md has the threat model):
 * **A minimal root, read-only**: the system folders (``/usr`` and the
   ``/bin``, ``/lib`` ... links or folders beside it), a short list of
   ``/etc`` entries (:data:`ETC`: name service, TLS roots, ssh client
-  config; never ``shadow``, host keys or ``sudoers``), an ``/etc/passwd``
-  and ``/etc/group`` of its own naming the job's user, Sluice's virtualenv
+  config; never ``shadow``, host keys or ``sudoers``; one copy a worker
+  process, :func:`shared_etc`) with an ``/etc/passwd`` and ``/etc/group``
+  naming the job's user, Sluice's virtualenv
   and the two packages its Ansible plugins import, and the repositories of
   the build's own projects in the repo cache (the checkouts borrow their
   objects). A fresh ``/proc``, ``/dev``, ``/tmp`` and ``/var/tmp``.
 * **Writable**: its workspace and ``executor.sandbox_writable``; the log
-  folder for files of its own, never ``job-output.txt`` (the executor's,
-  bound read-only over itself) nor ``vars.json``; the ``content/`` copies
-  that trusted and secret-holding steps run from are read-only.
+  folder for files of its own, never ``job-output.txt`` nor ``vars.json``
+  (the executor's, in sticky folders); the ``content/`` copies that
+  trusted and secret-holding steps run from are read-only.
 * **Who it is**: uid and gid :data:`JOB_UID` inside a user namespace of
   its own, with no capability in any namespace and no nested user
   namespace. Run as root, the executor maps that uid to a host uid of the
@@ -97,6 +98,13 @@ ETC = (
     "ssl/openssl.cnf",
     "timezone",
 )
+# The users a job knows: itself (its HOME is the build's, from the environment).
+PASSWD = (
+    "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+    f"{JOB_USER}:x:{JOB_UID}:{JOB_UID}:Sluice job:/nonexistent:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
+GROUP = f"root:x:0:\n{JOB_USER}:x:{JOB_UID}:\nnogroup:x:65534:\n"
 # bwrap's own binds, for an executor that is not root (its job is its user)
 RW = ("--ro-bind", "--bind")
 # What kernels without user namespaces for root say, and where to look.
@@ -192,11 +200,6 @@ class Sandbox:
     state_dir: Path | None = None
     limits: SandboxLimits = field(default_factory=SandboxLimits)
 
-    @property
-    def etc_dir(self) -> Path:
-        """The build's ``passwd`` and ``group`` (outside what the job may write)."""
-        return self.layout.root / "etc"
-
     def prefix(
         self,
         *,
@@ -211,6 +214,7 @@ class Sandbox:
         ``own`` are folders of the executor's this step alone writes (its
         ``HOME`` under ``step/``).
         """
+        etc = shared_etc(self.state_dir or self.layout.root.parent.parent)
         directive = limits_directive(self.limits)
         if self.uid is not None:
             directive.insert(0, f"userns={JOB_UID}:{self.uid}")
@@ -219,12 +223,7 @@ class Sandbox:
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
         # staged: bound by the reaper (as root) where the job's user can reach them
         read, write = (STAGED_RO_BIND, STAGED_BIND) if self.uid is not None else RW
-        if self.state_dir is not None:
-            argv += [read, str(shared_etc(self.state_dir)), "/etc"]
-        else:
-            argv += _host_etc()
-        for name in ("passwd", "group"):
-            argv += [read, str(self.etc_dir / name), f"/etc/{name}"]
+        argv += [_staged(read, etc), str(etc), "/etc"]
         layout = self.layout
         for path in self.writable:
             if path.is_dir():
@@ -235,12 +234,10 @@ class Sandbox:
             argv += ["--tmpfs", str(path)]
         for path in [*installation(), *self.readable]:
             if path.exists():
-                argv += [read, str(path), str(path)]
+                argv += [_staged(read, path), str(path), str(path)]
         bound += self.readable
         argv += [write, str(layout.root), str(layout.root)]
         argv += [write, str(layout.log_dir), str(layout.log_dir)]
-        # vars.json is in the job's sluice/: a later (trusted) step reads the executor's
-        argv += [read, str(layout.vars_file), str(layout.vars_file)]
         if self.uid is None:
             argv += self._kept_by_binds(read_only, own)
         argv += _hide(self.hidden, bound, self.uid)
@@ -272,7 +269,7 @@ class Sandbox:
         A root executor's job owns none of them, in a sticky folder: no bind needed.
         """
         layout = self.layout
-        mine = (layout.root / "secrets", layout.root / "step", self.etc_dir)
+        mine = (layout.root / "secrets", layout.root / "step", layout.vars_file)
         argv: list[str] = []
         for path in (layout.log_file, *mine, *read_only):
             argv += ["--ro-bind", str(path), str(path)]
@@ -282,21 +279,8 @@ class Sandbox:
 
 
 def prepare(sandbox: Sandbox) -> None:
-    """Write the build's ``passwd`` and ``group`` and hand the job its folders."""
+    """Make the executor's folders a step needs and hand the job its own."""
     layout = sandbox.layout
-    etc = sandbox.etc_dir
-    etc.mkdir(mode=0o755, exist_ok=True)
-    etc.chmod(0o755)
-    home = layout.home_dir
-    users = (
-        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
-        f"{JOB_USER}:x:{JOB_UID}:{JOB_UID}:Sluice job:{home}:/bin/sh\n"
-        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-    )
-    groups = f"root:x:0:\n{JOB_USER}:x:{JOB_UID}:\nnogroup:x:65534:\n"
-    for name, text in (("passwd", users), ("group", groups)):
-        (etc / name).write_text(text)
-        (etc / name).chmod(0o644)
     for folder in (layout.root / "secrets", layout.root / "step"):
         folder.mkdir(mode=0o711, exist_ok=True)  # made before any step could make them
         folder.chmod(0o711)
@@ -314,7 +298,7 @@ def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) 
     The workspace's root stays the executor's, sticky and open to all (a job
     may add files and folders of its own there, as Zuul's ``work_root``
     allows); what the executor put there (``content/``, ``secrets/``,
-    ``step/``, ``etc/``, ``ansible/``) and ``vars.json`` stay the
+    ``step/``, ``ansible/``) and ``vars.json`` stay the
     executor's: a job cannot replace them, or a file a trusted step runs.
     """
     if uid is None:
@@ -325,8 +309,10 @@ def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) 
         for path in _walk(top):
             if os.lstat(path).st_uid != uid:
                 os.lchown(path, uid, uid)
-    for made in (layout.result_file.parent, layout.result_file):
-        os.lchown(made, uid, uid)
+    # sticky too: the job replaces its result file (zuul_return renames over
+    # it), never vars.json, which a later (trusted) step reads
+    os.chmod(layout.result_file.parent, 0o1777)
+    os.lchown(layout.result_file, uid, uid)
     # the job reads (and runs) these, never writes them, whatever the worker's umask
     for top in (layout.root / "content", layout.vars_file, layout.root / "nodes.json"):
         readable(top)
@@ -371,16 +357,6 @@ def _system() -> tuple[str, ...]:
     return tuple(argv)
 
 
-def _host_etc() -> list[str]:
-    """The :data:`ETC` entries bound one by one (a sandbox without a state dir)."""
-    argv: list[str] = []
-    for name in ETC:
-        path = f"/etc/{name}"
-        if os.path.exists(path):
-            argv += ["--ro-bind", path, path]
-    return argv
-
-
 @functools.cache
 def shared_etc(state_dir: Path) -> Path:
     """This process's copy of the :data:`ETC` entries, bound as a job's ``/etc``.
@@ -408,10 +384,32 @@ def shared_etc(state_dir: Path) -> Path:
             shutil.copytree(source, target, symlinks=True)
         elif source.is_file():  # a link (resolv.conf) copied as what it points to
             shutil.copyfile(source, target)
-    for name in ("passwd", "group"):  # where each build's own are bound
-        (etc / name).touch()
+    (etc / "passwd").write_text(PASSWD)
+    (etc / "group").write_text(GROUP)
     readable(etc)
     return etc
+
+
+def _staged(option: str, path: Path) -> str:
+    """``option`` (a staged bind), or bwrap's own bind where any user reaches ``path``."""
+    if option not in (STAGED_BIND, STAGED_RO_BIND) or not _open_to_all(str(path.parent)):
+        return option
+    return "--bind" if option == STAGED_BIND else "--ro-bind"
+
+
+@functools.lru_cache(maxsize=256)
+def _open_to_all(folder: str) -> bool:
+    """Whether every user passes through ``folder`` and each folder above it."""
+    while True:
+        try:
+            info = os.stat(folder)
+        except OSError:
+            return False
+        if not info.st_mode & 0o001:
+            return False
+        if folder == "/":
+            return True
+        folder = os.path.dirname(folder)
 
 
 def _under(path: Path, folders: Sequence[str]) -> bool:

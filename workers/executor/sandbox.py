@@ -123,12 +123,17 @@ def limits_directive(limits: SandboxLimits) -> list[str]:
 
 
 def bwrap_path() -> str:
-    found = shutil.which("bwrap")
+    found = _which_bwrap()
     if found is None:
         raise WorkspaceError(
             "executor.sandbox is bwrap but bubblewrap is not installed (Debian: bubblewrap)"
         )
     return found
+
+
+@functools.cache
+def _which_bwrap() -> str | None:
+    return shutil.which("bwrap")
 
 
 @functools.cache
@@ -179,7 +184,7 @@ def installation() -> tuple[Path, ...]:
     source = Path(__file__).resolve().parents[2]
     found = [Path(sys.prefix), Path(sys.base_prefix)]
     found += [source / "workers", source / "scheduler"]
-    return tuple(dict.fromkeys(p for p in found if not _under(p, SYSTEM)))
+    return tuple(dict.fromkeys(p for p in found if not _under(p, SYSTEM) and p.exists()))
 
 
 @dataclass(frozen=True)
@@ -232,9 +237,9 @@ class Sandbox:
         covered = self._covered(bound)
         for path in covered:  # other builds, the database, the stack's files
             argv += ["--tmpfs", str(path)]
-        for path in [*installation(), *self.readable]:
-            if path.exists():
-                argv += [_staged(read, path), str(path), str(path)]
+        sources = [p for p in self.readable if p.exists()]  # an executor elsewhere lacks some
+        for path in [*installation(), *sources]:
+            argv += [_staged(read, path), str(path), str(path)]
         bound += self.readable
         argv += [write, str(layout.root), str(layout.root)]
         argv += [write, str(layout.log_dir), str(layout.log_dir)]
@@ -260,8 +265,8 @@ class Sandbox:
     def _covered(self, bound: Sequence[Path]) -> list[Path]:
         """The state dir and the folder of all workspaces where a bound folder shows them."""
         private = [self.layout.root.parent, *([self.state_dir] if self.state_dir else [])]
-        covered = [p for p in private if any(p.is_relative_to(b) for b in bound)]
-        return [p for p in covered if not any(p != o and p.is_relative_to(o) for o in covered)]
+        covered = [p for p in private if any(_inside(p, b) for b in bound)]
+        return [p for p in covered if not any(p != o and _inside(p, o) for o in covered)]
 
     def _kept_by_binds(self, read_only: Iterable[Path], own: Iterable[Path]) -> list[str]:
         """The executor's files, kept from a job that is the executor's own user by binds.
@@ -323,7 +328,9 @@ def readable(top: Path) -> None:
     for path in _walk(top):
         mode = os.lstat(path).st_mode
         if not stat.S_ISLNK(mode):
-            os.chmod(path, mode | (0o555 if stat.S_ISDIR(mode) or mode & 0o100 else 0o444))
+            wanted = mode | (0o555 if stat.S_ISDIR(mode) or mode & 0o100 else 0o444)
+            if wanted != mode:
+                os.chmod(path, wanted)
 
 
 def give(path: Path, uid: int | None) -> None:
@@ -412,6 +419,12 @@ def _open_to_all(folder: str) -> bool:
         folder = os.path.dirname(folder)
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    """``path.is_relative_to(folder)`` for absolute, normal paths, without pathlib's parsing."""
+    inner, outer = str(path), str(folder)
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
 def _under(path: Path, folders: Sequence[str]) -> bool:
     return any(path.is_relative_to(folder) for folder in folders)
 
@@ -425,7 +438,7 @@ def _hide(paths: Iterable[Path], bound: Sequence[Path], uid: int | None) -> list
     """
     argv: list[str] = []
     for path in paths:
-        outer = next((b for b in bound if path.is_relative_to(b)), None)
+        outer = next((b for b in bound if _inside(path, b)), None)
         if outer is None or not path.exists() or not _passable(outer, path, uid):
             continue
         if path.is_dir():

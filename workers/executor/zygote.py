@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import _socket
 import os
+import resource  # noqa: F401 (a C module, loaded once here rather than by each sandboxed reaper)
 import select
 import sys
 

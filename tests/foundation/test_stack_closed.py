@@ -168,8 +168,9 @@ def test_stack_up_closes_zookeeper_and_its_state_dir(
             assert _mode(state / name) == 0o600, name
         # nothing below it is open to others but what sandboxed jobs (each a user
         # of its own) must read or write: the merger's repositories, workspaces and
-        # build log folders; the state dir's own 0700 keeps every other user out
-        for_jobs = ("git", "builds", "logs")
+        # build log folders, the copy of /etc they see; the state dir's own 0700
+        # keeps every other user out
+        for_jobs = ("git", "builds", "logs", "sandbox")
         shared = [
             p
             for p in state.rglob("*")

@@ -60,7 +60,8 @@ def run(
 
 
 def sandbox_for(layout: BuildLayout, **kwargs: Any) -> Sandbox:
-    made = Sandbox(layout, host_uid(layout.root.name), **kwargs)
+    state = layout.log_dir.parent.parent
+    made = Sandbox(layout, host_uid(layout.root.name), state, **kwargs)
     prepare(made)
     return made
 
@@ -304,12 +305,12 @@ from workers.executor.sandbox import Sandbox, host_uid, prepare
 from workers.executor.workspace import BuildLayout, create_folders
 layout = BuildLayout.for_build(Path(sys.argv[1]), "b1")
 create_folders(layout)
-made = Sandbox(layout, host_uid("b1"))
+made = Sandbox(layout, host_uid("b1"), Path(sys.argv[1]), read_only=(layout.root / "content",))
 assert made.uid is None  # not root: the job is the executor's user
 prepare(made)
 (layout.root / "content").mkdir()
 status_read, status_write = os.pipe()
-argv = [*made.prefix(read_only=[layout.root / "content"]), "/bin/sh", "-c", sys.argv[2]]
+argv = [*made.prefix(), "/bin/sh", "-c", sys.argv[2]]
 ran = subprocess.run(reaper_argv(argv, 1.0, status_write), pass_fds=(status_write,),
                      capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/")
 print(ran.stdout, end="")

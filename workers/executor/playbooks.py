@@ -51,6 +51,7 @@ from workers.executor.environment import DEFAULT_RESULT_DATA_LIMIT, job_vars
 from workers.executor.errors import WorkspaceError
 from workers.executor.sshagent import SshAgent, make_socket_folder, remove_socket_folder
 from workers.executor.workspace import PLAYBOOK_SUFFIXES, BuildLayout
+from workers.merger.cache import readable_by_all
 
 PLUGINS_DIR = Path(__file__).with_name("ansible_plugins")
 CALLBACK_DIR = PLUGINS_DIR / "callback"
@@ -221,6 +222,7 @@ class AnsibleSetup:
         try:
             setup._write(spec, layout, chosen)
             if uid is not None:
+                readable_by_all(folder)  # config, vars, inventory: read, never written
                 for path in (folder / "home", folder / "tmp", setup.sockets):
                     os.lchown(path, uid, uid)
             if node_key is not None and node_key.is_file():

@@ -63,7 +63,6 @@ from workers.executor.sandbox import (
     give,
     host_uid,
     prepare,
-    readable,
     require_user_namespaces,
 )
 from workers.executor.secrets import (
@@ -180,8 +179,6 @@ class BuildRun:
     unreachable: StepRun | None = field(init=False, default=None)
     # what every step of a sandboxed build sees (None: no sandbox)
     sandbox: Sandbox | None = field(init=False, default=None)
-    # the phase and index of the step being started
-    _running: tuple[Phase, int] = field(init=False, default=(Phase.RUN, 0))
 
     def __post_init__(self) -> None:
         self.layout = BuildLayout.for_build(
@@ -236,8 +233,8 @@ class BuildRun:
                 result_data_limit=self.options.result_data_limit,
                 uid=uid,
             )
-            if uid is not None:
-                readable(self.ansible.folder)  # its config, vars and inventory
+        if self.sandbox is not None:
+            self.sandbox = self._trusted_kept(self.sandbox)
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
         info = StartedInfo(
             build_uuid=spec.build_uuid,
@@ -278,34 +275,35 @@ class BuildRun:
         self.sandbox = Sandbox(
             self.layout,
             uid,
+            self.options.state_dir,
             readable=tuple(s for s in sources if s.is_absolute()),
             writable=self.options.sandbox_writable,
             hidden=self.options.hidden,
             limits=self.options.sandbox_limits,
-            state_dir=self.options.state_dir,
         )
         prepare(self.sandbox)
         return uid
 
-    def _sandbox(self, job_step: JobStep) -> list[str]:
-        """The sandbox prefix of one step: its network, the trusted copies read-only."""
+    def _trusted_kept(self, sandbox: Sandbox) -> Sandbox:
+        """``sandbox`` with the build's Ansible sockets writable, trusted files kept."""
+        read_only = list(sandbox.read_only)
+        writable = sandbox.writable
+        if self.ansible is not None:
+            read_only += self.ansible.read_only
+            writable = (*writable, self.ansible.sockets)
+        content = self.layout.root / "content"
+        if content.is_dir():
+            read_only.append(content)
+        return replace(sandbox, read_only=tuple(read_only), writable=writable)
+
+    def _sandbox(self, own: Path | None) -> list[str]:
+        """The sandbox prefix of one step (``own``: a trusted step's own folder)."""
         if self.sandbox is None:
             return []
         network = self.options.sandbox_network == "host" or (
             self.options.sandbox_network == "nodes" and bool(self.spec.nodes)
         )
-        sandbox = self.sandbox
-        if self.ansible is not None:
-            sandbox = replace(sandbox, writable=(*sandbox.writable, self.ansible.sockets))
-        content = self.layout.root / "content"
-        trusted = [] if self.ansible is None else self.ansible.read_only
-        if content.is_dir():
-            trusted.append(content)
-        own = []
-        if job_step.protected:
-            phase, index = self._running
-            own.append(self.layout.root / "step" / f"{phase.value}-{index}")
-        return sandbox.prefix(network=network, read_only=trusted, own=own)
+        return self.sandbox.prefix(network=network, own=own)
 
     def run_phase(
         self,
@@ -359,12 +357,13 @@ class BuildRun:
                 kill_grace=self.options.kill_grace,
             )
             assert self.job_log is not None
-            secrets_file = self._secrets_file(phase, index, job_step)
+            name = f"{phase.value}-{index}"  # of the step's secrets file and own folder
+            secrets_file = self._secrets_file(name, job_step)
             if secrets_file is not None:
                 env = {**env, "SLUICE_SECRETS_FILE": str(secrets_file)}
-            if job_step.protected:
-                env = {**env, **self._fresh_home(f"{phase.value}-{index}")}
-            self._running = (phase, index)
+            own = self._fresh_home(name) if job_step.protected else None
+            if own is not None:
+                env = {**env, "HOME": str(own / "home"), "TMPDIR": str(own / "tmp")}
             try:
                 executable, args, env = self._command(
                     job_step, self.executables[(phase, index)], env
@@ -375,14 +374,14 @@ class BuildRun:
                     env=env,
                     output=LineSplitter(self.job_log, phase.value),
                     limits=limits,
-                    prefix=self._sandbox(job_step),
+                    prefix=self._sandbox(own),
                     args=args,
                 )
             finally:
                 if secrets_file is not None:
                     secrets_file.unlink(missing_ok=True)
-                if job_step.protected:
-                    remove_tree(self.layout.root / "step" / f"{phase.value}-{index}")
+                if own is not None:
+                    remove_tree(own)
             exit_, outcome = ended.exit_code, ended.outcome
         project = job_step.project or self.spec.project
         duration = time.monotonic() - began
@@ -402,19 +401,18 @@ class BuildRun:
         (executable, *args), env = self.ansible.step(target, env)
         return Path(executable), args, env
 
-    def _secrets_file(self, phase: Phase, index: int, job_step: JobStep) -> Path | None:
+    def _secrets_file(self, label: str, job_step: JobStep) -> Path | None:
         """The step's ``SLUICE_SECRETS_FILE`` if a secret is bound to it."""
         seen = step_secrets(job_step, self.secrets)
         if not seen:
             return None
-        path = write_step_secrets(self.layout.root / "secrets", f"{phase.value}-{index}", seen)
-        if self._job_uid is not None:  # the job's user passes through to its own file
-            path.parent.chmod(0o711)
-            give(path, self._job_uid)
+        # a sandbox made the folder passable to the job's user (sandbox.prepare)
+        path = write_step_secrets(self.layout.root / "secrets", label, seen)
+        give(path, self._job_uid)
         return path
 
-    def _fresh_home(self, label: str) -> dict[str, str]:
-        """A trusted or secret-holding step's own ``HOME`` and ``TMPDIR``, made now.
+    def _fresh_home(self, label: str) -> Path:
+        """A trusted or secret-holding step's own folder, with its ``home`` and ``tmp``.
 
         Earlier steps could write the build's ``home/`` (a ``.gitconfig``
         whose hooks would run with this step's secrets); this one starts
@@ -425,12 +423,10 @@ class BuildRun:
             remove_tree(folder)
         folder.mkdir(parents=True)
         folder.chmod(0o711)  # passable to the job's user whatever the umask
-        found = {}
-        for name, variable in (("home", "HOME"), ("tmp", "TMPDIR")):
+        for name in ("home", "tmp"):
             (folder / name).mkdir()
             give(folder / name, self._job_uid)
-            found[variable] = str(folder / name)
-        return found
+        return folder
 
     @property
     def _job_uid(self) -> int | None:

@@ -41,7 +41,6 @@ import hashlib
 import os
 import shutil
 import socket
-import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -52,6 +51,7 @@ from scheduler.settings import SandboxLimits
 from workers.executor.errors import RefusedError, WorkspaceError
 from workers.executor.reaper import SANDBOX, STAGED_BIND, STAGED_RO_BIND, USERNS_FD
 from workers.executor.workspace import BuildLayout
+from workers.merger.cache import readable_by_all
 
 # The uid and gid a job has inside its sandbox, and its user's name.
 JOB_UID = 1000
@@ -184,7 +184,9 @@ def installation() -> tuple[Path, ...]:
     source = Path(__file__).resolve().parents[2]
     found = [Path(sys.prefix), Path(sys.base_prefix)]
     found += [source / "workers", source / "scheduler"]
-    return tuple(dict.fromkeys(p for p in found if not _under(p, SYSTEM) and p.exists()))
+    system = [Path(folder) for folder in SYSTEM]
+    kept = (p for p in found if not any(_inside(p, f) for f in system) and p.exists())
+    return tuple(dict.fromkeys(kept))
 
 
 @dataclass(frozen=True)
@@ -198,28 +200,23 @@ class Sandbox:
 
     layout: BuildLayout
     uid: int | None
+    # the worker's state dir: empty wherever a bound folder would show it
+    state_dir: Path
     readable: tuple[Path, ...] = ()
     writable: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
-    # the worker's state dir: empty wherever a bound folder would show it
-    state_dir: Path | None = None
+    # the executor's files a job that is the executor's user reads and must not
+    # change (trusted content, Ansible's config): bound read-only over themselves
+    read_only: tuple[Path, ...] = ()
     limits: SandboxLimits = field(default_factory=SandboxLimits)
 
-    def prefix(
-        self,
-        *,
-        network: bool = False,
-        read_only: Iterable[Path] = (),
-        own: Iterable[Path] = (),
-    ) -> list[str]:
+    def prefix(self, *, network: bool = False, own: Path | None = None) -> list[str]:
         """The argv that runs an executable inside the sandbox (ends with ``--``).
 
-        ``network`` shares the host's network; ``read_only`` are folders of
-        the workspace bound read-only over themselves (trusted content);
-        ``own`` are folders of the executor's this step alone writes (its
-        ``HOME`` under ``step/``).
+        ``network`` shares the host's network; ``own`` is a folder of the
+        executor's this step alone writes (a trusted step's ``step/<label>``).
         """
-        etc = shared_etc(self.state_dir or self.layout.root.parent.parent)
+        etc = shared_etc(self.state_dir)
         directive = limits_directive(self.limits)
         if self.uid is not None:
             directive.insert(0, f"userns={JOB_UID}:{self.uid}")
@@ -244,7 +241,7 @@ class Sandbox:
         argv += [write, str(layout.root), str(layout.root)]
         argv += [write, str(layout.log_dir), str(layout.log_dir)]
         if self.uid is None:
-            argv += self._kept_by_binds(read_only, own)
+            argv += self._kept_by_binds(own)
         argv += _hide(self.hidden, bound, self.uid)
         # the folders bwrap made for its binds (/etc, /var...), what covers the state dir
         for top in ["/", *map(str, covered)]:
@@ -264,11 +261,11 @@ class Sandbox:
 
     def _covered(self, bound: Sequence[Path]) -> list[Path]:
         """The state dir and the folder of all workspaces where a bound folder shows them."""
-        private = [self.layout.root.parent, *([self.state_dir] if self.state_dir else [])]
+        private = [self.layout.root.parent, self.state_dir]
         covered = [p for p in private if any(_inside(p, b) for b in bound)]
         return [p for p in covered if not any(p != o and _inside(p, o) for o in covered)]
 
-    def _kept_by_binds(self, read_only: Iterable[Path], own: Iterable[Path]) -> list[str]:
+    def _kept_by_binds(self, own: Path | None) -> list[str]:
         """The executor's files, kept from a job that is the executor's own user by binds.
 
         A root executor's job owns none of them, in a sticky folder: no bind needed.
@@ -276,10 +273,10 @@ class Sandbox:
         layout = self.layout
         mine = (layout.root / "secrets", layout.root / "step", layout.vars_file)
         argv: list[str] = []
-        for path in (layout.log_file, *mine, *read_only):
+        for path in (layout.log_file, *mine, *self.read_only):
             argv += ["--ro-bind", str(path), str(path)]
-        for path in own:
-            argv += ["--bind", str(path), str(path)]
+        if own is not None:
+            argv += ["--bind", str(own), str(own)]
         return argv
 
 
@@ -297,8 +294,8 @@ def prepare(sandbox: Sandbox) -> None:
     hand_over(layout, sandbox.uid)
 
 
-def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) -> None:
-    """Make the job's folders its own: ``src``, ``home``, ``tmp``, ``sluice`` (and ``extra``).
+def hand_over(layout: BuildLayout, uid: int | None) -> None:
+    """Make the job's folders its own: ``src``, ``home``, ``tmp``, its result file.
 
     The workspace's root stays the executor's, sticky and open to all (a job
     may add files and folders of its own there, as Zuul's ``work_root``
@@ -310,7 +307,7 @@ def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) 
         return
     # the job may add entries beside ours, never rename or remove ours (sticky)
     os.chmod(layout.root, 0o1777)
-    for top in (layout.src_dir, layout.home_dir, layout.tmp_dir, *extra):
+    for top in (layout.src_dir, layout.home_dir, layout.tmp_dir):
         for path in _walk(top):
             if os.lstat(path).st_uid != uid:
                 os.lchown(path, uid, uid)
@@ -320,17 +317,7 @@ def hand_over(layout: BuildLayout, uid: int | None, extra: Iterable[Path] = ()) 
     os.lchown(layout.result_file, uid, uid)
     # the job reads (and runs) these, never writes them, whatever the worker's umask
     for top in (layout.root / "content", layout.vars_file, layout.root / "nodes.json"):
-        readable(top)
-
-
-def readable(top: Path) -> None:
-    """``top`` and everything in it readable by all, folders passable (never a link followed)."""
-    for path in _walk(top):
-        mode = os.lstat(path).st_mode
-        if not stat.S_ISLNK(mode):
-            wanted = mode | (0o555 if stat.S_ISDIR(mode) or mode & 0o100 else 0o444)
-            if wanted != mode:
-                os.chmod(path, wanted)
+        readable_by_all(top)
 
 
 def give(path: Path, uid: int | None) -> None:
@@ -393,7 +380,7 @@ def shared_etc(state_dir: Path) -> Path:
             shutil.copyfile(source, target)
     (etc / "passwd").write_text(PASSWD)
     (etc / "group").write_text(GROUP)
-    readable(etc)
+    readable_by_all(etc)
     return etc
 
 
@@ -423,10 +410,6 @@ def _inside(path: Path, folder: Path) -> bool:
     """``path.is_relative_to(folder)`` for absolute, normal paths, without pathlib's parsing."""
     inner, outer = str(path), str(folder)
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
-
-
-def _under(path: Path, folders: Sequence[str]) -> bool:
-    return any(path.is_relative_to(folder) for folder in folders)
 
 
 def _hide(paths: Iterable[Path], bound: Sequence[Path], uid: int | None) -> list[str]:

@@ -327,18 +327,27 @@ class RepoCache:
 
 
 def readable_by_all(top: Path) -> None:
-    """Every folder of ``top`` passable and every file readable by all (never a link followed).
+    """``top`` (a file or a folder and all in it) readable by all: folders passable,
+    executables runnable. Never a link followed; a missing ``top`` is nothing to do.
 
-    A sandboxed job is a user of its own and reads its projects' objects
-    through its checkout's alternates; the state dir above keeps others out.
+    A sandboxed job is a user of its own: it reads its projects' objects
+    through its checkout's alternates, and the executor's files made for it
+    (workers/executor/sandbox.py); the state dir above keeps others out.
     """
-    for folder, _dirs, files in os.walk(top):
-        os.chmod(folder, os.lstat(folder).st_mode | 0o555)
-        for name in files:
-            path = os.path.join(folder, name)
-            mode = os.lstat(path).st_mode
-            if stat.S_ISREG(mode):
-                os.chmod(path, mode | 0o444)
+    try:
+        info = os.lstat(top)
+    except FileNotFoundError:
+        return
+    paths = [str(top)]
+    if stat.S_ISDIR(info.st_mode):
+        paths += [os.path.join(f, n) for f, dirs, files in os.walk(top) for n in (*dirs, *files)]
+    for path in paths:
+        mode = os.lstat(path).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            continue
+        wanted = mode | (0o555 if stat.S_ISDIR(mode) or mode & 0o100 else 0o444)
+        if wanted != mode:
+            os.chmod(path, wanted)
 
 
 def _note_holder(fd: int, holder: bytes, label: str) -> bool:

@@ -14,14 +14,20 @@ one leads to another origin (scheme, host or port), the credentials
 are not sent there, and a redirect to anything but http or https is an
 error. A forge (or whoever answers in its name) cannot send a token to a
 host of its choosing.
+
+Lists are read whole (:func:`call_pages`): the next page is the ``Link``
+header's ``rel="next"`` (GitHub, GitLab) or GitLab's ``X-Next-Page``, at
+most :data:`MAX_PAGES` pages, and a next page on another origin is refused.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from http.client import HTTPMessage
@@ -37,6 +43,9 @@ TIMEOUT = 30.0
 # headers that carry a credential: never sent to another origin than the one asked
 CREDENTIALS = frozenset({"authorization", "private-token", "job-token", "cookie"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# pages of one list read at most (100 items each: 10,000 reviews, files, notes)
+MAX_PAGES = 100
+_NEXT_LINK = re.compile(r'<([^>]*)>\s*;[^,]*\brel="?next"?', re.IGNORECASE)
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
@@ -101,6 +110,66 @@ def call(
     timeout: float = TIMEOUT,
 ) -> Any:
     """``method url`` with a JSON ``body``; the decoded JSON answer (None if empty)."""
+    return _call(name, error, url, method, headers, body, sleep, timeout)[0]
+
+
+def call_pages(
+    name: str,
+    error: type[ForgeError],
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    sleep: Callable[[float], None] = time.sleep,
+    timeout: float = TIMEOUT,
+) -> list[Any]:
+    """Every item of the list at ``url`` (a GET), following the forge's pagination.
+
+    An answer that is not a JSON list is an error; so is a next page on
+    another origin, or more than :data:`MAX_PAGES` pages.
+    """
+    found: list[Any] = []
+    seen: set[str] = set()
+    while url:
+        if len(seen) >= MAX_PAGES:
+            raise error(f"{name} GET {url}: more than {MAX_PAGES} pages")
+        seen.add(url)
+        answer, response = _call(name, error, url, "GET", headers, None, sleep, timeout)
+        if answer is None:
+            answer = []
+        if not isinstance(answer, list):
+            raise error(f"{name} GET {url}: expected a list, got {type(answer).__name__}")
+        found += answer
+        following = next_page(url, response)
+        if following and origin(following) != origin(url):
+            raise error(f"{name} GET {url}: next page {following!r} is on another origin")
+        url = "" if following in seen else following
+    return found
+
+
+def next_page(url: str, headers: Mapping[str, str]) -> str:
+    """The next page's URL from an answer's headers ("" if this was the last)."""
+    link = _NEXT_LINK.search(headers.get("Link") or "")
+    if link:
+        return str(urllib.parse.urljoin(url, link[1]))
+    page = (headers.get("X-Next-Page") or "").strip()
+    if not page.isdigit():
+        return ""
+    parts = urllib.parse.urlsplit(url)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "page"]
+    query.append(("page", page))
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+def _call(  # noqa: PLR0917 (the two public calls' arguments, passed on)
+    name: str,
+    error: type[ForgeError],
+    url: str,
+    method: str,
+    headers: Mapping[str, str],
+    body: Any,
+    sleep: Callable[[float], None],
+    timeout: float,
+) -> tuple[Any, Mapping[str, str]]:
     data = None if body is None else json.dumps(body).encode()
     sent = {"User-Agent": "sluice", **headers}
     if data is not None:
@@ -110,7 +179,8 @@ def call(
             request = urllib.request.Request(url, data, sent, method=method)
             with _opener.open(request, timeout=timeout) as response:
                 raw = response.read()
-            return json.loads(raw) if raw else None
+                answered = {k: v for k, v in response.headers.items()}
+            return (json.loads(raw) if raw else None), answered
         except urllib.error.HTTPError as exc:
             wait = rate_limit_wait(exc)
             if wait is None or attempt == 2:

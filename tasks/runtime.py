@@ -67,6 +67,9 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
     layouts = TenantLayouts(client)
     cache = RepoCache.from_settings(settings)
     engine = open_database(settings.database_url)
+    forge: ForgeReporter | None = None
+    if any(c.driver in DRIVERS for c in settings.connections.values()):
+        forge = ForgeReporter(settings.connections, _reporter_config(layouts), settings.web.url)
     formats = WireFormats(
         _connection_of(layouts),
         lambda conn, project: str(cache.repo_path(conn, project)),
@@ -74,12 +77,13 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
         lambda tenant, project, branch: layouts.get(tenant).layout.merge_mode(project, branch),
         AutoholdIndex(client).wants,
         estimate=JobEstimates(engine).of,
+        before_merge=forge.before_merge if forge else None,
     )
     reporters: list[ItemReporter] = [
         HistoryReporter(ReporterSet([SqlReporter(engine), LogReporter()]))
     ]
-    if any(c.driver in DRIVERS for c in settings.connections.values()):
-        reporters.append(ForgeReporter(settings.connections, _reporter_config(layouts)))
+    if forge is not None:
+        reporters.append(forge)
     managers = LayoutManagerSource(layouts, nodes=bool(settings.nodes.providers))
     env = Environment(client, managers, formats, _nudge(settings), reporters)
     return env, layouts

@@ -14,11 +14,21 @@ from scheduler.wire.events import MalformedEventError
 
 
 class ForgeError(SluiceError):
-    """A forge's API refused or failed a request (``status``: its HTTP status, 0 if none)."""
+    """A forge's API refused or failed a request.
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    ``status`` is its HTTP status (0 if none came); ``reason`` the forge's
+    own words for it (the ``message`` of its JSON answer), if it gave any.
+    """
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason
+
+    @property
+    def transient(self) -> bool:
+        """No answer, or the forge failed (5xx): the same call may succeed later."""
+        return self.status == 0 or self.status >= 500
 
 
 def field(body: Mapping[str, Any], *keys: str) -> Any:

@@ -16,10 +16,16 @@ The pipeline's reporter configuration is Zuul's::
 GitLab's are the same under a gitlab connection (the comment is a note on
 the merge request; ``failure`` is GitLab's ``failed`` state).
 ``merge: true`` (a gate's success) is not a report: the item's push step
-asks the forge to merge the pull or merge request (``workers/merger/push.py``), before
-the item is reported. The status's context is ``<tenant>/<pipeline>``, so a
-repeated report (a retry) sets the same status again; a comment may be
-repeated when a report is retried after a crash.
+asks the forge to merge the pull or merge request (``workers/merger/push.py``).
+As in Zuul, the forge hears the success first (status, check run, comment:
+the :class:`~scheduler.wire.merger.ForgeReport` the push job carries, from
+:meth:`ForgeReporter.before_merge`), then the merge is asked, so a branch
+protected by a required status merges; a merged item is not reported to
+its forge again, and a refused merge is reported as a failure with the
+forge's reason. The status's context is ``<tenant>/<pipeline>`` and it
+links to the buildset's page on the web (``web.public_url``), so a repeated
+report (a retry) sets the same status again; a comment may be repeated
+when a report is retried after a crash.
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler.drivers.webhooks import forge_api
-from scheduler.model.item import QueueItem
+from scheduler.model.item import PushState, QueueItem
 from scheduler.model.results import Result
 from scheduler.settings import ConnectionSettings
+from scheduler.wire.merger import ForgeReport
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +68,34 @@ def summary(item: QueueItem, tenant: str, pipeline: str) -> str:
     return "\n".join(lines)
 
 
+def send(api: Any, project: str, ref: str, commit: str, report: ForgeReport) -> None:
+    """Tell the forge ``report`` about the change at ``ref``/``commit``: status, check, comment."""
+    if report.status:
+        api.set_status(
+            project,
+            commit,
+            report.status,
+            context=report.context,
+            description=report.text.splitlines()[0],
+            url=report.url,
+        )
+    if report.check and hasattr(api, "set_check_run"):
+        api.set_check_run(project, commit, report.check, name=report.context, summary=report.text)
+    match = CHANGE_REF.match(ref)
+    if match and report.comment:
+        api.comment(project, int(match[1]), report.text)
+
+
 class ForgeReporter:
     def __init__(
-        self, connections: Mapping[str, ConnectionSettings], config: ReporterConfig
+        self,
+        connections: Mapping[str, ConnectionSettings],
+        config: ReporterConfig,
+        web_url: str = "",
     ) -> None:
         self.connections = connections
         self.config = config
+        self.web_url = web_url.rstrip("/")
         self._apis: dict[str, Any] = {}
 
     def _api(self, connection: ConnectionSettings) -> Any:
@@ -76,46 +105,56 @@ class ForgeReporter:
 
     def report_start(self, tenant: str, pipeline: str, item: QueueItem) -> None:
         """The pipeline's ``start:`` (a pending status; a comment only if it asks)."""
-        self._send(tenant, pipeline, item, "start", comment_default=False)
+        self._send(tenant, pipeline, item, "start")
 
     def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
-        self._send(tenant, pipeline, item, action_of(item), comment_default=True)
+        if item.push is PushState.PUSHED:
+            return  # the forge merged it, told of its success first (before_merge)
+        self._send(tenant, pipeline, item, action_of(item))
 
-    def _send(
-        self, tenant: str, pipeline: str, item: QueueItem, action: str, *, comment_default: bool
-    ) -> None:
-        change = item.change
-        connection = self.connections.get(change.connection)
-        if connection is None or connection.driver not in DRIVERS:
+    def before_merge(self, tenant: str, pipeline: str, item: QueueItem) -> ForgeReport | None:
+        """The success report a forge gets before it merges ``item`` (None: nothing to tell)."""
+        if self._connection(item) is None:
+            return None
+        return self._report(tenant, pipeline, item, "success")
+
+    def _connection(self, item: QueueItem) -> ConnectionSettings | None:
+        connection = self.connections.get(item.change.connection)
+        if connection is None or connection.driver not in DRIVERS or not item.change.commit:
+            return None
+        return connection
+
+    def _report(
+        self, tenant: str, pipeline: str, item: QueueItem, action: str
+    ) -> ForgeReport | None:
+        options = self.config(tenant, pipeline).get(action, {}).get(item.change.connection)
+        if not isinstance(options, Mapping):
+            return None
+        if action == "start":
+            text = f"Testing started ({tenant}/{pipeline})."
+        else:
+            text = summary(item, tenant, pipeline)
+        url = f"{self.web_url}/t/{tenant}/buildset/{item.buildset.uuid}" if self.web_url else ""
+        return ForgeReport(
+            context=f"{tenant}/{pipeline}",
+            text=text,
+            status=str(options.get("status") or ""),
+            check="" if action == "start" else str(options.get("check") or ""),
+            comment=bool(options.get("comment", action != "start")),
+            url=url,
+        )
+
+    def _send(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:
+        connection = self._connection(item)
+        if connection is None:
             return
-        options = self.config(tenant, pipeline).get(action, {}).get(change.connection)
-        if not isinstance(options, Mapping) or not change.commit:
+        report = self._report(tenant, pipeline, item, action)
+        if report is None:
             return
         api = self._api(connection)
         if api is None:
             log.warning("%s: no api_token configured: nothing reported", connection.name)
             return
-        if action == "start":
-            text = f"Testing started ({tenant}/{pipeline})."
-        else:
-            text = summary(item, tenant, pipeline)
-        if options.get("status"):
-            api.set_status(
-                change.project,
-                change.commit,
-                str(options["status"]),
-                context=f"{tenant}/{pipeline}",
-                description=text.splitlines()[0],
-            )
-        if options.get("check") and action != "start" and hasattr(api, "set_check_run"):
-            api.set_check_run(
-                change.project,
-                change.commit,
-                str(options["check"]),
-                name=f"{tenant}/{pipeline}",
-                summary=text,
-            )
-        match = CHANGE_REF.match(change.ref)
-        if match and options.get("comment", comment_default):
-            api.comment(change.project, int(match[1]), text)
+        change = item.change
+        send(api, change.project, change.ref, change.commit, report)
         log.info("reported %s of %s to %s", item.uuid, change.ref, connection.name)

@@ -160,6 +160,20 @@ def next_page(url: str, headers: Mapping[str, str]) -> str:
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
 
+def reason_of(answer: str) -> str:
+    """A forge's own words from an error answer: its JSON ``message`` ("" if none)."""
+    try:
+        found = json.loads(answer)
+    except ValueError:
+        return ""
+    message = found.get("message") if isinstance(found, dict) else None
+    if isinstance(message, str):
+        return message[:200]
+    if isinstance(message, dict | list):  # GitLab: {"base": ["..."]} or a list
+        return json.dumps(message)[:200]
+    return ""
+
+
 def _call(  # noqa: PLR0917 (the two public calls' arguments, passed on)
     name: str,
     error: type[ForgeError],
@@ -185,7 +199,9 @@ def _call(  # noqa: PLR0917 (the two public calls' arguments, passed on)
             wait = rate_limit_wait(exc)
             if wait is None or attempt == 2:
                 detail = exc.read().decode("utf-8", "replace")[:300]
-                raise error(f"{name} {method} {url}: {exc.code} {detail}", exc.code) from None
+                raise error(
+                    f"{name} {method} {url}: {exc.code} {detail}", exc.code, reason_of(detail)
+                ) from None
             log.warning("%s rate limit: waiting %.0fs before %s %s", name, wait, method, url)
             sleep(wait)
         except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:

@@ -43,6 +43,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from scheduler.config.model import NOOP_JOB
 from scheduler.manager import answers, settling
@@ -134,6 +135,8 @@ class PipelineManager:
         """Apply one event to ``state``; stale or duplicate events change nothing."""
         if isinstance(event, ev.Enqueue):
             self.enqueue(state, event.change, event.event_id)
+        elif isinstance(event, ev.Dequeue) and event.current:
+            self.dequeue_stale(state, event.change, event.current)
         elif isinstance(event, ev.Dequeue):
             self.dequeue_change(state, event.change)
         elif isinstance(event, ev.Promote):
@@ -181,6 +184,24 @@ class PipelineManager:
         for item in items:
             self.dequeue(state, item, "dequeued by request", report=True)
         return items
+
+    def dequeue_stale(self, state: PipelineState, change: Change, current: str) -> None:
+        """The forge says ``change`` is now at ``current`` on ``change.branch``: older leave.
+
+        An item of another target branch always leaves; one of another commit
+        where ``dequeue-on-new-patchset`` holds (Zuul's removal of old
+        versions of a change). A merged or merging item stays.
+        """
+        for item in state.find_for_dequeue(replace(change, branch="")):
+            if item.push is not PushState.NONE:
+                continue
+            if item.change.branch != change.branch:
+                why = f"its target branch changed from {item.change.branch} to {change.branch}"
+            elif item.change.commit != current and self.settings.dequeue_on_new_patchset:
+                why = f"superseded by a new patchset ({current[:12]})"
+            else:
+                continue
+            self.dequeue(state, item, why, report=True)
 
     def promote(self, state: PipelineState, changes: Iterable[Change]) -> list[QueueItem]:
         """Move the live items of ``changes`` to the head of their queues, in that order.

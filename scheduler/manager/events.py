@@ -44,13 +44,25 @@ class Enqueue:
 
 @dataclass(frozen=True)
 class Dequeue:
+    """Remove the live items of ``change``'s ref (any target branch if it names none).
+
+    ``current``: the forge says the change is now at this commit, targeting
+    ``change.branch``; only the items of another version leave (a new
+    patchset where ``dequeue-on-new-patchset`` holds, or another target
+    branch), each with the reason.
+    """
+
     change: Change
     event_id: str = ""
     result_id: str = ""
     pipeline: str = ""
+    current: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "dequeue", "change": self.change.to_dict(), **_ids(self)}
+        found = {"type": "dequeue", "change": self.change.to_dict(), **_ids(self)}
+        if self.current:
+            found["current"] = self.current
+        return found
 
 
 @dataclass(frozen=True)

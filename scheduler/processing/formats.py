@@ -93,6 +93,10 @@ def _no_hold(tenant: str, project: str, job: str, ref: str) -> bool:
     return False
 
 
+# (tenant, pipeline, item) -> what its forge hears before it merges the item
+BeforeMerge = Callable[[str, str, QueueItem], "wire.ForgeReport | None"]
+
+
 class WireFormats:
     def __init__(
         self,
@@ -103,6 +107,7 @@ class WireFormats:
         hold: HoldOf = _no_hold,
         *,
         estimate: EstimateOf = _no_estimate,
+        before_merge: BeforeMerge | None = None,
     ) -> None:
         # (tenant, project name) -> the project's connection
         self.connection_of = connection_of
@@ -112,6 +117,7 @@ class WireFormats:
         self.hold = hold
         # (tenant, job, project) -> the job's expected seconds (SQL), or None
         self.estimate = estimate
+        self.before_merge = before_merge
 
     def merge(self, tenant: str, pipeline: str, item: QueueItem, intent: MergeIntent) -> NewRequest:
         job = wire.MergeJob(
@@ -180,6 +186,7 @@ class WireFormats:
             change_ref=change.ref,
             change_commit=change.commit,
             merge_request=item.buildset.merge_request or "",
+            report=self.before_merge(tenant, pipeline, item) if self.before_merge else None,
         )
         request, params = new_request(
             job,

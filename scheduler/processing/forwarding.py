@@ -161,6 +161,14 @@ def is_abandoned(trigger: TriggerEvent) -> bool:
     return trigger.extra.get("action") == "closed" and not trigger.extra.get("merged")
 
 
+def revises(trigger: TriggerEvent) -> bool:
+    """A pull or merge request given a new head or target branch (its old versions leave)."""
+    if trigger.type not in ("pull_request", "gl_merge_request"):
+        return False
+    action = trigger.extra.get("action")
+    return action in ("changed", "edited") and bool(trigger.newrev and trigger.branch)
+
+
 def _tenant_of(trigger_root: str) -> str:
     return paths.unsegment(paths.basename(paths.parent(trigger_root)))
 
@@ -222,13 +230,19 @@ def _route_trigger(
             targets[root] = pipeline
             routed.append((root, gone))
         return routed
+    routed = []
+    if revises(trigger):  # the items of its older versions leave every pipeline
+        stale = Dequeue(change, event_id=event.id, current=trigger.newrev).to_dict()
+        for pipeline in routing.pipelines(tenant):
+            root = paths.pipeline_management_queue(tenant, pipeline)
+            targets[root] = pipeline
+            routed.append((root, stale))
     pipelines = routing.pipelines_for_event(tenant, trigger.to_dict())
     if not pipelines:
-        return []
+        return routed
     if not change.branch:  # a tag: tested on the project's default branch
         change = replace(change, branch=routing.default_branch(tenant, trigger.project))
     payload = Enqueue(change, event_id=event.id).to_dict()
-    routed = []
     for pipeline in pipelines:
         root = paths.pipeline_trigger_queue(tenant, pipeline)
         targets[root] = pipeline

@@ -156,7 +156,10 @@ def _enqueue(data: Mapping[str, Any]) -> WireEvent:
 
 def _dequeue(data: Mapping[str, Any]) -> WireEvent:
     # A dequeue may leave the branch empty: any target branch of the ref.
-    return Dequeue(_change(data.get("change"), keys=()), **_ids(data))
+    current = data.get("current", "")
+    if not isinstance(current, str):
+        raise MalformedEventError(f"dequeue: current must be a commit, got {current!r}")
+    return Dequeue(_change(data.get("change"), keys=()), current=current, **_ids(data))
 
 
 def _promote(data: Mapping[str, Any]) -> WireEvent:

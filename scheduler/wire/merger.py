@@ -372,8 +372,10 @@ class PushJob(Record):
     whose repo cache lacks the commit (another host merged the item) makes
     it again from ``merge_request``, the item's merge
     (:mod:`workers.merger.replay`).
-    On a GitHub connection the forge merges the pull request (``change_ref``
-    ``refs/pull/<n>/head``, at ``change_commit``) through its API instead.
+    On a GitHub or GitLab connection the forge merges the pull or merge
+    request (``change_ref`` ``refs/pull/<n>/head``, at ``change_commit``)
+    through its API instead, after telling it ``report`` (a protected
+    branch merges only a change whose required status is green).
     """
 
     job_id: str
@@ -387,6 +389,25 @@ class PushJob(Record):
     change_commit: str = ""
     # the item's merge request: how a merger without the commit makes it again
     merge_request: str = ""
+    # what the forge is told before it merges (None: nothing)
+    report: ForgeReport | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ForgeReport(Record):
+    """A pipeline's success report to a forge, sent before the forge merges.
+
+    Zuul's order: the commit status (``status``, under ``context``), the
+    check run (``check``), the comment (``text``, if ``comment``), then the
+    merge. ``url``: where the status links to ("" for nowhere).
+    """
+
+    context: str
+    text: str
+    status: str = ""
+    check: str = ""
+    comment: bool = False
+    url: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

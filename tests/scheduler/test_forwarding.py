@@ -129,3 +129,25 @@ def test_a_batch_closes_before_its_transaction_grows_too_large(
         newrevs = [p["newrev"] for p in payloads(client, paths.tenant_trigger_queue(tenant))]
         assert newrevs == [f"{n:040d}" for n in range(12)]  # each once, in order
     assert count.by_type()["Transaction"] > 1  # several batches
+
+
+def test_a_new_head_or_target_branch_takes_old_versions_out_of_every_pipeline(
+    client: ZooKeeperClient,
+) -> None:
+    """A pull request moved (synchronize, base edited): a dequeue of what it no longer is."""
+    trigger = EventQueue(client, paths.tenant_trigger_queue("one"))
+    pull = {
+        "type": "pull_request",
+        "connection": "github",
+        "project": "app",
+        "branch": "stable",
+        "ref": "refs/pull/7/head",
+        "newrev": "b" * 40,
+    }
+    trigger.put({**pull, "action": "changed", "change": 7})
+    trigger.put({**pull, "action": "comment", "change": 7})  # moves nothing
+    forwarding.process_tenant(client, Routing(), recorder([]), "one")
+    for pipeline in Routing().pipelines("one"):
+        (dequeue,) = payloads(client, paths.pipeline_management_queue("one", pipeline))
+        assert dequeue["type"] == "dequeue" and dequeue["current"] == "b" * 40
+        assert dequeue["change"]["branch"] == "stable"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from scheduler.manager import events as ev
+from scheduler.manager.dependent import DependentManager
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.results import Result
 from tests.scheduler.gate_harness import Gate, change
@@ -234,3 +236,32 @@ def test_an_item_moved_to_the_branch_tip_does_not_wait_for_a_failing_item_still_
     assert g.reported == [("B", S)] and g.queue() == ["A"]
     g.finish("A", "slow")
     assert g.reported == [("B", S), ("A", F)]
+
+
+def test_a_new_patchset_or_target_branch_takes_old_versions_out() -> None:
+    """The forge says a change moved: its old version leaves; items behind are retested."""
+    g = Gate()
+    g.enqueue("A", "B", "C")
+    g.merge_all()
+    old_c = build_uuids(g, "C")
+    # B force-pushed during the gate (a synchronize): B leaves, C is tested without it
+    g.run(ev.Dequeue(change("B"), current="c2"))
+    assert g.queue() == ["A", "C"] and g.reported == [("B", Result.DEQUEUED)]
+    assert "new patchset (c2)" in g.messages["B"]
+    assert set(old_c) <= set(g.cancels)
+    assert g.merged_on("C") == ("A", "C")
+    # the forge repeats what it said, and names A's current commit: nothing moves
+    g.run(ev.Dequeue(change("A"), current="c1"))
+    assert g.queue() == ["A", "C"]
+    # C retargeted to another branch: it leaves whatever its commit
+    g.run(ev.Dequeue(change("C", branch="stable"), current="c1"))
+    assert g.queue() == ["A"] and g.reported[-1] == ("C", Result.DEQUEUED)
+    assert "target branch changed from main to stable" in g.messages["C"]
+
+
+def test_old_versions_stay_without_dequeue_on_new_patchset() -> None:
+    settings = PipelineSettings("gate", DependentManager.kind, dequeue_on_new_patchset=False)
+    g = Gate(settings=settings)
+    g.enqueue("A")
+    g.run(ev.Dequeue(change("A"), current="c2"))
+    assert g.queue() == ["A"] and g.reported == []

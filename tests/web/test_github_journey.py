@@ -129,22 +129,16 @@ def test_a_pull_request_is_checked_then_gated_and_merged(
     wait_until(lambda: "success" in forge.statuses_of(pull), 90, "the check's success status", 0.5)
     checks = [s["state"] for s in forge.statuses if s["context"] == "demo/check"]
     assert checks == ["pending", "success"]  # start:, then success:
-    # the report sets the status first; its comment and check run may come a moment later
+    # the report sets the status first; its comment may come a moment later
     wait_until(
-        lambda: (
-            any("unit: SUCCESS" in c["body"] for c in forge.comments if c["number"] == 1)
-            and forge.check_runs
-        ),
+        lambda: any("unit: SUCCESS" in c["body"] for c in forge.comments if c["number"] == 1),
         30,
-        "the check's comment and check run",
+        "the check's comment",
         0.2,
     )
-    (run,) = forge.check_runs
-    assert (run["name"], run["conclusion"], run["head_sha"]) == (
-        "demo/check",
-        "success",
-        pull.sha(web.system.repos),
-    )
+    # a personal token may not write check runs (GitHub's 403): asked once, then left out
+    assert forge.check_runs == []
+    assert forge.count("POST", "/check-runs$") == 1
     forge.comment(pull, "looks good")  # not a recheck: nothing runs
     forge.comment(pull, "recheck")
     wait_until(lambda: len(system.buildsets()) == 2, 60, "a recheck", 0.5)

@@ -33,6 +33,10 @@ class GitHubError(ForgeError):
     """GitHub refused or failed a request."""
 
 
+# (connection name, credential) -> True once GitHub refused that connection's check runs
+_CHECKS_REFUSED: dict[tuple[str, str], bool] = {}
+
+
 def api_url(connection: ConnectionSettings) -> str:
     given = str(connection.options.get("api_url") or "")
     if given:
@@ -52,6 +56,13 @@ class GitHubApi:
         self.sleep = sleep
         self._lock = threading.Lock()
         self._installation_tokens: dict[str, tuple[str, float]] = {}
+
+    @property
+    def _identity(self) -> tuple[str, str]:
+        """The connection and who it is to GitHub (an App's id, or a token's user)."""
+        options = self.connection.options
+        who = "token" if options.get("api_token") else f"app:{options.get('app_id')}"
+        return self.connection.name, who
 
     # -- authentication ---------------------------------------------------------
 
@@ -152,7 +163,16 @@ class GitHubApi:
     def set_check_run(
         self, project: str, sha: str, conclusion: str, *, name: str, summary: str
     ) -> None:
-        """A completed check run named ``name`` on ``sha`` (GitHub Apps only, as Zuul's)."""
+        """A completed check run named ``name`` on ``sha`` (GitHub Apps only, as Zuul's).
+
+        GitHub refuses check runs (403) to whatever is not an App's
+        installation token with the ``checks`` permission: that is said once
+        per connection and process, and the connection's check runs are
+        skipped from then on (the status and the comment carry the report).
+        """
+        refused = _CHECKS_REFUSED.get(self._identity)
+        if refused:
+            return
         body = {
             "name": name,
             "head_sha": sha,
@@ -160,7 +180,18 @@ class GitHubApi:
             "conclusion": conclusion,
             "output": {"title": summary.splitlines()[0], "summary": summary[:60000]},
         }
-        self.request("POST", f"/repos/{project}/check-runs", project, body)
+        try:
+            self.request("POST", f"/repos/{project}/check-runs", project, body)
+        except GitHubError as exc:
+            if exc.status != 403:
+                raise
+            _CHECKS_REFUSED[self._identity] = True
+            log.warning(
+                "%s: GitHub refuses check runs (%s); statuses and comments only from now on "
+                "(check runs need a GitHub App with the checks permission)",
+                self.connection.name,
+                exc,
+            )
 
     def comment(self, project: str, number: int, text: str) -> None:
         path = f"/repos/{project}/issues/{number}/comments"

@@ -405,6 +405,8 @@ def _read_connections(reader: SettingsReader | None, base: Path) -> dict[str, Co
             if baseurl:  # where the forge's repositories are cloned from
                 baseurl = _resolve_baseurl(baseurl, base)
             options = {k: v for k, v in sub.data.items() if k not in sub.used}
+            if isinstance(options.get("app_key"), str):  # a GitHub App's key, beside sluice.yaml
+                options["app_key"] = str(resolve_path(options["app_key"], base))
         connections[name] = ConnectionSettings(name, driver, baseurl, options)
     return connections
 

@@ -162,7 +162,7 @@ def _checks(spec: Mapping[str, Any], event: Mapping[str, Any]) -> list[bool]:
     results = []
     for key in ("open", "merged", "draft", "approved"):
         if key in spec:
-            value = bool(event.get(key)) if key != "approved" else bool(event.get("approvals"))
+            value = bool(event.get(key)) if key != "approved" else _approved(event)
             results.append(value == bool(spec[key]))
     labels = set(_names(event.get("labels")))
     for key in ("label", "labels"):
@@ -184,6 +184,13 @@ def _checks(spec: Mapping[str, Any], event: Mapping[str, Any]) -> list[bool]:
         for wanted in _names(spec["status"]):
             results.append(any(_any_match([wanted], status) for status in statuses))
     return results
+
+
+def _approved(event: Mapping[str, Any]) -> bool:
+    """The forge's own verdict where it gives one (GitLab's ``approved``), else any approval."""
+    if "approved" in event:
+        return bool(event["approved"])
+    return bool(event.get("approvals"))
 
 
 def _needs_ready(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:

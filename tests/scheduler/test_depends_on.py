@@ -7,6 +7,7 @@ from typing import Any
 from scheduler.drivers import depends
 from scheduler.drivers.github import events as github
 from scheduler.drivers.gitlab import events as gitlab
+from scheduler.drivers.gitlab.api import ApprovalState
 
 
 class Pulls:
@@ -88,17 +89,15 @@ class MergeRequests:
             "labels": ["gate"],
         }
 
-    def approvals(self, project: str, iid: int) -> list[str]:
-        return ["r"]
-
-    def commit_messages(self, project: str, iid: int) -> list[str]:
-        return []
+    def approvals(self, project: str, iid: int) -> ApprovalState:
+        return ApprovalState(True, ("r",))
 
     def open_merge_requests(self, project: str) -> list[dict[str, Any]]:
         return [self.merge_request(project, iid) for iid in self.descriptions]
 
-    def commits_between(self, project: str, base: str, head: str) -> list[str]:
-        return [head, f"{4:040d}"]  # every head is built on merge request 4
+    def commits(self, project: str, iid: int, head: str) -> list[dict[str, Any]]:
+        # every head is built on merge request 4
+        return [{"id": head, "message": ""}, {"id": f"{4:040d}", "message": ""}]
 
 
 def test_gitlab_merge_request_urls() -> None:

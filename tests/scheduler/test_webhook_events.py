@@ -80,7 +80,13 @@ def test_github_pull_requests_pushes_comments_reviews() -> None:
 
 def test_gitlab_merge_requests_pushes_notes() -> None:
     project = {"path_with_namespace": "group/lib"}
-    mr = {"iid": 3, "action": "update", "target_branch": "main", "last_commit": {"id": "c" * 40}}
+    mr = {
+        "iid": 3,
+        "action": "update",
+        "oldrev": "b" * 40,  # new commits pushed
+        "target_branch": "main",
+        "last_commit": {"id": "c" * 40},
+    }
     (update,) = gitlab("Merge Request Hook", {"object_attributes": mr, "project": project})
     assert update["type"] == "gl_merge_request" and update["action"] == "changed"
     assert update["ref"] == "refs/merge-requests/3/head" and update["newrev"] == "c" * 40

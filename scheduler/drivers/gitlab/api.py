@@ -9,15 +9,25 @@ Connection keys (Zuul's names)::
       webhook_token: <secret>
       merge_method: merge           # ignored by GitLab's API: the project's setting applies
 
-Rate limits: as the GitHub client (:mod:`scheduler.drivers.rest`).
+Rate limits: as the GitHub client (:mod:`scheduler.drivers.rest`). Lists
+(a merge request's commits, the open merge requests) are read whole,
+100 a page, following ``X-Next-Page``/``Link`` (:func:`rest.call_pages`).
+
+Two answers are kept for the life of the process, because they cannot
+change: the token's user (``GET /user``, to know Sluice's own notes), and
+the commits of a merge request at a given head (keyed by that head's sha).
+Every name that goes into a URL is quoted.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.drivers import ForgeError, rest
@@ -27,10 +37,25 @@ log = logging.getLogger(__name__)
 
 # Sluice's status words as GitLab's commit status states
 STATES = {"success": "success", "failure": "failed", "error": "failed", "pending": "pending"}
+PER_PAGE = 100
+# merge requests (at one head each) whose commits a process remembers
+KEPT_COMMITS = 1024
 
 
 class GitLabError(ForgeError):
     """GitLab refused or failed a request."""
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """A merge request's approvals as GitLab judges them (``GET .../approvals``).
+
+    ``approved`` is GitLab's own verdict (every approval rule met, none
+    left), not "someone approved"; ``approvers`` are who did.
+    """
+
+    approved: bool
+    approvers: tuple[str, ...]
 
 
 def api_url(connection: ConnectionSettings) -> str:
@@ -40,6 +65,33 @@ def api_url(connection: ConnectionSettings) -> str:
     return f"https://{connection.options.get('server') or 'gitlab.com'}/api/v4"
 
 
+def quoted(name: object) -> str:
+    """``name`` as one path segment of a URL."""
+    return urllib.parse.quote(str(name), safe="")
+
+
+class _Remembered:
+    """What a process keeps of GitLab's answers that cannot change (bounded, thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users: dict[tuple[str, str], str] = {}
+        self.commits: OrderedDict[tuple[str, str, int, str], list[Mapping[str, Any]]] = (
+            OrderedDict()
+        )
+
+    def keep_commits(
+        self, key: tuple[str, str, int, str], commits: list[Mapping[str, Any]]
+    ) -> None:
+        with self.lock:
+            self.commits[key] = commits
+            while len(self.commits) > KEPT_COMMITS:
+                self.commits.popitem(last=False)
+
+
+_remembered = _Remembered()
+
+
 class GitLabApi:
     def __init__(
         self, connection: ConnectionSettings, sleep: Callable[[float], None] = time.sleep
@@ -47,56 +99,75 @@ class GitLabApi:
         self.connection = connection
         self.base = api_url(connection)
         self.sleep = sleep
+        self.token = str(connection.options.get("api_token") or "")
+        self.timeout = float(connection.options.get("api_timeout") or rest.TIMEOUT)
 
     def _project(self, project: str) -> str:
-        return urllib.parse.quote(project, safe="")
+        return f"/projects/{quoted(project)}"
+
+    def _mr(self, project: str, iid: int) -> str:
+        return f"{self._project(project)}/merge_requests/{quoted(iid)}"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["PRIVATE-TOKEN"] = self.token
+        return headers
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
-        headers = {"Accept": "application/json"}
-        token = str(self.connection.options.get("api_token") or "")
-        if token:
-            headers["PRIVATE-TOKEN"] = token
         return rest.call(
             "GitLab",
             GitLabError,
             self.base + path,
             method,
-            headers=headers,
+            headers=self._headers(),
             body=body,
             sleep=self.sleep,
-            timeout=float(self.connection.options.get("api_timeout") or rest.TIMEOUT),
+            timeout=self.timeout,
         )
+
+    def pages(self, path: str, query: Mapping[str, str] | None = None) -> list[Any]:
+        """Every item of the list at ``path``, :data:`PER_PAGE` a page."""
+        search = urllib.parse.urlencode({**(query or {}), "per_page": str(PER_PAGE)})
+        return rest.call_pages(
+            "GitLab",
+            GitLabError,
+            f"{self.base}{path}?{search}",
+            headers=self._headers(),
+            sleep=self.sleep,
+            timeout=self.timeout,
+        )
+
+    def user(self) -> str:
+        """The username the token belongs to (read once a process)."""
+        key = (self.base, self.token)
+        if key not in _remembered.users:
+            found = self.request("GET", "/user") or {}
+            _remembered.users[key] = str(found.get("username") or "")
+        return _remembered.users[key]
 
     def merge_request(self, project: str, iid: int) -> Mapping[str, Any]:
-        found: Mapping[str, Any] = self.request(
-            "GET", f"/projects/{self._project(project)}/merge_requests/{iid}"
-        )
+        found: Mapping[str, Any] = self.request("GET", self._mr(project, iid))
         return found
 
-    def commit_messages(self, project: str, iid: int) -> list[str]:
-        """The messages of the merge request's commits."""
-        path = f"/projects/{self._project(project)}/merge_requests/{iid}/commits?per_page=100"
-        return [str(c.get("message", "")) for c in self.request("GET", path) or []]
+    def commits(self, project: str, iid: int, head: str) -> list[Mapping[str, Any]]:
+        """The merge request's commits (``id``, ``message``) when its head is ``head``."""
+        key = (self.base, project, iid, head)
+        kept = _remembered.commits.get(key)
+        if kept is None:
+            kept = [c for c in self.pages(f"{self._mr(project, iid)}/commits") if c]
+            _remembered.keep_commits(key, kept)
+        return kept
 
     def open_merge_requests(self, project: str) -> list[Mapping[str, Any]]:
-        path = f"/projects/{self._project(project)}/merge_requests?state=opened&per_page=100"
-        return list(self.request("GET", path) or [])
+        return self.pages(f"{self._project(project)}/merge_requests", {"state": "opened"})
 
-    def commits_between(self, project: str, base: str, head: str) -> list[str]:
-        """The commits on ``head`` that ``base`` does not have (GitLab's compare)."""
-        query = urllib.parse.urlencode({"from": base, "to": head})
-        found = self.request(
-            "GET", f"/projects/{self._project(project)}/repository/compare?{query}"
-        )
-        return [str(c.get("id", "")) for c in (found or {}).get("commits") or []]
-
-    def approvals(self, project: str, iid: int) -> list[str]:
-        found = self.request(
-            "GET", f"/projects/{self._project(project)}/merge_requests/{iid}/approvals"
-        )
-        return sorted(
+    def approvals(self, project: str, iid: int) -> ApprovalState:
+        found = self.request("GET", f"{self._mr(project, iid)}/approvals") or {}
+        approvers = sorted(
             str((a.get("user") or {}).get("username", "")) for a in found.get("approved_by") or []
         )
+        return ApprovalState(bool(found.get("approved")), tuple(approvers))
 
     def set_status(
         self, project: str, sha: str, state: str, *, context: str, description: str, url: str = ""
@@ -104,11 +175,10 @@ class GitLabApi:
         body = {"state": STATES.get(state, state), "name": context, "description": description}
         if url:
             body["target_url"] = url
-        self.request("POST", f"/projects/{self._project(project)}/statuses/{sha}", body)
+        self.request("POST", f"{self._project(project)}/statuses/{quoted(sha)}", body)
 
     def comment(self, project: str, iid: int, text: str) -> None:
-        path = f"/projects/{self._project(project)}/merge_requests/{iid}/notes"
-        self.request("POST", path, {"body": text})
+        self.request("POST", f"{self._mr(project, iid)}/notes", {"body": text})
 
     def is_merged(self, project: str, iid: int, sha: str) -> bool:
         """Whether the merge request was merged with ``sha`` as its head."""
@@ -116,5 +186,5 @@ class GitLabApi:
         return mr.get("state") == "merged" and mr.get("sha") == sha
 
     def merge(self, project: str, iid: int, sha: str, method: str = "merge") -> None:
-        path = f"/projects/{self._project(project)}/merge_requests/{iid}/merge"
-        self.request("PUT", path, {"sha": sha})
+        """Merge at ``sha`` (GitLab: 409 if the head moved, 405 if a policy blocks it)."""
+        self.request("PUT", f"{self._mr(project, iid)}/merge", {"sha": sha})

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler import dispatch, tasklabels, tasknames
+from scheduler.processing import behind
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings import Settings
 from scheduler.state.store import PipelineStore
@@ -399,7 +400,18 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         SweepStep("semaphores", lambda: release_leaked_semaphores(client, nudge_pipeline)),
         SweepStep("semaphore-waiters", lambda: wake_semaphore_waiters(client, nudge_pipeline)),
         SweepStep("webhook-deliveries", lambda: deliveries.prune(client)),
+        SweepStep("deferred-deliveries", lambda: renudge_deferred(client, settings)),
+        SweepStep("set-aside-deliveries", lambda: deliveries.prune_set_aside(client)),
+        SweepStep("parked-changes", lambda: behind.prune(client, inventory.tenants(client))),
     ]
+
+
+def renudge_deferred(client: ZooKeeperClient, settings: Settings) -> list[str]:
+    """Nudge the hop of every connection whose deferred deliveries are due to be tried again."""
+    found = [c for c in inventory.connections(client) if deliveries.deferred_due(client, c)]
+    for name in found:
+        dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, name, settings=settings)
+    return found
 
 
 def live_buildsets(client: ZooKeeperClient) -> set[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from celery import Task
 
-from scheduler import logcontext, pendingnudge, tasknames
+from scheduler import dispatch, logcontext, pendingnudge, tasknames
 from scheduler.drivers import webhooks
 from scheduler.errors import SluiceError
 from scheduler.processing import forwarding
@@ -48,8 +48,18 @@ def forward_connection_events(self: Task[Any, Any], connection: str) -> None:
     """Move a connection's events into the trigger queues of the tenants holding them."""
     name = _name(self.name, "connection", connection)
     env, layouts = runtime()
-    translate = webhooks.translator(runtime_settings().connections.get(name))
-    forwarding.forward_connection_events(env.client, layouts, env.nudge, name, translate)
+    settings = runtime_settings()
+    found = settings.connections.get(name)
+    wait = forwarding.forward_connection_events(
+        env.client,
+        layouts,
+        env.nudge,
+        name,
+        translate=webhooks.translator(found),
+        retry=webhooks.retry_policy(found),
+    )
+    if wait is not None:  # deferred deliveries: again when the first is due (and by the sweep)
+        dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, name, settings=settings, countdown=wait)
 
 
 @app.task(name=tasknames.PROCESS_TENANT, bind=True, ignore_result=True, **retrying.SCHEDULER)

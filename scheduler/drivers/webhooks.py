@@ -7,6 +7,13 @@ transaction. A forge that delivers the same id again (a retry, a replay)
 finds the marker and nothing is stored twice. Only then does the web face
 answer 2xx and nudge the connection hop, which turns the raw event into
 trigger events (:func:`translate`, by driver).
+
+A translation that fails because the forge was unavailable
+(:func:`is_transient`: no answer, a 5xx, a rate limit still exhausted)
+is tried again later, at most :attr:`DeliveryRetry.attempts` times with
+exponential back-off (the connection's ``delivery_attempts`` and
+``delivery_backoff`` options, :func:`retry_policy`); any other failure sets
+the delivery aside with its reason (:mod:`scheduler.zk.deliveries`).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.drivers import ForgeError
 from scheduler.drivers.github import events as github
 from scheduler.drivers.gitlab import events as gitlab
 from scheduler.settings import ConnectionSettings
@@ -45,6 +53,56 @@ class WebhookDelivery:
             "received": time.time(),
             "body": dict(self.body),
         }
+
+
+@dataclass(frozen=True)
+class DeliveryRetry:
+    """How many times a delivery whose forge was unavailable is translated, and how far apart.
+
+    The n-th failed attempt waits ``backoff * 2**(n-1)`` seconds (at most
+    ``cap``); the ``attempts``-th sets the delivery aside. The defaults try
+    for about half an hour (15 s, 30 s, ... 15 min).
+    """
+
+    attempts: int = 8
+    backoff: float = 15.0
+    cap: float = 900.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.cap, self.backoff * 2 ** max(0, attempt - 1)))
+
+
+def retry_policy(connection: ConnectionSettings | None) -> DeliveryRetry:
+    """The connection's ``delivery_attempts`` and ``delivery_backoff`` (defaults otherwise)."""
+    default = DeliveryRetry()
+    if connection is None:
+        return default
+    options = connection.options
+    try:
+        attempts = int(options.get("delivery_attempts", default.attempts))
+        backoff = float(options.get("delivery_backoff", default.backoff))
+    except (TypeError, ValueError):
+        return default
+    return DeliveryRetry(max(1, attempts), max(0.0, backoff), default.cap)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a translation failed because the forge was unavailable (try again later).
+
+    A :class:`ForgeError` without an answer (status 0: a timeout, a refused
+    or reset connection), a 5xx, a 408 or 429, or a 403 that says a rate
+    limit is exhausted. A status 0 that a local ``ValueError`` caused (a URL
+    that cannot be sent, such as a name with a control character) is the
+    delivery's fault, not the forge's: not transient.
+    """
+    if not isinstance(exc, ForgeError):
+        return False
+    if exc.status == 0:
+        cause = exc.__cause__ or exc.__context__
+        return not (isinstance(cause, ValueError) and not isinstance(cause, OSError))
+    if exc.status == 403:
+        return "rate limit" in str(exc).lower()
+    return exc.status >= 500 or exc.status in (408, 429)
 
 
 def store(client: ZooKeeperClient, connection: str, delivery: WebhookDelivery) -> bool:

@@ -6,6 +6,13 @@
   name their pipeline) into that pipeline's management queue, and trigger
   events into the trigger queue of every pipeline whose triggers match.
 
+The connection hop is the front door's last step and nothing a delivery
+holds may stall it: each event is routed, deferred (its forge was
+unavailable: the connection's deferred queue, tried again after a back-off
+by this hop) or set aside with its reason
+(:class:`~scheduler.zk.deliveries.SetAsideStore`), in the transaction that
+acknowledges it; only ZooKeeper's own failures abort the hop.
+
 Each hop runs under its queue's lock and commits, per batch, the puts into
 the next queues and the acks of the events it moved in ONE transaction
 fenced by that lock: an event moves exactly once, and a worker that dies
@@ -16,7 +23,9 @@ itself if events arrived meanwhile, so no wake-up is lost.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -33,9 +42,15 @@ from scheduler.wire.events import (
     decode_as,
     decode_management,
 )
-from scheduler.zk import locks, paths
+from scheduler.zk import deliveries, locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import MAX_TRANSACTION_BYTES, Transaction
+from scheduler.zk.errors import (
+    AccessDeniedError,
+    DecodeError,
+    LockLostError,
+    ZooKeeperUnavailableError,
+)
 from scheduler.zk.event_queue import Event, EventQueue, commit_creating_parents
 
 log = logging.getLogger(__name__)
@@ -43,6 +58,10 @@ log = logging.getLogger(__name__)
 BATCH = 100
 # bytes of one batch's transaction (ZooKeeper refuses a multi over ~1 MB)
 BATCH_BYTES = MAX_TRANSACTION_BYTES // 2
+
+
+# Failures of ZooKeeper met while an event is routed: the task retries the hop
+INFRASTRUCTURE = (ZooKeeperUnavailableError, LockLostError, AccessDeniedError)
 
 
 class ForgeUnavailableError(SluiceError):
@@ -61,39 +80,74 @@ class Routing(Protocol):
     def pipelines(self, tenant: str) -> list[str]: ...
 
 
+# What a route gets: an event, and the event's own transaction (for writes of
+# its own beside the puts); what it gives: (queue root, payload) to put.
+Route = Callable[[Event, Transaction], Sequence[tuple[str, dict[str, Any]]]]
+
+
 def _drain(
     client: ZooKeeperClient,
     lock_path: str,
     queue: EventQueue,
     route: Callable[[Event], Sequence[tuple[str, dict[str, Any]]]],
 ) -> set[str]:
-    """Move ``queue``'s events where ``route`` says, batch by batch; returns the targets.
+    """Move ``queue``'s events where ``route`` says, under the lock; returns the targets."""
+    return _drain_all(client, lock_path, [_Source(queue, lambda event, _ops: route(event))])
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A queue a hop drains: its route, and (for a deferred queue) which events are due."""
+
+    queue: EventQueue
+    route: Route
+    due: Callable[[Event], bool] | None = None
+
+
+def _drain_all(client: ZooKeeperClient, lock_path: str, sources: Sequence[_Source]) -> set[str]:
+    """Drain each source in turn under one hold of the lock; returns the targets."""
+    held = locks.try_exclusive(client, lock_path)
+    if held is None:
+        return set()  # another worker drains it; it re-checks after releasing
+    touched: set[str] = set()
+    with held:
+        for source in sources:
+            touched |= _move(client, held, source)
+    return touched
+
+
+def _move(client: ZooKeeperClient, held: locks.HeldLock, source: _Source) -> set[str]:
+    """Move a source's events batch by batch (a deferred queue: up to its first not due).
 
     A batch is at most :data:`BATCH` events and closes early when its
     transaction would pass :data:`BATCH_BYTES` (an event for a project that
     many tenants hold puts one copy into each tenant's queue).
     """
     touched: set[str] = set()
-    held = locks.try_exclusive(client, lock_path)
-    if held is None:
-        return touched  # another worker drains it; it re-checks after releasing
-    with held:
-        while True:
-            events = queue.read(limit=BATCH)
-            if not events:
-                break
-            batch = _Batch(held.context.transaction())
-            for event in events:
-                ops = Transaction(client)
-                targets: dict[str, EventQueue] = {}
-                for target, payload in route(event):
-                    targets.setdefault(target, EventQueue(client, target)).put_ops(payload, ops)
-                queue.ack_ops(event, ops)
-                if batch.moved and batch.txn.size + ops.size > BATCH_BYTES:
-                    touched |= batch.commit(client, queue)
-                    batch = _Batch(held.context.transaction())
-                batch.add(event, ops, targets)
-            touched |= batch.commit(client, queue)
+    queue = source.queue
+    while True:
+        events = queue.read(limit=BATCH)
+        if source.due is not None:
+            ready = list(itertools.takewhile(source.due, events))
+            events, done = ready, len(ready) < len(events)
+        else:
+            done = False
+        if not events:
+            break
+        batch = _Batch(held.context.transaction())
+        for event in events:
+            ops = Transaction(client)
+            targets: dict[str, EventQueue] = {}
+            for target, payload in source.route(event, ops):
+                targets.setdefault(target, EventQueue(client, target)).put_ops(payload, ops)
+            queue.ack_ops(event, ops)
+            if batch.moved and batch.txn.size + ops.size > BATCH_BYTES:
+                touched |= batch.commit(client, queue)
+                batch = _Batch(held.context.transaction())
+            batch.add(event, ops, targets)
+        touched |= batch.commit(client, queue)
+        if done:
+            break
     return touched
 
 
@@ -122,36 +176,150 @@ def forward_connection_events(
     routing: Routing,
     nudge: Nudge,
     connection: str,
+    *,
     translate: Callable[[Mapping[str, Any]], list[TriggerEvent]] = webhooks.translate,
-) -> None:
+    retry: webhooks.DeliveryRetry | None = None,
+    now: float | None = None,
+) -> float | None:
+    """Move the connection's events (and its deferred deliveries now due) to the tenants.
+
+    Every event is either routed, deferred (its forge was unavailable: it
+    goes to the deferred queue with its attempt count and back-off) or set
+    aside with its reason, in the transaction that acknowledges it, so no
+    delivery ever holds back the ones behind it. Returns the seconds until
+    the deferred queue's head is due when this pass deferred or took
+    deliveries and some still wait (the caller nudges the hop again then;
+    the sweep does it too), else None. ``now``: the time this pass takes
+    for the present (the clock, by default).
+    """
     queue = EventQueue(client, paths.connection_event_queue(connection))
-
-    def route(event: Event) -> list[tuple[str, dict[str, Any]]]:
-        try:
-            if webhooks.is_webhook(event.payload):  # a forge's raw event: its driver reads it
-                triggers = translate(event.payload)
-            else:
-                triggers = [decode_as(event.payload, TriggerEvent)]
-        except MalformedEventError as exc:
-            log.error("%s: dropping malformed event %s: %s", connection, event.path, exc)
-            return []
-        except ForgeError as exc:
-            if 400 <= exc.status < 500:  # the forge says no (a pull request gone): drop it
-                log.error("%s: dropping event %s: %s", connection, event.path, exc)
-                return []
-            raise ForgeUnavailableError(f"{connection}: {exc}") from exc
-        routed = []
-        for trigger in triggers:
-            payload = replace(trigger, connection=connection, event_id=event.id).to_dict()
-            tenants = routing.tenants_for_project(connection, trigger.project)
-            routed += [(paths.tenant_trigger_queue(t), payload) for t in tenants]
-        return routed
-
-    touched = _drain(client, paths.connection_lock(connection, "events"), queue, route)
-    for tenant in sorted({_tenant_of(root) for root in touched}):
+    deferred = EventQueue(client, paths.connection_deferred_queue(connection))
+    policy = retry or webhooks.DeliveryRetry()
+    hop = _ConnectionHop(client, connection, routing, translate, policy, deferred.root)
+    hop.now = time.time() if now is None else now
+    sources = [_Source(queue, hop.route), _Source(deferred, hop.route, due=hop.due)]
+    touched = _drain_all(client, paths.connection_lock(connection, "events"), sources)
+    for tenant in sorted({_tenant_of(root) for root in touched if root != deferred.root}):
         nudge(tasknames.PROCESS_TENANT, (tenant,), None)
     if queue.length():
         nudge(tasknames.FORWARD_CONNECTION_EVENTS, (connection,), None)
+    if not hop.handled_deferred or not deferred.length():
+        return None
+    head = deferred.read(limit=1)
+    if not head:
+        return None
+    return max(0.0, deliveries.retry_state(head[0].payload).not_before - hop.now)
+
+
+class _ConnectionHop:
+    """The connection hop's decision for each event: routed, deferred or set aside."""
+
+    def __init__(  # noqa: PLR0917 (what the hop was given)
+        self,
+        client: ZooKeeperClient,
+        connection: str,
+        routing: Routing,
+        translate: Callable[[Mapping[str, Any]], list[TriggerEvent]],
+        retry: webhooks.DeliveryRetry,
+        deferred_root: str,
+    ) -> None:
+        self.connection = connection
+        self.routing = routing
+        self.translate = translate
+        self.retry = retry
+        self.deferred_root = deferred_root
+        self.set_aside = deliveries.SetAsideStore(client, connection)
+        self.now = time.time()
+        # why the forge failed earlier in this pass: the deliveries after it are
+        # deferred without a call (one timeout a pass, not one per delivery)
+        self.down = ""
+        self.handled_deferred = False
+
+    def due(self, event: Event) -> bool:
+        """Whether a deferred delivery may be tried (never in the pass that deferred it)."""
+        return deliveries.retry_state(event.payload).not_before < self.now
+
+    def route(self, event: Event, ops: Transaction) -> list[tuple[str, dict[str, Any]]]:
+        payload = event.payload
+        if webhooks.is_webhook(payload) and self.down:
+            return self._defer(event, ops, f"not tried: {self.down}")
+        try:
+            triggers = self._triggers(payload)
+            routed = self._payloads(event, triggers)
+        except INFRASTRUCTURE:
+            raise  # ZooKeeper, not the delivery: the task retries
+        except Exception as exc:  # the boundary: whatever a delivery holds
+            if webhooks.is_webhook(payload) and webhooks.is_transient(exc):
+                self.down = f"{type(exc).__name__}: {exc}"
+                return self._defer(event, ops, self.down)
+            self._refuse(event, ops, exc)
+            return []
+        if deliveries.retry_state(payload).attempts:
+            self.handled_deferred = True
+        return [
+            (paths.tenant_trigger_queue(tenant), data)
+            for project, data in routed
+            for tenant in self.routing.tenants_for_project(self.connection, project)
+        ]
+
+    def _triggers(self, payload: Mapping[str, Any]) -> list[TriggerEvent]:
+        if webhooks.is_webhook(payload):  # a forge's raw event: its driver reads it
+            return self.translate(payload)
+        return [decode_as(payload, TriggerEvent)]
+
+    def _payloads(
+        self, event: Event, triggers: Sequence[TriggerEvent]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Each trigger's project and payload, checked to be storable (a forge's answer
+        may hold what JSON cannot carry)."""
+        found = []
+        for trigger in triggers:
+            data = replace(trigger, connection=self.connection, event_id=event.id).to_dict()
+            stored.encode(data)
+            found.append((trigger.project, data))
+        return found
+
+    def _defer(self, event: Event, ops: Transaction, why: str) -> list[tuple[str, dict[str, Any]]]:
+        """To the deferred queue with one more attempt, or set aside after the last."""
+        self.handled_deferred = True
+        attempts = deliveries.retry_state(event.payload).attempts + 1
+        if attempts >= self.retry.attempts:
+            reason = f"forge unavailable: {why} ({attempts} attempts)"
+            log.error("%s: delivery %s set aside: %s", self.connection, event.path, reason)
+            self._set_aside(event, ops, reason, attempts)
+            return []
+        state = deliveries.RetryState(attempts, self.now + self.retry.delay(attempts), why)
+        log.warning(
+            "%s: delivery %s deferred (attempt %d, again in %.0fs): %s",
+            self.connection,
+            event.path,
+            attempts,
+            self.retry.delay(attempts),
+            why,
+        )
+        return [(self.deferred_root, deliveries.deferred_payload(event.payload, state))]
+
+    def _refuse(self, event: Event, ops: Transaction, exc: Exception) -> None:
+        if isinstance(exc, MalformedEventError | ForgeError | DecodeError):
+            log.error("%s: delivery %s set aside: %s", self.connection, event.path, exc)
+        else:  # not the delivery's fault alone: a bug met on the way
+            log.exception("%s: delivery %s set aside", self.connection, event.path)
+        attempts = deliveries.retry_state(event.payload).attempts
+        self._set_aside(event, ops, f"{type(exc).__name__}: {exc}", attempts)
+
+    def _set_aside(self, event: Event, ops: Transaction, reason: str, attempts: int) -> None:
+        payload = event.payload
+        delivery = str(payload.get("delivery") or "") if webhooks.is_webhook(payload) else ""
+        received = payload.get("received")
+        self.set_aside.add_ops(
+            ops,
+            deliveries.fresh_payload(payload),
+            reason,
+            delivery=delivery or event.id,
+            event=event.id,
+            received=float(received) if isinstance(received, int | float) else event.created,
+            attempts=attempts,
+        )
 
 
 def is_abandoned(trigger: TriggerEvent) -> bool:

@@ -1,15 +1,19 @@
 """Pending work, as ZooKeeper records it: for the sweep and ``sluice wait --idle``.
 
 Pending work is anything not finished: an event in any queue (connection,
-tenant, pipeline), an item in any pipeline, a raised dirty flag, or a merge
-or build request that is not COMPLETED. The sweep re-nudges what waits for
-a scheduler task (:func:`connections_with_events`, :func:`tenants_with_events`,
+tenant, pipeline), a delivery deferred until its forge answers again, an
+item in any pipeline, a raised dirty flag, or a merge or build request
+that is not COMPLETED. The sweep re-nudges what waits for a scheduler task
+(:func:`connections_with_events`, :func:`tenants_with_events`,
 :func:`pipelines_to_process`); :func:`pending_work` lists everything for
 operators and tests in three requests (``multiRead``). Each check lists
 one small directory; none of this runs on a hot path.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
 
 from scheduler.state import codec
 from scheduler.zk import doctree, flags, inventory, paths, sharding, stored
@@ -96,7 +100,9 @@ def pending_work(client: ZooKeeperClient) -> list[str]:
     tenants = sorted(tenant_events | tenant_states)
 
     second: list[Read] = [
-        Data(paths.event_queue_items(paths.connection_event_queue(c))) for c in sorted(connections)
+        Data(paths.event_queue_items(root(c)))
+        for c in sorted(connections)
+        for root in (paths.connection_event_queue, paths.connection_deferred_queue)
     ]
     for tenant in tenants:
         second += [
@@ -107,7 +113,7 @@ def pending_work(client: ZooKeeperClient) -> list[str]:
             Data(paths.event_queue_items(paths.tenant_reconfigure_queue(tenant))),
         ]
     answers = iter(read_many(client, second))
-    found = [f"events of connection {c}" for c in sorted(connections) if _count(next(answers))]
+    found = [line for c in sorted(connections) for line in _connection_work(c, answers)]
     pipelines: list[tuple[str, str]] = []
     reconfiguring: list[str] = []
     for tenant in tenants:
@@ -140,6 +146,15 @@ def pending_work(client: ZooKeeperClient) -> list[str]:
         active = _active(client, root, before, requests, after)
         if active:
             found.append(f"{active} {name} request(s) not completed")
+    return found
+
+
+def _connection_work(connection: str, answers: Iterator[Any]) -> list[str]:
+    """What a connection's queues hold (the next two answers: events, deferred)."""
+    events, deferred = _count(next(answers)), _count(next(answers))
+    found = [f"events of connection {connection}"] if events else []
+    if deferred:
+        found.append(f"{deferred} deferred deliveries of connection {connection}")
     return found
 
 

@@ -276,6 +276,25 @@ def webhook_delivery(connection: str, day: str, delivery: str) -> str:
     return join(webhook_deliveries(connection), segment(day), segment(delivery))
 
 
+def connection_deferred_queue(connection: str) -> str:
+    """Deliveries to translate again later (their forge was unavailable): an event queue."""
+    return join("events", "connection", segment(connection), "deferred")
+
+
+def set_aside_deliveries(connection: str) -> str:
+    """Deliveries that could not be turned into events, each with its reason."""
+    return join("connections", segment(connection), "set-aside")
+
+
+def set_aside_delivery(connection: str, delivery: str) -> str:
+    """One set-aside delivery (by its delivery id); its payload is the child ``body``."""
+    return join(set_aside_deliveries(connection), segment(delivery))
+
+
+def set_aside_body(connection: str, delivery: str) -> str:
+    return join(set_aside_delivery(connection, delivery), "body")
+
+
 def connections_root() -> str:
     return "/connections"
 
@@ -292,6 +311,11 @@ def timer_state() -> str:
 
 def tenant_events(tenant: str) -> str:
     return join("events", "tenant", segment(tenant))
+
+
+def tenant_parked_changes(tenant: str) -> str:
+    """Changes waiting for a dependency to enter a pipeline (scheduler/processing/behind.py)."""
+    return join(tenant_events(tenant), "parked")
 
 
 def tenant_management_queue(tenant: str) -> str:

@@ -37,6 +37,9 @@ class Pulls:
     def commit_messages(self, project: str, number: int) -> list[str]:
         return []
 
+    def pull_commits(self, project: str, number: int) -> list[tuple[str, str]]:
+        return [(sha, "") for sha in self.commits_between(project, "main", f"{number:040d}")]
+
     def pulls_of_commit(self, project: str, sha: str) -> list[dict[str, Any]]:
         return [p for p in self.open_pulls(project) if p["head"]["sha"] == sha]
 

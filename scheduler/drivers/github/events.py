@@ -8,15 +8,26 @@ request becomes ``pull_request`` with action ``comment`` and the comment;
 ``pull_request_review`` becomes ``pull_request_review`` with the review's
 state. The change of a pull request is its head: ``refs/pull/<n>/head`` at
 the head sha, targeting the base branch.
+
+A body whose repository is no name GitHub could give (a space, a control
+character, ``..``) or whose commit is not a sha is refused
+(:class:`MalformedEventError`) before any call to the API.
+
+Enriching an event costs four API calls when the pull request is open and
+nothing depends on nothing: the open pull requests (which hold this one,
+and the git parents' candidates), its statuses, its reviews and its commits
+(their shas find git parents, their messages ``Depends-On`` lines).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from scheduler.drivers import depends, field
-from scheduler.wire.events import TriggerEvent
+from scheduler.drivers.github.api import is_repository
+from scheduler.wire.events import MalformedEventError, TriggerEvent
 
 STORED = frozenset(
     {"push", "pull_request", "issue_comment", "pull_request_review", "status", "check_run"}
@@ -28,8 +39,22 @@ HEADS = "refs/heads/"
 ACTIONS = {"synchronize": "changed"}
 
 
+SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
 def _project(body: Mapping[str, Any]) -> str:
-    return str(field(body, "repository", "full_name"))
+    name = field(body, "repository", "full_name")
+    if not isinstance(name, str) or not is_repository(name):
+        raise MalformedEventError(f"repository.full_name {str(name)[:100]!r} is no GitHub name")
+    return name
+
+
+def _sha(value: Any, what: str, *, empty: bool = False) -> str:
+    """A commit sha of a body (``empty``: "" is allowed too)."""
+    sha = str(value)
+    if (empty and not sha) or SHA.fullmatch(sha):
+        return sha
+    raise MalformedEventError(f"{what} {sha[:80]!r} is not a commit sha")
 
 
 PULL_EVENTS = ("pull_request", "pull_request_review", "status", "check_run")
@@ -39,7 +64,7 @@ def _pull(
     body: Mapping[str, Any], pull: Mapping[str, Any], kind: str = "pull_request", **extra: Any
 ) -> TriggerEvent:
     number = int(field(pull, "number"))
-    sha = str(field(pull, "head", "sha"))
+    sha = _sha(field(pull, "head", "sha"), "head.sha", empty=True)
     return TriggerEvent(
         type=kind,
         project=_project(body),
@@ -86,17 +111,23 @@ def enrich(trigger: TriggerEvent, api: Any) -> TriggerEvent:
     if trigger.type not in PULL_EVENTS:
         return trigger
     number = int(trigger.extra["change"])
-    pull = api.pull(trigger.project, number)
+    others = api.open_pulls(trigger.project)
+    pull = next((o for o in others if o.get("number") == number), None)
+    if pull is None:  # closed or merged: not among the open ones
+        pull = api.pull(trigger.project, number)
     sha = str(field(pull, "head", "sha"))
+    commits = api.pull_commits(trigger.project, number)
     extra = {
         **trigger.extra,
         "patchset": sha,
         "statuses": api.statuses(trigger.project, sha),
         **_state(pull, api.reviews(trigger.project, number)),
     }
-    text = "\n".join([str(pull.get("body") or ""), *api.commit_messages(trigger.project, number)])
+    text = "\n".join([str(pull.get("body") or ""), *(message for _, message in commits)])
     needs = depends.combined(
-        parents_of(api, trigger.project, number, pull),
+        parents_of(
+            api, trigger.project, number, pull, commits=[c for c, _ in commits], open_pulls=others
+        ),
         needs_of(api, trigger.project, number, text),
     )
     if needs:
@@ -111,7 +142,7 @@ def enrich(trigger: TriggerEvent, api: Any) -> TriggerEvent:
     )
 
 
-DEPENDS_ON = depends.url_pattern(r"(?P<project>[^/\s]+/[^/\s]+)/pull/(?P<number>\d+)")
+DEPENDS_ON = depends.url_pattern(r"(?P<project>[\w.-]+/[\w.-]+)/pull/(?P<number>\d+)")
 
 
 def _dependency(api: Any, project: str, number: int, pull: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,25 +159,45 @@ def _dependency(api: Any, project: str, number: int, pull: Mapping[str, Any]) ->
 
 
 def parents_of(
-    api: Any, project: str, number: int, pull: Mapping[str, Any]
+    api: Any,
+    project: str,
+    number: int,
+    pull: Mapping[str, Any],
+    *,
+    commits: Iterable[str] | None = None,
+    open_pulls: Iterable[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Open pull requests whose head is among this one's own commits (built on them).
 
     A pull request whose branch was made from another pull request's branch
-    depends on it as if it said ``Depends-On``: git parent commits.
+    depends on it as if it said ``Depends-On``: git parent commits. The
+    pull request's ``commits`` and the repository's ``open_pulls`` are
+    asked of the API when not given; with no other open pull request,
+    nothing is asked.
     """
-    base, head = str(field(pull, "base", "ref")), str(field(pull, "head", "sha"))
-    commits = set(api.commits_between(project, base, head))
-    others = (
-        (int(field(o, "number")), str(field(o, "head", "sha")), o) for o in api.open_pulls(project)
+    if open_pulls is None:
+        open_pulls = api.open_pulls(project)
+    others = [
+        (int(field(o, "number")), str(field(o, "head", "sha")), o)
+        for o in open_pulls
+        if o.get("number") != number
+    ]
+    if not others:
+        return []
+    if commits is None:
+        base, head = str(field(pull, "base", "ref")), str(field(pull, "head", "sha"))
+        commits = api.commits_between(project, base, head)
+    return depends.parents(
+        number, set(commits), others, lambda n, o: _dependency(api, project, n, o)
     )
-    return depends.parents(number, commits, others, lambda n, o: _dependency(api, project, n, o))
 
 
 def needs_of(api: Any, project: str, number: int, body: str) -> list[dict[str, Any]]:
     """The unmerged pull requests a pull request depends on (:mod:`scheduler.drivers.depends`)."""
 
     def fetch(dep_project: str, dep_number: int) -> depends.Found:
+        if not is_repository(dep_project):
+            raise MalformedEventError(f"Depends-On names {dep_project!r}, no GitHub repository")
         pull = api.pull(dep_project, dep_number)
         change = _dependency(api, dep_project, dep_number, pull)
         return depends.Found(bool(pull.get("merged")), str(pull.get("body") or ""), change)
@@ -219,7 +270,7 @@ def _issue_comment(body: Mapping[str, Any]) -> list[TriggerEvent]:
 def _status(body: Mapping[str, Any]) -> list[TriggerEvent]:
     """About a commit: its open pull requests are found through the API."""
     status = f"{field(body, 'context')}:{field(body, 'state')}"
-    sha = str(field(body, "sha"))
+    sha = _sha(field(body, "sha"), "sha")
     return [TriggerEvent("status", _project(body), newrev=sha, extra={"status": status})]
 
 

@@ -2,11 +2,13 @@
 
 Opened → ``check`` runs → a success status and a note. Approved and
 labelled ``gate`` → ``gate`` runs → GitLab merges it through its API.
+The other ``test_gitlab_*`` journeys start from :func:`gitlab_web`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -35,6 +37,9 @@ CONFIG = {
               gitlab:
                 - event: gl_merge_request
                   action: [opened, changed]
+                - event: gl_merge_request
+                  action: comment
+                  comment: (?i)^\\s*recheck\\s*$
             success:
               gitlab: {status: success, comment: true}
             failure:
@@ -76,9 +81,13 @@ LIB = {
 }
 
 
-@pytest.fixture
-def gitlab(system: SluiceSystem) -> Iterator[tuple[FakeGitLab, WebServer]]:
+@contextlib.contextmanager
+def gitlab_web(
+    system: SluiceSystem, prepare: Callable[[FakeGitLab], None] = lambda forge: None
+) -> Iterator[tuple[FakeGitLab, WebServer]]:
+    """The fake GitLab (``prepare``d before any hook) with group/lib, its branch ``feature``."""
     forge = FakeGitLab(system.repos, "", SECRET)
+    prepare(forge)
     branch = ("feature", {"feature.py": "x = 1\n"})
     with forge_web(
         system,
@@ -92,6 +101,12 @@ def gitlab(system: SluiceSystem) -> Iterator[tuple[FakeGitLab, WebServer]]:
         branch=branch,
     ) as web:
         yield forge, web
+
+
+@pytest.fixture
+def gitlab(system: SluiceSystem) -> Iterator[tuple[FakeGitLab, WebServer]]:
+    with gitlab_web(system) as found:
+        yield found
 
 
 def test_a_merge_request_is_checked_then_gated_and_merged(

@@ -96,15 +96,16 @@ def github(system: SluiceSystem) -> Iterator[tuple[FakeGitHub, WebServer]]:
 
 @contextlib.contextmanager
 def forge_system(
-    system: SluiceSystem, config: dict[str, str], options: str = ""
+    system: SluiceSystem, config: dict[str, str], options: str = "", api_token: str = TOKEN
 ) -> Iterator[tuple[FakeGitHub, WebServer]]:
+    """The fake GitHub as connection ``github`` (``api_token`` "": give App ``options``)."""
     forge = FakeGitHub(system.repos, "", SECRET)
     branch = ("fix", {"src/fix.py": "fixed = True\n"})
     with forge_web(
         system,
         forge,
         driver="github",
-        api_token=TOKEN,
+        api_token=api_token,
         tenant=TENANT,
         config=config,
         project="org/app",

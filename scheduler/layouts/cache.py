@@ -33,7 +33,12 @@ from scheduler import scope
 from scheduler.config import Layout, LayoutResult, Tenant, UnparsedBranch, build_layout
 from scheduler.layouts.errors import LayoutMismatchError, LockTimeoutError, NoLayoutError
 from scheduler.layouts.state import LayoutState
-from scheduler.layouts.triggers import default_branch, pipelines_for_event
+from scheduler.layouts.triggers import (
+    default_branch,
+    pipelines_for_event,
+    requirements_verdict,
+    verdicts,
+)
 from scheduler.zk import config_cache as cc
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
@@ -201,6 +206,14 @@ class TenantLayouts:
     def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]:
         """Pipelines of ``tenant`` whose triggers match ``event`` (see triggers.py)."""
         return pipelines_for_event(self.get(tenant), event)
+
+    def verdicts(self, tenant: str, event: Mapping[str, Any]) -> dict[str, str]:
+        """Pipelines of ``tenant`` whose triggers match ``event``, with verdicts (triggers.py)."""
+        return verdicts(self.get(tenant), event)
+
+    def requirements_verdict(self, tenant: str, pipeline: str, event: Mapping[str, Any]) -> str:
+        """Whether ``event``'s change may enter ``pipeline``, triggers aside (triggers.py)."""
+        return requirements_verdict(self.get(tenant), pipeline, event)
 
     def pipelines(self, tenant: str) -> list[str]:
         """The names of the tenant's pipelines."""

@@ -127,34 +127,66 @@ def _forge_matches(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     return not (checks and not _any_match(checks, str(event.get("check") or "")))
 
 
+ENQUEUE, WAIT = "enqueue", "wait"
+
+
 def pipelines_for_event(layout: TenantLayout, event: Mapping[str, Any]) -> list[str]:
     """Names of the tenant's pipelines that ``event`` triggers, sorted."""
+    return [name for name, verdict in verdicts(layout, event).items() if verdict == ENQUEUE]
+
+
+def verdicts(layout: TenantLayout, event: Mapping[str, Any]) -> dict[str, str]:
+    """The pipelines whose triggers ``event`` matches, each with what becomes of its change.
+
+    :data:`ENQUEUE`, or :data:`WAIT` where the change meets the pipeline's
+    requirements but a change it depends on does not yet (it is enqueued
+    behind that change when the change enters the pipeline).
+    """
     connection = str(event.get("connection") or "")
     project = str(event.get("project") or "")
     held = layout.tenant.project(project)
     if held is None or held.connection != connection:
-        return []
-    branch = branch_of(event)
-    found: list[str] = []
+        return {}
+    found: dict[str, str] = {}
     for name in sorted(layout.layout.pipelines):
-        pipeline = layout.layout.pipelines[name]
-        filters = pipeline.trigger.get(connection, ())
+        filters = layout.layout.pipelines[name].trigger.get(connection, ())
         if not any(filter_matches(f, event) for f in filters):
             continue
-        require = pipeline.require.get(connection)
-        if require is not None and not requirements_met(require, event):
-            continue
-        if require is not None and not _needs_ready(require, event):
-            log.info(
-                "%s: a dependency of %s does not meet its requirements", name, event.get("ref")
-            )
-            continue
-        reject = pipeline.reject.get(connection)
-        if reject is not None and _any_requirement(reject, event):
-            continue
-        if layout.layout.project_pipelines(project, branch, name):
-            found.append(name)
+        verdict = requirements_verdict(layout, name, event)
+        if verdict:
+            found[name] = verdict
     return found
+
+
+def requirements_verdict(layout: TenantLayout, pipeline_name: str, event: Mapping[str, Any]) -> str:
+    """Whether the change of ``event`` may enter the pipeline, triggers aside.
+
+    :data:`ENQUEUE`, :data:`WAIT` (a dependency does not meet the
+    requirements yet), or "" (it does not meet them, is rejected, or the
+    project runs no jobs there).
+    """
+    pipeline = layout.layout.pipelines.get(pipeline_name)
+    connection = str(event.get("connection") or "")
+    if pipeline is None:
+        return ""
+    require = pipeline.require.get(connection)
+    if require is not None and not requirements_met(require, event):
+        return ""
+    reject = pipeline.reject.get(connection)
+    if reject is not None and _any_requirement(reject, event):
+        return ""
+    if not layout.layout.project_pipelines(
+        str(event.get("project") or ""), branch_of(event), pipeline_name
+    ):
+        return ""
+    if require is not None and not _needs_ready(require, event):
+        log.info(
+            "%s: a dependency of %s does not meet its requirements yet",
+            pipeline_name,
+            event.get("ref"),
+        )
+        return WAIT
+    return ENQUEUE
 
 
 def _checks(spec: Mapping[str, Any], event: Mapping[str, Any]) -> list[bool]:

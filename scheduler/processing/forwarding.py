@@ -33,6 +33,8 @@ from typing import Any, Protocol
 from scheduler import scope, tasknames
 from scheduler.drivers import ForgeError, webhooks
 from scheduler.errors import SluiceError
+from scheduler.layouts.triggers import ENQUEUE
+from scheduler.processing import behind
 from scheduler.processing.environment import Nudge
 from scheduler.wire.events import (
     Dequeue,
@@ -73,7 +75,9 @@ class Routing(Protocol):
 
     def tenants_for_project(self, connection: str, project: str) -> list[str]: ...
 
-    def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]: ...
+    def verdicts(self, tenant: str, event: Mapping[str, Any]) -> dict[str, str]: ...
+
+    def requirements_verdict(self, tenant: str, pipeline: str, event: Mapping[str, Any]) -> str: ...
 
     def default_branch(self, tenant: str, project: str) -> str: ...
 
@@ -359,8 +363,10 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
         targets[root] = management.pipeline
         return [(root, management.to_dict())]
 
+    parked = behind.Parked(client, tenant)
+
     def route_trigger(event: Event) -> list[tuple[str, dict[str, Any]]]:
-        return _route_trigger(routing, tenant, event, targets)
+        return _route_trigger(routing, tenant, event, targets, parked)
 
     _drain(client, paths.management_queue_lock(tenant), management, route_management)
     # Routing asks the layout per event: validated once for the hop (as
@@ -374,9 +380,14 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
 
 
 def _route_trigger(
-    routing: Routing, tenant: str, event: Event, targets: dict[str, str]
+    routing: Routing, tenant: str, event: Event, targets: dict[str, str], parked: behind.Parked
 ) -> list[tuple[str, dict[str, Any]]]:
-    """Where a tenant's trigger event goes (``targets``: queue root -> pipeline, to nudge)."""
+    """Where a tenant's trigger event goes (``targets``: queue root -> pipeline, to nudge).
+
+    A change that waits for a dependency is parked; one that enters a
+    pipeline takes the parked changes that wait for it there behind it
+    (:mod:`scheduler.processing.behind`).
+    """
     try:
         trigger = decode_as(event.payload, TriggerEvent)
     except MalformedEventError as exc:
@@ -405,14 +416,25 @@ def _route_trigger(
             root = paths.pipeline_management_queue(tenant, pipeline)
             targets[root] = pipeline
             routed.append((root, stale))
-    pipelines = routing.pipelines_for_event(tenant, trigger.to_dict())
-    if not pipelines:
-        return routed
-    if not change.branch:  # a tag: tested on the project's default branch
-        change = replace(change, branch=routing.default_branch(tenant, trigger.project))
-    payload = Enqueue(change, event_id=event.id).to_dict()
+    described = trigger.to_dict()
+    verdicts = routing.verdicts(tenant, described)
+    pipelines = [name for name, verdict in verdicts.items() if verdict == ENQUEUE]
+    pipelines += behind.after_event(routing, parked, tenant, described, verdicts)
     for pipeline in pipelines:
         root = paths.pipeline_trigger_queue(tenant, pipeline)
         targets[root] = pipeline
-        routed.append((root, payload))
+        routed.append((root, _enqueue(routing, tenant, trigger, event.id)))
+        for waiting in behind.behind(routing, parked, tenant, described, pipeline):
+            try:
+                queued = decode_as(waiting, TriggerEvent)
+                routed.append((root, _enqueue(routing, tenant, queued, event.id)))
+            except (MalformedEventError, KeyError, TypeError, ValueError) as exc:
+                log.error("%s: a parked change cannot enter %s: %s", tenant, pipeline, exc)
     return routed
+
+
+def _enqueue(routing: Routing, tenant: str, trigger: TriggerEvent, event_id: str) -> dict[str, Any]:
+    change = trigger.change()
+    if not change.branch:  # a tag: tested on the project's default branch
+        change = replace(change, branch=routing.default_branch(tenant, trigger.project))
+    return Enqueue(change, event_id=event_id).to_dict()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from scheduler import tasknames
-from scheduler.processing import forwarding
+from scheduler.processing import behind, forwarding
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
@@ -18,8 +19,11 @@ class Routing:
     def tenants_for_project(self, connection: str, project: str) -> list[str]:
         return {"app": ["one", "two"], "lib": ["two"]}.get(project, [])
 
-    def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]:
-        return ["post"] if event.get("type") == "ref-updated" else []
+    def verdicts(self, tenant: str, event: Mapping[str, Any]) -> dict[str, str]:
+        return {"post": "enqueue"} if event.get("type") == "ref-updated" else {}
+
+    def requirements_verdict(self, tenant: str, pipeline: str, event: Mapping[str, Any]) -> str:
+        return ""
 
     def default_branch(self, tenant: str, project: str) -> str:
         return "main"
@@ -151,3 +155,91 @@ def test_a_new_head_or_target_branch_takes_old_versions_out_of_every_pipeline(
         (dequeue,) = payloads(client, paths.pipeline_management_queue("one", pipeline))
         assert dequeue["type"] == "dequeue" and dequeue["current"] == "b" * 40
         assert dequeue["change"]["branch"] == "stable"
+
+
+class GateRouting(Routing):
+    """A gate requiring approval of a change and of every change it depends on."""
+
+    def verdicts(self, tenant: str, event: Mapping[str, Any]) -> dict[str, str]:
+        if event.get("action") != "approved":
+            return {}
+        verdict = self.requirements_verdict(tenant, "gate", event)
+        return {"gate": verdict} if verdict else {}
+
+    def requirements_verdict(self, tenant: str, pipeline: str, event: Mapping[str, Any]) -> str:
+        if not event.get("approvals"):
+            return ""
+        ready = all(n.get("approvals") for n in event.get("needs") or ())
+        return "enqueue" if ready else "wait"
+
+    def pipelines(self, tenant: str) -> list[str]:
+        return ["gate"]
+
+
+def pull(number: int, action: str, approved: bool, needs: Sequence[int] = ()) -> dict[str, Any]:
+    def state(n: int, ok: bool) -> dict[str, Any]:
+        ref = f"refs/pull/{n}/head"
+        return {"project": "app", "branch": "main", "ref": ref, "approvals": ["ann"] if ok else []}
+
+    return {
+        "type": "pull_request",
+        "connection": "github",
+        **state(number, approved),
+        "newrev": f"{number:040d}",
+        "action": action,
+        "change": number,
+        "needs": [{**state(n, False), "connection": "", "commit": f"{n:040d}"} for n in needs],
+    }
+
+
+def enqueued_refs(client: ZooKeeperClient) -> list[str]:
+    found = payloads(client, paths.pipeline_trigger_queue("one", "gate"))
+    return [e["change"]["ref"].split("/")[2] for e in found]
+
+
+def test_a_change_approved_before_its_dependency_enters_behind_it(
+    client: ZooKeeperClient,
+) -> None:
+    """Zuul's enqueue of changes behind: B (Depends-On A) waits, then follows A in."""
+    trigger = EventQueue(client, paths.tenant_trigger_queue("one"))
+    trigger.put(pull(2, "approved", True, needs=[1]))  # B first: A is not approved yet
+    forwarding.process_tenant(client, GateRouting(), recorder([]), "one")
+    assert enqueued_refs(client) == []
+    assert len(client.get_children(paths.tenant_parked_changes("one"))) == 1
+
+    trigger.put(pull(1, "approved", True))  # A approved: A enters, B right behind it
+    forwarding.process_tenant(client, GateRouting(), recorder([]), "one")
+    assert enqueued_refs(client) == ["1", "2"]
+    assert client.get_children(paths.tenant_parked_changes("one")) == []
+
+
+def test_a_parked_change_follows_what_its_forge_says_last(client: ZooKeeperClient) -> None:
+    trigger = EventQueue(client, paths.tenant_trigger_queue("one"))
+    trigger.put(pull(2, "approved", True, needs=[1]))
+    trigger.put(pull(2, "dismissed", False, needs=[1]))  # B's approval withdrawn
+    trigger.put(pull(1, "approved", True))
+    forwarding.process_tenant(client, GateRouting(), recorder([]), "one")
+    assert enqueued_refs(client) == ["1"]  # B stays out
+    assert client.get_children(paths.tenant_parked_changes("one")) == []
+
+    # parked again, then its dependency approved in a comment's enriched state
+    trigger.put(pull(4, "approved", True, needs=[3]))
+    trigger.put(pull(4, "comment", True, needs=[3]))  # still waiting: stays parked
+    forwarding.process_tenant(client, GateRouting(), recorder([]), "one")
+    assert len(client.get_children(paths.tenant_parked_changes("one"))) == 1
+    approved_dependency = pull(4, "comment", True)
+    approved_dependency["needs"] = [{**pull(3, "x", True), "commit": "3" * 40}]
+    trigger.put(approved_dependency)  # the forge now says 3 is approved: 4 enters
+    forwarding.process_tenant(client, GateRouting(), recorder([]), "one")
+    assert enqueued_refs(client) == ["1", "4"]
+    assert client.get_children(paths.tenant_parked_changes("one")) == []
+
+
+def test_a_change_parked_past_the_retention_is_forgotten(client: ZooKeeperClient) -> None:
+    trigger = EventQueue(client, paths.tenant_trigger_queue("one"))
+    trigger.put(pull(2, "approved", True, needs=[1]))
+    forwarding.process_tenant(client, GateRouting(), recorder([]), "one")
+    assert behind.prune(client, ["one"]) == []
+    later = time.time() + behind.RETENTION + 1
+    assert behind.prune(client, ["one", "absent"], now=later) == ["one/github/app:refs/pull/2/head"]
+    assert client.get_children(paths.tenant_parked_changes("one")) == []

@@ -39,6 +39,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "components",
         "Registered processes: kind, host, pid, queues, state, version and age.",
     ),
+    "deliveries": (
+        "cli.commands.deliveries",
+        "deliveries",
+        "Webhook deliveries set aside or deferred; retry or discard them.",
+    ),
     "demo": (
         "cli.commands.demo",
         "demo",

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from scheduler.project_keys import UnknownProjectError, project_connection
 from scheduler.reporting import queries
 from scheduler.reporting.results import BuildResult
+from scheduler.views.deliveries import delivery_rows
 from scheduler.zk.autoholds import AutoholdRequest, AutoholdStore
 from scheduler.zk.components import all_components
 from web import shapes
@@ -331,6 +332,16 @@ def components(call: Call) -> Any:
             }
         )
     return found
+
+
+@API.get("/api/connection/{connection}/deliveries", admin=True)
+def connection_deliveries(call: Call) -> Any:
+    """The connection's webhook deliveries set aside or deferred, with their reasons."""
+    ctx = context(call)
+    name = call["connection"]
+    if name not in ctx.settings.connections:
+        raise ApiError(404, f"no connection {name!r}", "connection")
+    return delivery_rows(ctx.client, name)
 
 
 def autohold_shape(request: AutoholdRequest) -> dict[str, Any]:

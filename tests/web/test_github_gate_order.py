@@ -141,3 +141,37 @@ def test_a_force_push_during_the_gate_takes_the_old_version_out(system: SluiceSy
         gates = [b for b in system.buildsets() if b["pipeline"] == "gate"]
         assert [b["result"] for b in gates] == ["DEQUEUED"]
         assert "success" not in gate_statuses(forge)
+
+
+def test_a_pull_request_retargeted_while_queued_leaves(system: SluiceSystem) -> None:
+    """Its base branch edited (GitHub's ``edited`` with ``changes.base``): tested for
+    the old branch, the item leaves, as when it is closed."""
+    flag = system.root / "release"
+    held = dict(CONFIG)
+    held["ci/unit.sh"] = (
+        f"#!/bin/sh\nfor i in $(seq 1 600); do test -e {flag} && exit 0; sleep 0.1; done\nexit 1\n"
+    )
+    with forge_system(system, held) as (forge, web):
+        base = system.repos.git("org/app", "rev-parse", "main")
+        system.repos.git("org/app", "branch", "stable", base)
+        pull = forge.open_pull("org/app", "fix", "Fix the thing")
+
+        def check_items() -> list[dict[str, object]]:
+            status = web.get("/api/tenant/demo/status")
+            (check,) = [p for p in status["pipelines"] if p["name"] == "check"]
+            return [i for q in check["change_queues"] for h in q["heads"] for i in h]
+
+        wait_until(lambda: len(check_items()) == 1, 60, "the pull request in check", 0.3)
+        pull.base = "stable"
+        changes = {"base": {"ref": {"from": "main"}, "sha": {"from": base}}}
+        forge.send(
+            "pull_request",
+            {"action": "edited", "changes": changes, "pull_request": pull.to_api(system.repos)},
+            "org/app",
+        )
+        wait_until(lambda: check_items() == [], 60, "the retargeted pull request out", 0.3)
+        flag.write_text("go\n")
+        system.sluice("wait", "--idle", "--timeout", "60")
+        (buildset,) = system.buildsets()
+        assert buildset["result"] == "DEQUEUED"
+        assert "success" not in forge.statuses_of(pull)

@@ -12,20 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.system import Repos
-from tests.fixtures.fake_github import TOKEN, FakeGitHub, Pull
+from tests.fixtures.fake_github import TOKEN, FakeGitHub, github_with_a_pull
 
 
 @pytest.fixture
 def forge(tmp_path: Path) -> Iterator[FakeGitHub]:
-    repos = Repos(tmp_path / "repos")
-    base = repos.commit("org/app", "main", {"a.txt": "a\n"})
-    repos.commit("org/app", "fix", {"b.txt": "b\n"}, base=base)
-    repos.git("org/app", "checkout", "-q", "--detach")
-    with FakeGitHub(repos, "", "secret") as found:
-        pull = Pull("org/app", 1, "fix", "main", "Fix")
-        found.pulls[("org/app", 1)] = pull
-        found.point_ref("org/app", "fix", "refs/pull/1/head")
+    with github_with_a_pull(tmp_path / "repos") as found:
         yield found
 
 

@@ -11,10 +11,6 @@ same, and the refused check run is not asked again and again.
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
-
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.fake_github import FakeGitHub
@@ -56,26 +52,11 @@ def test_a_journey_with_a_token_stays_in_budget_and_check_runs_refused_do_not_lo
         assert len(forge.calls) <= BUDGET, spent(forge)
 
 
-def test_a_journey_as_a_github_app_stays_in_budget(system: SluiceSystem, tmp_path: Path) -> None:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = system.config.parent / "app.pem"
-    pem.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+def test_a_journey_as_a_github_app_stays_in_budget(system: SluiceSystem) -> None:
     # the key named relative to sluice.yaml, whatever the workers' working directory
     options = "    app_id: 7\n    app_key: app.pem\n"
     with forge_system(system, CONFIG, options=options, api_token="") as (forge, _web):
-        forge.app_public_key = (
-            key.public_key()
-            .public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            )
-            .decode()
-        )
+        forge.make_app(system.config.parent / "app.pem")
         journey(forge, system)
         (run,) = forge.check_runs  # an App may write check runs
         assert (run["name"], run["conclusion"]) == ("demo/check", "success")

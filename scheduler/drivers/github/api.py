@@ -113,16 +113,16 @@ class InstallationTokens:
                 self.tokens.pop(installation, None)
 
 
-# (connection name, App id) -> that App's tokens in this process
-_APPS: dict[tuple[str, str], InstallationTokens] = {}
+# (connection name, API root, App id) -> that App's tokens in this process
+_APPS: dict[tuple[str, str, str], InstallationTokens] = {}
 _APPS_LOCK = threading.Lock()
-# (connection name, credential) -> True once GitHub refused that connection's check runs
-_CHECKS_REFUSED: dict[tuple[str, str], bool] = {}
+# (connection name, API root, credential) -> True once GitHub refused their check runs
+_CHECKS_REFUSED: dict[tuple[str, str, str], bool] = {}
 
 
 def app_tokens(connection: ConnectionSettings) -> InstallationTokens:
     """The process's token cache of the connection's App (made on first use)."""
-    key = (connection.name, str(connection.options.get("app_id") or ""))
+    key = (connection.name, api_url(connection), str(connection.options.get("app_id") or ""))
     with _APPS_LOCK:
         return _APPS.setdefault(key, InstallationTokens())
 
@@ -158,10 +158,10 @@ class GitHubApi:
         return not options.get("api_token") and bool(options.get("app_id"))
 
     @property
-    def _identity(self) -> tuple[str, str]:
-        """The connection and who it is to GitHub (an App's id, or a token's user)."""
-        options = self.connection.options
-        return self.connection.name, f"app:{options['app_id']}" if self._uses_app else "token"
+    def _identity(self) -> tuple[str, str, str]:
+        """The connection, its GitHub and who it is there (an App's id, or a token's user)."""
+        who = f"app:{self.connection.options['app_id']}" if self._uses_app else "token"
+        return self.connection.name, self.base, who
 
     # -- authentication ---------------------------------------------------------
 

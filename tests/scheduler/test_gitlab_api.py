@@ -68,3 +68,10 @@ def test_approval_state_user_and_quoting(forge: FakeGitLab) -> None:
     assert forge.calls[-1] == ("POST", "/api/v4/projects/group%2Flib/statuses/a%20b%2F..%2Fx")
     forge.fault("GET", r"/approvals$", 429, headers={"RateLimit-Reset": "0"})
     assert api.approvals("group/lib", 1).approved  # waited, tried again
+
+
+def test_a_token_that_may_not_read_its_user_recognises_no_note(forge: FakeGitLab) -> None:
+    forge.fault("GET", r"/user$", 403, body={"message": "403 Forbidden - insufficient_scope"})
+    api = api_of(forge)
+    assert api.user() == "" and api.user() == ""
+    assert forge.count("GET", r"/user$") == 1

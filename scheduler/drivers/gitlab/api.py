@@ -139,10 +139,17 @@ class GitLabApi:
         )
 
     def user(self) -> str:
-        """The username the token belongs to (read once a process)."""
+        """The username the token belongs to (read once a process; "" if GitLab will not say)."""
         key = (self.base, self.token)
         if key not in _remembered.users:
-            found = self.request("GET", "/user") or {}
+            try:
+                found = self.request("GET", "/user") or {}
+            except GitLabError as exc:
+                if not 400 <= exc.status < 500:
+                    raise
+                # a token without read_user: every note is read, none is lost
+                log.warning("%s: own notes not recognised: %s", self.connection.name, exc)
+                found = {}
             _remembered.users[key] = str(found.get("username") or "")
         return _remembered.users[key]
 

@@ -170,7 +170,8 @@ def translate(event: str, body: Mapping[str, Any], api: Any = None) -> list[Trig
     found = _translate(event, body)
     if api is None:
         return found
-    if event == "Note Hook" and found and _author(body) == api.user():
+    author = _author(body) if event == "Note Hook" else ""
+    if found and author and author == api.user():
         return []  # our own report
     return [enrich(t, api) for t in found]
 

@@ -43,6 +43,7 @@ import os
 import shutil
 import socket
 import stat
+import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -90,6 +91,11 @@ GIT_SHAPE: Shape = {
 # The folders of workspaces in which this process looked for the spares of
 # processes that are gone (once each).
 _swept: set[Path] = set()
+# The spares scrubbed when they were put aside, and for which projects (taking
+# one for the same projects needs no second pruning); with the renames, under
+# the lock (a process may run builds in several threads).
+_scrubbed: dict[Path, frozenset[str]] = {}
+_spare_lock = threading.Lock()
 
 
 def spare_of(builds: Path, pid: int | None = None) -> Path:
@@ -101,20 +107,32 @@ def spare_of(builds: Path, pid: int | None = None) -> Path:
     return builds / f"{SPARE_PREFIX}{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
-def put_aside(root: Path) -> bool:
+def put_aside(root: Path, scrub_for: Collection[str] | None = None) -> bool:
     """Make the finished workspace ``root`` this process's spare; False: it is left where it is.
 
     Nothing is deleted here: the workspace is renamed. False when the
-    process has a spare already, or the rename fails.
+    process has a spare already, or the rename fails. With ``scrub_for``
+    (the projects of a sandboxed build) the spare is scrubbed at once
+    (:func:`scrub`), or removed if it cannot be; taken for the same
+    projects, it needs no second pruning.
     """
     spare = spare_of(root.parent)
-    if os.path.lexists(spare):
-        return False
-    try:
-        os.rename(root, spare)
-    except OSError as exc:
-        log.warning("cannot keep workspace %s as a spare: %s", root, exc)
-        return False
+    with _spare_lock:
+        if os.path.lexists(spare):
+            return False
+        try:
+            os.rename(root, spare)
+        except OSError as exc:
+            log.warning("cannot keep workspace %s as a spare: %s", root, exc)
+            return False
+        _scrubbed.pop(spare, None)
+        if scrub_for is not None:
+            try:
+                scrub(spare, scrub_for)
+                _scrubbed[spare] = frozenset(scrub_for)
+            except (OSError, ValueError) as exc:
+                log.warning("cannot scrub spare workspace %s, removing it: %s", spare, exc)
+                remove_tree(spare)
     if root.parent not in _swept:
         _swept.add(root.parent)
         remove_orphan_spares(root.parent)
@@ -128,13 +146,17 @@ def take_spare(root: Path, projects: Collection[str]) -> bool:
     False returned): the caller makes the workspace anew.
     """
     spare = spare_of(root.parent)
-    try:
-        os.rename(spare, root)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        log.warning("cannot reuse spare workspace %s: %s", spare, exc)
-        return False
+    with _spare_lock:
+        try:
+            os.rename(spare, root)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            log.warning("cannot reuse spare workspace %s: %s", spare, exc)
+            return False
+        scrubbed_for = _scrubbed.pop(spare, None)
+    if scrubbed_for == frozenset(projects):
+        return True  # pruned for these projects when it was put aside, untouched since
     try:
         prune(root, projects)
     except (OSError, ValueError) as exc:
@@ -180,12 +202,19 @@ def _alive(pid: int) -> bool:
 
 
 def workspace_shape(projects: Collection[str]) -> Shape:
-    """What a pruned workspace may hold for a build of ``projects``."""
+    """What a pruned workspace may hold for a build of ``projects``.
+
+    ``secrets`` and ``step`` (the executor's folders for a step's secrets
+    file and a protected step's own folder) stay, emptied: made again for
+    every build, they were most of the inodes a no-op build made and freed.
+    """
     return {
         "src": _projects_shape(projects),
         "home": {},
         "tmp": {},
         "sluice": {"vars.json": FILE_MODE, "result.json": FILE_MODE},
+        "secrets": {},
+        "step": {},
     }
 
 
@@ -219,24 +248,34 @@ def _projects_shape(projects: Collection[str]) -> Shape:
 
 
 def scrub(root: Path, projects: Collection[str]) -> None:
-    """:func:`prune` ``root``, then take every set-id bit, FIFO, socket and device node out.
+    """:func:`prune` ``root`` and make what stays inert, in one walk.
 
     For a sandboxed build's workspace put aside: the job's user owned its
     checkouts and home, and may have left a set-id file or a FIFO in them.
-    What stays is inert in the private folder of workspaces until the next
-    build hands it to its own user (``sandbox.hand_over``).
+    What the shape keeps gets a new entry's mode (no set-id bit); in the
+    folders it leaves open (a project's working tree) every FIFO, socket
+    and device node is removed and every set-id bit taken off. What stays
+    is inert in the private folder of workspaces until the next build hands
+    it to its own user (``sandbox.hand_over``).
     """
-    prune(root, projects)
-    for folder, dirs, files in os.walk(root):
-        for name in (*dirs, *files):
-            path = os.path.join(folder, name)
-            info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
-                continue
-            if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
-                os.unlink(path)  # a FIFO, a socket, a device node: never in a checkout
-            elif info.st_mode & (stat.S_ISUID | stat.S_ISGID):
-                os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+    prune_folder(os.fsencode(root), workspace_shape(projects), inert=True)
+
+
+def _make_inert(path: bytes, info: os.stat_result) -> None:
+    """No FIFO, socket or device node and no set-id bit at or under ``path``; links left."""
+    if stat.S_ISLNK(info.st_mode):
+        return
+    if stat.S_ISDIR(info.st_mode):
+        if info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+        with os.scandir(path) as scan:
+            entries = list(scan)
+        for entry in entries:
+            _make_inert(entry.path, entry.stat(follow_symlinks=False))
+    elif not stat.S_ISREG(info.st_mode):
+        os.unlink(path)  # a FIFO, a socket, a device node: never in a checkout
+    elif info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
 def prune(root: Path, projects: Collection[str]) -> None:
@@ -244,11 +283,12 @@ def prune(root: Path, projects: Collection[str]) -> None:
     prune_folder(os.fsencode(root), workspace_shape(projects))
 
 
-def prune_folder(folder: bytes, shape: Shape) -> None:
+def prune_folder(folder: bytes, shape: Shape, *, inert: bool = False) -> None:
     """Remove from ``folder`` every entry ``shape`` has not, or has as another kind.
 
     Nothing is followed through a symlink. The folders and files kept get
-    the modes a new one would have.
+    the modes a new one would have; with ``inert``, what an open folder
+    holds beyond the shape is made inert (:func:`scrub`).
     """
     _own_folder(folder)
     open_folder = OPEN in shape
@@ -260,6 +300,8 @@ def prune_folder(folder: bytes, shape: Shape) -> None:
         if wanted is None:
             if not open_folder:
                 _remove(entry.path, info)
+            elif inert:
+                _make_inert(entry.path, info)
         elif isinstance(wanted, int):
             if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
                 _remove(entry.path, info)
@@ -270,7 +312,7 @@ def prune_folder(folder: bytes, shape: Shape) -> None:
                 _remove(entry.path, info)
         elif isinstance(wanted, Mapping):
             if stat.S_ISDIR(info.st_mode):
-                prune_folder(entry.path, wanted)
+                prune_folder(entry.path, wanted, inert=inert)
             else:
                 _remove(entry.path, info)
 

@@ -41,6 +41,7 @@ import hashlib
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -284,8 +285,13 @@ def prepare(sandbox: Sandbox) -> None:
     """Make the executor's folders a step needs and hand the job its own."""
     layout = sandbox.layout
     for folder in (layout.root / "secrets", layout.root / "step"):
-        folder.mkdir(mode=0o711, exist_ok=True)  # made before any step could make them
-        folder.chmod(0o711)
+        # made before any step could make them, or kept (emptied) from the last
+        # build of a recycled workspace, whose job could not replace them
+        folder.mkdir(mode=0o711, exist_ok=True)
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise WorkspaceError(f"{folder} is not the executor's folder")
+        os.chmod(folder, 0o711)
     for made in (layout.log_file, layout.vars_file, layout.result_file):
         if not os.path.lexists(made):
             made.parent.mkdir(parents=True, exist_ok=True)
@@ -308,9 +314,8 @@ def hand_over(layout: BuildLayout, uid: int | None) -> None:
     # the job may add entries beside ours, never rename or remove ours (sticky)
     os.chmod(layout.root, 0o1777)
     for top in (layout.src_dir, layout.home_dir, layout.tmp_dir):
-        for path in _walk(top):
-            if os.lstat(path).st_uid != uid:
-                os.lchown(path, uid, uid)
+        for path in _walk(top):  # all another's: the last build's user, or the executor
+            os.lchown(path, uid, uid)
     # sticky too: the job replaces its result file (zuul_return renames over
     # it), never vars.json, which a later (trusted) step reads
     os.chmod(layout.result_file.parent, 0o1777)

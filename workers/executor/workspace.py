@@ -45,7 +45,6 @@ Sluice tested, not whatever the remote has now.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import stat
@@ -65,15 +64,11 @@ from workers.executor.recycle import (
     put_aside,
     recyclable_projects,
     remove_tree,
-    scrub,
-    spare_of,
     take_spare,
     write_over,
 )
 from workers.executor.treecheckout import checkout_commit
 from workers.gitobjects import loose_object_kind
-
-log = logging.getLogger(__name__)
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 GIT_TIMEOUT = 300.0
@@ -202,21 +197,13 @@ def put_workspace_aside(layout: BuildLayout, scrub_for: Collection[str] | None =
     """Keep the finished workspace as the process's spare, or else delete it.
 
     With ``scrub_for`` (the projects of the build's repo state; a sandboxed
-    build) the spare is scrubbed at once rather than when it is taken: what
-    a new workspace would not hold is removed and what stays is the
-    executor's again (no file of the job's user, no set-id bit), so nothing
-    the job left lives on between builds.
+    build) the spare is scrubbed at once rather than when it is taken
+    (:func:`workers.executor.recycle.scrub`): what a new workspace would not
+    hold is removed and what stays is inert (no set-id bit, no FIFO), so
+    nothing the job left lives on between builds.
     """
-    if not put_aside(layout.root):
+    if not put_aside(layout.root, scrub_for):
         remove_workspace(layout)
-        return
-    if scrub_for is not None:
-        spare = spare_of(layout.root.parent)
-        try:
-            scrub(spare, scrub_for)
-        except (OSError, ValueError) as exc:
-            log.warning("cannot scrub spare workspace %s, removing it: %s", spare, exc)
-            remove_tree(spare)
 
 
 def remove_stale_workspaces(

@@ -3,7 +3,8 @@
 A pull request's whole journey (opened and checked, approved, labelled,
 gated, merged) costs at most :data:`BUDGET` API calls, with a personal
 token and as a GitHub App (whose installation tokens are fetched once per
-process, not once per call). With a personal token, GitHub refuses check
+process, not once per call; the repository private, cloned with the
+App's token). With a personal token, GitHub refuses check
 runs (403): the check's status and comment are posted once each all the
 same, and the refused check run is not asked again and again.
 """
@@ -52,12 +53,13 @@ def test_a_journey_with_a_token_stays_in_budget_and_check_runs_refused_do_not_lo
         assert len(forge.calls) <= BUDGET, spent(forge)
 
 
-def test_a_journey_as_a_github_app_stays_in_budget(system: SluiceSystem) -> None:
-    # the key named relative to sluice.yaml, whatever the workers' working directory
-    options = "    app_id: 7\n    app_key: app.pem\n"
-    with forge_system(system, CONFIG, options=options, api_token="") as (forge, _web):
-        forge.make_app(system.config.parent / "app.pem")
+def test_a_journey_as_a_github_app_of_a_private_repository_stays_in_budget(
+    system: SluiceSystem,
+) -> None:
+    with forge_system(system, CONFIG, app=True, private=True) as (forge, _web):
         journey(forge, system)
+        # the repository is private: the merger fetched it with the installation token
+        assert any(p.endswith("/git-upload-pack") for _, p in forge.git_requests)
         (run,) = forge.check_runs  # an App may write check runs
         assert (run["name"], run["conclusion"]) == ("demo/check", "success")
         # one installation token per worker process, each asked once

@@ -96,16 +96,32 @@ def github(system: SluiceSystem) -> Iterator[tuple[FakeGitHub, WebServer]]:
 
 @contextlib.contextmanager
 def forge_system(
-    system: SluiceSystem, config: dict[str, str], options: str = "", api_token: str = TOKEN
+    system: SluiceSystem,
+    config: dict[str, str],
+    options: str = "",
+    *,
+    app: bool = False,
+    private: bool = False,
 ) -> Iterator[tuple[FakeGitHub, WebServer]]:
-    """The fake GitHub as connection ``github`` (``api_token`` "": give App ``options``)."""
+    """The fake GitHub as connection ``github``, with a token or (``app``) as a GitHub App.
+
+    The App's key is ``app.pem`` beside sluice.yaml, named relative to it.
+    ``private``: ``org/app`` is cloned from the fake's git over HTTP, which
+    asks for a token.
+    """
     forge = FakeGitHub(system.repos, "", SECRET)
+    if app:
+        forge.make_app(system.config.parent / "app.pem")
+        options += "    app_id: 7\n    app_key: app.pem\n"
+    if private:
+        forge.private.add("org/app")
+        options += f"    baseurl: {forge.address}\n"  # the last one given counts
     branch = ("fix", {"src/fix.py": "fixed = True\n"})
     with forge_web(
         system,
         forge,
         driver="github",
-        api_token=api_token,
+        api_token="" if app else TOKEN,
         tenant=TENANT,
         config=config,
         project="org/app",

@@ -52,6 +52,7 @@ from urllib.parse import quote
 
 from scheduler.settings import ConnectionSettings, Settings
 from scheduler.zk.retry import RetryPolicy
+from workers.merger.credentials import remote_env
 from workers.merger.errors import (
     CorruptRepoError,
     GitCommandError,
@@ -164,11 +165,15 @@ class RepoCache:
         path = self.repo_path(connection, project)
         path.parent.mkdir(parents=True, exist_ok=True)
         label = f"{connection}/{project}"
+        # a private GitHub repository: its token for the git processes that reach the remote
+        git = self.git.with_env(
+            **remote_env(self.connections.get(connection), project, self.git.env)
+        )
         with self._locked(path, label):
-            self._ensure(path, url, label)
+            self._ensure(path, url, label, git)
             repo = Repo(
                 path,
-                self.git,
+                git,
                 label,
                 files_memo=self._files_memo.setdefault(path, {}),
                 config_memo=self._config_memo.setdefault(path, {}),
@@ -247,7 +252,7 @@ class RepoCache:
     # ------------------------------------------------------------------
     # Clone, check, discard (all under the repo lock)
 
-    def _ensure(self, path: Path, url: str, label: str) -> None:
+    def _ensure(self, path: Path, url: str, label: str, git: Git) -> None:
         self._sweep_leftovers(path)
         if path in self._checked and path.is_dir():
             return
@@ -261,7 +266,7 @@ class RepoCache:
                 self._checked.add(path)
                 return
             self._discard(path)
-        self._clone(path, url, label)
+        self._clone(path, url, label, git)
         self._checked.add(path)
 
     def _sweep_leftovers(self, path: Path) -> None:
@@ -286,7 +291,7 @@ class RepoCache:
             return False
         return b" missing" not in check
 
-    def _clone(self, path: Path, url: str, label: str) -> None:
+    def _clone(self, path: Path, url: str, label: str, git: Git) -> None:
         tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         log.info("%s: cloning %s", label, redact_url(url))
         started = time.monotonic()
@@ -297,9 +302,7 @@ class RepoCache:
             # folder it fills, so a killed worker's clone is found there.
             tmp.mkdir()
             shared = "=".join(_SHARED)
-            self.git.run(
-                ["clone", "-c", shared, "--bare", "--quiet", "--no-local", "--", url, "."], tmp
-            )
+            git.run(["clone", "-c", shared, "--bare", "--quiet", "--no-local", "--", url, "."], tmp)
             readable_by_all(tmp)  # what git wrote before it read its config
             for key, value in _REPO_CONFIG:
                 self.git.run(["config", key, value], tmp)

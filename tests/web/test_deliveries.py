@@ -103,7 +103,9 @@ class Forges:
 
 
 @contextlib.contextmanager
-def forges(system: SluiceSystem, options: str = RETRY) -> Iterator[Forges]:
+def forges(
+    system: SluiceSystem, options: str = RETRY, config: dict[str, str] | None = None
+) -> Iterator[Forges]:
     """Connections ``github`` and ``gitlab`` to fake forges; tenant ``demo`` holds org/app."""
     github = FakeGitHub(system.repos, "", SECRET)
     gitlab = FakeGitLab(system.repos, "", SECRET)
@@ -119,7 +121,7 @@ def forges(system: SluiceSystem, options: str = RETRY) -> Iterator[Forges]:
         text = system.config.read_text()
         system.config.write_text(text.replace("connections:\n", "connections:\n" + connections))
         system.tenant(TENANT)
-        system.repos.commit("config", "main", CONFIG)
+        system.repos.commit("config", "main", config or CONFIG)
         base = system.repos.commit("org/app", "main", APP)
         system.repos.commit("org/app", "fix", {"src/fix.py": "fixed = True\n"}, base=base)
         system.repos.git("org/app", "checkout", "-q", "--detach")

@@ -2,40 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from scheduler.drivers.gitlab import events
 from scheduler.drivers.gitlab.api import GitLabApi, GitLabError
 from scheduler.settings import ConnectionSettings
-from tests.e2e.system import Repos
 from tests.fixtures.fake_gitlab import BOT, TOKEN, FakeGitLab, MergeRequest
+from tests.scheduler.test_gitlab_fake import forge  # noqa: F401 (the fixture)
 
 FILLERS = 129
 
 
-@pytest.fixture
-def forge(tmp_path: Path) -> Iterator[FakeGitLab]:
-    repos = Repos(tmp_path / "repos")
-    base = repos.commit("group/lib", "main", {"a.txt": "a\n"})
-    repos.commit("group/lib", "feature", {"b.txt": "b\n"}, base=base)
-    repos.git("group/lib", "checkout", "-q", "--detach")
-    with FakeGitLab(repos, "", "secret") as found:
-        found.open("group/lib", "feature", "Feature")  # iid 1: last of 130, newest first
-        for _ in range(FILLERS):
-            found.open("group/lib", "main", "Nothing")
-        yield found
-
-
-def api_of(forge: FakeGitLab) -> GitLabApi:
-    options = {"api_url": forge.url, "api_token": TOKEN}
+def api_of(gitlab: FakeGitLab) -> GitLabApi:
+    options = {"api_url": gitlab.url, "api_token": TOKEN}
     return GitLabApi(ConnectionSettings("gitlab", "gitlab", "", options), sleep=lambda _: None)
 
 
-def test_a_parent_beyond_the_first_page_of_open_merge_requests(forge: FakeGitLab) -> None:
-    feature = forge.repos.git("group/lib", "rev-parse", "feature")
+def test_a_parent_beyond_the_first_page_of_open_merge_requests(
+    forge: FakeGitLab,  # noqa: F811
+) -> None:
+    for _ in range(FILLERS):  # after !1 (fix): !1 is last of 131, newest first
+        forge.open("group/lib", "main", "Nothing")
+    feature = forge.repos.git("group/lib", "rev-parse", "fix")
     commits = [forge.repos.commit("group/lib", "more", {"c.txt": "c\n"}, base=feature)]
     for n in range(129):
         forge.repos.git("group/lib", "commit", "-q", "--allow-empty", "-m", f"step {n}")
@@ -51,7 +39,7 @@ def test_a_parent_beyond_the_first_page_of_open_merge_requests(forge: FakeGitLab
     assert forge.count("GET", r"/merge_requests/131/commits$") == 2  # once: kept for its head
 
 
-def test_approval_state_user_and_quoting(forge: FakeGitLab) -> None:
+def test_approval_state_user_and_quoting(forge: FakeGitLab) -> None:  # noqa: F811
     api = api_of(forge)
     mr: MergeRequest = forge.mrs[("group/lib", 1)]
     mr.approvals_required = 2
@@ -70,7 +58,9 @@ def test_approval_state_user_and_quoting(forge: FakeGitLab) -> None:
     assert api.approvals("group/lib", 1).approved  # waited, tried again
 
 
-def test_a_token_that_may_not_read_its_user_recognises_no_note(forge: FakeGitLab) -> None:
+def test_a_token_that_may_not_read_its_user_recognises_no_note(
+    forge: FakeGitLab,  # noqa: F811
+) -> None:
     forge.fault("GET", r"/user$", 403, body={"message": "403 Forbidden - insufficient_scope"})
     api = api_of(forge)
     assert api.user() == "" and api.user() == ""

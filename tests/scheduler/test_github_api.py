@@ -53,3 +53,36 @@ def test_rate_limits_are_waited_out(forge: FakeGitHub) -> None:
     with pytest.raises(GitHubError) as limited:
         api.pull("org/app", 1)
     assert limited.value.status == 403
+
+
+def test_secondary_rate_limits_and_timeouts(forge: FakeGitHub) -> None:
+    waits: list[float] = []
+    api = GitHubApi(connection(forge, api_token=TOKEN, api_timeout="0.5"), sleep=waits.append)
+    forge.fault("POST", "/statuses/", 403, headers={"Retry-After": "7"})
+    api.set_status("org/app", "a" * 40, "pending", context="t/check", description="running")
+    assert waits == [7.0] and len(forge.statuses) == 1  # waited as told, then posted
+    forge.fault(
+        "GET", "/reviews$", 429, headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "0"}
+    )
+    assert api.reviews("org/app", 1) == []
+    forge.fault("POST", "/comments$", delay=1.0)  # GitHub answers after the client gave up
+    with pytest.raises(GitHubError) as late:
+        api.comment("org/app", 1, "hello")
+    assert late.value.status == 0
+    forge.fault("PUT", "/merge$", 502)
+    with pytest.raises(GitHubError) as failed:
+        api.merge("org/app", 1, forge.pulls[("org/app", 1)].sha(forge.repos))
+    assert failed.value.status == 502 and forge.merges == []
+
+
+def test_check_runs_refused_are_left_out_but_rate_limits_are_not_refusals(
+    forge: FakeGitHub,
+) -> None:
+    api = GitHubApi(connection(forge, api_token=TOKEN), sleep=lambda _: None)
+    forge.fault("POST", "/check-runs$", 403, times=2, headers={"Retry-After": "1"})
+    with pytest.raises(GitHubError):  # a secondary rate limit, twice: an error, not a refusal
+        api.set_check_run("org/app", "a" * 40, "success", name="t/check", summary="ok")
+    api.set_check_run("org/app", "a" * 40, "success", name="t/check", summary="ok")  # 403: refused
+    again = GitHubApi(connection(forge, api_token=TOKEN))  # another client, the same process
+    again.set_check_run("org/app", "a" * 40, "success", name="t/check", summary="ok")
+    assert forge.count("POST", "/check-runs$") == 3 and forge.check_runs == []

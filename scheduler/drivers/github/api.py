@@ -11,8 +11,10 @@ Connection keys (Zuul's names where Zuul has them)::
       app_key: keys/app.pem         # relative to sluice.yaml's folder)
       webhook_token: <secret>
 
-Statuses link to the buildset's page when the web's public URL is set
-(``web.public_url``, see docs/drivers.md).
+A status links to its buildset's page on the web: ``target_url`` is
+``<web.public_url>/t/<tenant>/buildset/<uuid>`` (the reporter gives it;
+without ``public_url``, the web's listen address). Zuul's ``status_url``
+is ``web.public_url`` here.
 
 **Names.** Every name that goes into a URL is quoted (``project``'s two
 parts, branches, shas); a project that is no GitHub repository name

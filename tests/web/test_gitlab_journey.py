@@ -8,7 +8,7 @@ The other ``test_gitlab_*`` journeys start from :func:`gitlab_web`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -83,7 +83,9 @@ LIB = {
 
 @contextlib.contextmanager
 def gitlab_web(
-    system: SluiceSystem, prepare: Callable[[FakeGitLab], None] = lambda forge: None
+    system: SluiceSystem,
+    prepare: Callable[[FakeGitLab], None] = lambda forge: None,
+    config: Mapping[str, str] = CONFIG,
 ) -> Iterator[tuple[FakeGitLab, WebServer]]:
     """The fake GitLab (``prepare``d before any hook) with group/lib, its branch ``feature``."""
     forge = FakeGitLab(system.repos, "", SECRET)
@@ -95,7 +97,7 @@ def gitlab_web(
         driver="gitlab",
         api_token=TOKEN,
         tenant=TENANT,
-        config=CONFIG,
+        config=config,
         project="group/lib",
         files=LIB,
         branch=branch,

@@ -60,6 +60,10 @@ log = logging.getLogger(__name__)
 BATCH = 100
 # bytes of one batch's transaction (ZooKeeper refuses a multi over ~1 MB)
 BATCH_BYTES = MAX_TRANSACTION_BYTES // 2
+# seconds after which a batch is committed, however few its events: a forge
+# that answers slowly (or times out) for each delivery never costs the work
+# of a whole batch when the hop is cut short
+BATCH_SECONDS = 10.0
 
 
 # Failures of ZooKeeper met while an event is routed: the task retries the hop
@@ -125,7 +129,8 @@ def _move(client: ZooKeeperClient, held: locks.HeldLock, source: _Source) -> set
 
     A batch is at most :data:`BATCH` events and closes early when its
     transaction would pass :data:`BATCH_BYTES` (an event for a project that
-    many tenants hold puts one copy into each tenant's queue).
+    many tenants hold puts one copy into each tenant's queue), or once it
+    took :data:`BATCH_SECONDS` to route.
     """
     touched: set[str] = set()
     queue = source.queue
@@ -145,7 +150,10 @@ def _move(client: ZooKeeperClient, held: locks.HeldLock, source: _Source) -> set
             for target, payload in source.route(event, ops):
                 targets.setdefault(target, EventQueue(client, target)).put_ops(payload, ops)
             queue.ack_ops(event, ops)
-            if batch.moved and batch.txn.size + ops.size > BATCH_BYTES:
+            if batch.moved and (
+                batch.txn.size + ops.size > BATCH_BYTES
+                or time.monotonic() - batch.started > BATCH_SECONDS
+            ):
                 touched |= batch.commit(client, queue)
                 batch = _Batch(held.context.transaction())
             batch.add(event, ops, targets)
@@ -160,6 +168,7 @@ class _Batch:
     """Events moved in one transaction, with the queues they go to."""
 
     txn: Transaction
+    started: float = field(default_factory=time.monotonic)
     moved: list[Event] = field(default_factory=list)
     targets: dict[str, EventQueue] = field(default_factory=dict)
 
@@ -234,9 +243,6 @@ class _ConnectionHop:
         self.deferred_root = deferred_root
         self.set_aside = deliveries.SetAsideStore(client, connection)
         self.now = time.time()
-        # why the forge failed earlier in this pass: the deliveries after it are
-        # deferred without a call (one timeout a pass, not one per delivery)
-        self.down = ""
         self.handled_deferred = False
 
     def due(self, event: Event) -> bool:
@@ -245,8 +251,6 @@ class _ConnectionHop:
 
     def route(self, event: Event, ops: Transaction) -> list[tuple[str, dict[str, Any]]]:
         payload = event.payload
-        if webhooks.is_webhook(payload) and self.down:
-            return self._defer(event, ops, f"not tried: {self.down}")
         try:
             triggers = self._triggers(payload)
             routed = self._payloads(event, triggers)
@@ -254,8 +258,7 @@ class _ConnectionHop:
             raise  # ZooKeeper, not the delivery: the task retries
         except Exception as exc:  # the boundary: whatever a delivery holds
             if webhooks.is_webhook(payload) and webhooks.is_transient(exc):
-                self.down = f"{type(exc).__name__}: {exc}"
-                return self._defer(event, ops, self.down)
+                return self._defer(event, ops, f"{type(exc).__name__}: {exc}")
             self._refuse(event, ops, exc)
             return []
         if deliveries.retry_state(payload).attempts:

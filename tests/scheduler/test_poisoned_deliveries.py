@@ -13,6 +13,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from scheduler.drivers import ForgeError
 from scheduler.drivers.webhooks import DeliveryRetry
 from scheduler.processing import forwarding
@@ -137,12 +139,12 @@ def test_an_unavailable_forge_defers_with_back_off_then_sets_aside(
     nudges: Nudges = []
     wait = hop(client, translate, nudges, attempts=3, backoff=60.0)
     assert queue.length() == 0 and len(routed(client)) == 1
-    # one call found the forge down: the next delivery was deferred without one
-    assert translate.calls == ["ok-1", "down"]
+    # each delivery is tried on its own: one that fails holds back none behind it
+    assert translate.calls == ["ok-1", "down", "timeout"]
     assert wait is not None and 55 < wait <= 60
     states = [deliveries.retry_state(e.payload) for e in deferred.read()]
     assert [s.attempts for s in states] == [1, 1]
-    assert "502" in states[0].error and states[1].error.startswith("not tried: ForgeError")
+    assert "502" in states[0].error and states[1].error.endswith("timed out")
 
     # not due yet: a pass leaves them alone (and asks for no nudge)
     queue.put(webhook("ok-2"))
@@ -151,7 +153,7 @@ def test_an_unavailable_forge_defers_with_back_off_then_sets_aside(
 
     # due a minute later: tried again (one call a pass), then set aside
     hop(client, translate, nudges, now=61, attempts=3, backoff=60.0)
-    assert deferred.length() == 2 and translate.calls[-1] == "down"
+    assert deferred.length() == 2 and translate.calls[-2:] == ["down", "timeout"]
     assert hop(client, translate, nudges, now=61, attempts=3, backoff=60.0) is None  # 120 s
     hop(client, translate, nudges, now=182, attempts=3, backoff=60.0)
     assert deferred.length() == 0
@@ -181,3 +183,18 @@ def test_a_deferred_delivery_that_succeeds_later_is_routed_once(client: ZooKeepe
     assert translate.calls == ["down", "down"]
     assert not EventQueue(client, paths.connection_deferred_queue("github")).length()
     assert not deliveries.set_aside(client, "github")
+
+
+def test_a_slow_forge_costs_no_more_than_a_batch_of_seconds(
+    client: ZooKeeperClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each delivery waited for a forge's timeout: a batch of 100 of them held its
+    # work for the length of them all, lost whole if the hop was cut short
+    monkeypatch.setattr(forwarding, "BATCH_SECONDS", 0.0)
+    queue = EventQueue(client, paths.connection_event_queue("github"))
+    for n in range(3):
+        queue.put(webhook(f"d{n}", "timeout"))
+    with client.counting_requests() as count:
+        hop(client, Translator(), [])
+    assert count.by_type()["Transaction"] >= 3  # each deferral committed on its own
+    assert EventQueue(client, paths.connection_deferred_queue("github")).length() == 3

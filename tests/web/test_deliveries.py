@@ -139,6 +139,14 @@ def sites(system: SluiceSystem) -> Iterator[Forges]:
         yield found
 
 
+def branch(sites: Forges, name: str) -> None:
+    """A topic branch of org/app off main."""
+    repos = sites.system.repos
+    main = repos.git("org/app", "rev-parse", "main")
+    repos.commit("org/app", name, {f"src/{name}.py": "x = 1\n"}, base=main)
+    repos.git("org/app", "checkout", "-q", "--detach")
+
+
 def silent_pull(forge: FakeGitHub, number: int, branch: str = "fix") -> Pull:
     """A pull request GitHub has, whose webhook was never delivered."""
     pull = Pull("org/app", number, branch, "main", f"Change {number}")
@@ -200,3 +208,28 @@ def test_set_aside_deliveries_are_listed_retried_and_discarded(sites: Forges) ->
     assert [r["delivery"] for r in sites.rows()] == ["spaced-1"]
     code, output = system.sluice_result("deliveries", "retry", "github", "early-1")
     assert code == 1 and "no set-aside delivery 'early-1'" in output
+
+
+def checked(github: FakeGitHub, pull: Pull) -> None:
+    wait_until(lambda: "success" in github.statuses_of(pull), 60, "the check's success", 0.3)
+
+
+def test_an_unavailable_forge_defers_a_delivery_and_holds_back_none(system: SluiceSystem) -> None:
+    with forges(system, RETRY + "    api_timeout: 1\n") as sites:
+        github = sites.github
+        for name in ("down", "normal"):
+            branch(sites, name)
+        # what translating a pull request's event reads: its reviews, its commits
+        github.fault("GET", r"/pulls/1/commits\b", delay=3)  # no answer in time, once
+        github.fault("GET", r"/pulls/2/reviews\b", 502, times=5)  # down for two attempts and more
+        slow = github.open_pull("org/app", "fix", "GitHub too slow once")
+        down = github.open_pull("org/app", "down", "GitHub down for it")
+        normal = github.open_pull("org/app", "normal", "A normal change")
+        for pull in (normal, slow):
+            checked(github, pull)
+        sites.quiet()
+        (row,) = sites.rows()
+        assert row["delivery"] and row["reason"].startswith("forge unavailable: GitHubError")
+        assert "502" in row["reason"] and row["attempts"] == 2
+        assert github.statuses_of(down) == []
+        assert github.count("GET", r"/pulls/2/reviews\b") <= 2  # at most twice, never in a loop

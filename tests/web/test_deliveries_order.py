@@ -27,24 +27,13 @@ from scheduler.zk.paths import pipeline_trigger_queue as trigger_queue
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.fake_github import Pull
 from tests.fixtures.waiting import wait_until
-from tests.web.test_deliveries import CONFIG, Forges, forges, pull_event, silent_pull
+from tests.web.test_deliveries import CONFIG, Forges, branch, forges, pull_event, silent_pull
 
 
 def held_config(system: SluiceSystem) -> dict[str, str]:
     flag = system.root / "release"
     script = f"#!/bin/sh\nfor i in $(seq 1 600); do test -e {flag} && exit 0; sleep 0.1; done\n"
     return {**CONFIG, "ci/unit.sh": script + "exit 1\n"}
-
-
-def branch(sites: Forges, name: str) -> None:
-    repos = sites.system.repos
-    repos.commit(
-        "org/app",
-        name,
-        {f"src/{name}.py": "x = 1\n"},
-        base=repos.git("org/app", "rev-parse", "main"),
-    )
-    repos.git("org/app", "checkout", "-q", "--detach")
 
 
 def move_head(sites: Forges, pull: Pull) -> str:

@@ -37,7 +37,7 @@ class Pulls:
     def commit_messages(self, project: str, number: int) -> list[str]:
         return []
 
-    def pull_commits(self, project: str, number: int) -> list[tuple[str, str]]:
+    def pull_commits(self, project: str, number: int, head: str = "") -> list[tuple[str, str]]:
         return [(sha, "") for sha in self.commits_between(project, "main", f"{number:040d}")]
 
     def pulls_of_commit(self, project: str, sha: str) -> list[dict[str, Any]]:

@@ -86,3 +86,14 @@ def test_check_runs_refused_are_left_out_but_rate_limits_are_not_refusals(
     again = GitHubApi(connection(forge, api_token=TOKEN))  # another client, the same process
     again.set_check_run("org/app", "a" * 40, "success", name="t/check", summary="ok")
     assert forge.count("POST", "/check-runs$") == 3 and forge.check_runs == []
+
+
+def test_a_heads_commits_are_read_once(forge: FakeGitHub) -> None:
+    api = GitHubApi(connection(forge, api_token=TOKEN))
+    head = forge.pulls[("org/app", 1)].sha(forge.repos)
+    first = api.pull_commits("org/app", 1, head)
+    assert first[-1][0] == head
+    assert GitHubApi(connection(forge, api_token=TOKEN)).pull_commits("org/app", 1, head) == first
+    assert forge.count("GET", "/pulls/1/commits$") == 1
+    api.pull_commits("org/app", 1)  # no head named: read again
+    assert forge.count("GET", "/pulls/1/commits$") == 2

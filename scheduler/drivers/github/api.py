@@ -118,6 +118,9 @@ class InstallationTokens:
 # (connection name, API root, App id) -> that App's tokens in this process
 _APPS: dict[tuple[str, str, str], InstallationTokens] = {}
 _APPS_LOCK = threading.Lock()
+# (connection, API root, project, number, head) -> that head's commits, the oldest dropped first
+_COMMITS: dict[tuple[str, str, str, int, str], list[tuple[str, str]]] = {}
+KEPT_COMMIT_LISTS = 1000
 # (connection name, API root, credential) -> True once GitHub refused their check runs
 _CHECKS_REFUSED: dict[tuple[str, str, str], bool] = {}
 
@@ -266,12 +269,26 @@ class GitHubApi:
         """The pull requests whose head (or history) holds ``sha``."""
         return self.listing(f"{repo_path(project)}/commits/{_quoted(sha)}/pulls", project)
 
-    def pull_commits(self, project: str, number: int) -> list[tuple[str, str]]:
-        """``(sha, message)`` of the pull request's commits (GitHub lists at most 250)."""
+    def pull_commits(self, project: str, number: int, head: str = "") -> list[tuple[str, str]]:
+        """``(sha, message)`` of the pull request's commits (GitHub lists at most 250).
+
+        Given the ``head`` they were read for, they are kept in the process
+        (:data:`KEPT_COMMIT_LISTS` lists): a head's commits do not change.
+        """
+        key = (self.connection.name, self.base, project, int(number), head)
+        kept = _COMMITS.get(key) if head else None
+        if kept is not None:
+            return kept
         found = self.listing(f"{repo_path(project)}/pulls/{int(number)}/commits", project)
-        return [
+        commits = [
             (str(c.get("sha", "")), str((c.get("commit") or {}).get("message", ""))) for c in found
         ]
+        if head and commits and commits[-1][0] == head:  # GitHub lists the head last
+            with _APPS_LOCK:
+                _COMMITS[key] = commits
+                while len(_COMMITS) > KEPT_COMMIT_LISTS:
+                    del _COMMITS[next(iter(_COMMITS))]
+        return commits
 
     def commit_messages(self, project: str, number: int) -> list[str]:
         """The messages of the pull request's commits."""

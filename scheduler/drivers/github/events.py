@@ -13,10 +13,11 @@ A body whose repository is no name GitHub could give (a space, a control
 character, ``..``) or whose commit is not a sha is refused
 (:class:`MalformedEventError`) before any call to the API.
 
-Enriching an event costs four API calls when the pull request is open and
-nothing depends on nothing: the open pull requests (which hold this one,
-and the git parents' candidates), its statuses, its reviews and its commits
-(their shas find git parents, their messages ``Depends-On`` lines).
+Enriching an event of an open pull request that depends on nothing costs
+three API calls: the open pull requests (which hold this one, and the git
+parents' candidates), its statuses and its reviews; and its commits (their
+shas find git parents, their messages ``Depends-On`` lines) once a process
+for a given head.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def enrich(trigger: TriggerEvent, api: Any) -> TriggerEvent:
     if pull is None:  # closed or merged: not among the open ones
         pull = api.pull(trigger.project, number)
     sha = str(field(pull, "head", "sha"))
-    commits = api.pull_commits(trigger.project, number)
+    commits = api.pull_commits(trigger.project, number, sha)
     extra = {
         **trigger.extra,
         "patchset": sha,

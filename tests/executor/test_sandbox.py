@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -393,3 +394,66 @@ def test_the_spare_workspace_is_scrubbed_when_the_build_ends(
     assert found and not any(os.lstat(p).st_mode & 0o6000 for p in found)
     assert not (spare / "src" / "org" / "project" / "fifo").exists()
     assert not list((spare / "home").iterdir())
+
+
+# A daemon on the build's loopback, as a fake ssh-agent or proxy would be: it
+# leaves its step's session and would answer whoever connects.
+FAKE_AGENT = """
+setsid python3 -c '
+import socket
+server = socket.create_server(("127.0.0.1", PORT))
+while True:
+    conn, _ = server.accept()
+    conn.sendall(b"FAKE AGENT")
+    conn.close()
+' </dev/null >/dev/null 2>&1 &
+python3 -c '
+import socket, time
+for _ in range(100):
+    try:
+        print("own listener:", socket.create_connection(("127.0.0.1", PORT), 1).recv(64).decode())
+        break
+    except OSError:
+        time.sleep(0.05)
+'
+"""
+# What one step sees: its namespaces, its uid map, what listens on the port, nesting.
+PROBE = """
+ns=/proc/self/ns
+echo "NAME net $(readlink $ns/net) user $(readlink $ns/user) map $(cat /proc/self/uid_map)"
+python3 -c '
+import socket
+try:
+    print("NAME reached:", socket.create_connection(("127.0.0.1", PORT), 1).recv(64).decode())
+except OSError as exc:
+    print("NAME nothing listens:", type(exc).__name__)
+'
+unshare -U true 2>/dev/null && echo "NAME nested" || echo "NAME no-nested"
+"""
+
+
+def test_untrusted_steps_share_the_build_namespaces_a_trusted_step_has_its_own(
+    repo: Repo, options: RunnerOptions
+) -> None:
+    """The untrusted steps of a build share one user and network namespace (made once); nothing
+    an earlier step left listens on its loopback, and a trusted step has a loopback of its own."""
+    port = str(20000 + os.getpid() % 20000)
+    repo.script("agent.sh", FAKE_AGENT.replace("PORT", port))
+    for name in ("first", "later", "trusted"):
+        repo.script(f"{name}.sh", PROBE.replace("NAME", name).replace("PORT", port))
+    run = ("first.sh", "agent.sh", "later.sh")
+    spec = make_spec(repo, repo.commit(), run=run, post_run=(JobStep("trusted.sh", trusted=True),))
+    result = run_build(spec, BaseControl(), replace(options, sandbox="bwrap"))
+    text = Path(result.log_path).read_text()
+    assert result.result is Result.SUCCESS, text
+    assert "own listener: FAKE AGENT" in text  # its loopback works while it runs
+    found = re.findall(r"\| (\w+) net (net:\[\d+\]) user (user:\[\d+\]) map (.*)", text)
+    seen = {name: (net, user) for name, net, user, _ in found}
+    assert set(seen) == {"first", "later", "trusted"}, text
+    assert seen["first"] == seen["later"]
+    assert seen["first"][0] != seen["trusted"][0] and seen["first"][1] != seen["trusted"][1]
+    assert [line[3].split() for line in found] == [
+        ["1000", str(host_uid(spec.build_uuid)), "1"]
+    ] * 3
+    for step in ("first", "later", "trusted"):
+        assert f"{step} nothing listens" in text and f"{step} no-nested" in text, text

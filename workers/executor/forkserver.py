@@ -34,14 +34,16 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from scheduler.processlocal import ProcessLocal
 from workers.executor.errors import ExecutorError
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 # How long a zygote may take to say it is ready, and to answer a request.
@@ -91,6 +93,25 @@ class _Zygote:
             return int(value)
         raise ZygoteError(f"the zygote did not fork: {reply}")
 
+    def namespaces(self, message: bytes) -> list[int]:
+        """Ask for a build's namespaces; their descriptors ([] when the kernel refused)."""
+        try:
+            self.sock.settimeout(REPLY_TIMEOUT)
+            self.sock.sendall(message)
+            data, fds, _, _ = socket.recv_fds(self.sock, 256, 2)
+        except OSError as exc:
+            raise ZygoteError(f"no namespaces from the zygote: {exc}") from None
+        if not data.endswith(b"\n"):  # the reply is one short line, sent at once
+            for fd in fds:
+                os.close(fd)
+            raise ZygoteError(f"the zygote said {data!r}")
+        if data != b"namespaces\n":
+            for fd in fds:
+                os.close(fd)
+            log.warning("no namespaces for a build: %s", data.decode(errors="replace").strip())
+            return []
+        return fds
+
     def read_line(self) -> str:
         line = b""
         while not line.endswith(b"\n"):
@@ -127,6 +148,13 @@ class _ZygoteClient:
         self.failed_before = False
 
     def fork_reaper(self, message: bytes, fds: Sequence[int]) -> int:
+        return self._call(lambda zygote: zygote.request(message, fds))
+
+    def namespaces(self, message: bytes) -> list[int]:
+        return self._call(lambda zygote: zygote.namespaces(message))
+
+    def _call(self, exchange: Callable[[_Zygote], _T]) -> _T:
+        """One exchange with the zygote (started if need be; stopped if it fails)."""
         with self.lock:
             zygote = self.zygote
             if zygote is None or not zygote.usable():
@@ -135,7 +163,7 @@ class _ZygoteClient:
                     self.zygote = None
                 zygote = self.zygote = self._start()
             try:
-                return zygote.request(message, fds)
+                return exchange(zygote)
             except BaseException as exc:
                 zygote.stop()
                 self.zygote = None
@@ -237,18 +265,33 @@ def fork_reaper(
     output_fd: int,
     status_fd: int,
     cwd_fd: int,
+    namespaces: Sequence[int] = (),
 ) -> int:
     """Fork the reaper of ``command`` in this process's zygote (started if need be).
 
     The reaper runs ``command`` with ``env`` in the folder ``cwd_fd`` (an
     ``O_PATH`` descriptor), its output to ``output_fd`` and its status to
     ``status_fd`` (write ends of the step's pipes; the caller closes its
-    own). Returns the reaper's pid; raises :class:`ZygoteError` when the
-    zygote could not, and ``ValueError`` for an argument that no program
-    can be given (a NUL byte, a ``=`` in a variable name).
+    own); a sandboxed command in ``namespaces`` (its build's, from
+    :func:`build_namespaces`). Returns the reaper's pid; raises
+    :class:`ZygoteError` when the zygote could not, and ``ValueError`` for
+    an argument that no program can be given (a NUL byte, a ``=`` in a
+    variable name).
     """
     message = encode_request(command, env, grace)
-    return client().fork_reaper(message, (output_fd, status_fd, cwd_fd))
+    return client().fork_reaper(message, (output_fd, status_fd, cwd_fd, *namespaces))
+
+
+def build_namespaces(inside: int, outside: int, *, network: bool) -> list[int]:
+    """A build's user namespace (``inside`` is host uid ``outside``) and, with ``network``,
+    its network namespace, made once by the zygote (``reaper.user_namespace``).
+
+    Their descriptors, the caller's to close; [] when the kernel refused.
+    Raises :class:`ZygoteError` when the zygote could not be asked.
+    """
+    fields = [b"namespaces", str(inside).encode(), str(outside).encode(), b"1" if network else b"0"]
+    body = b"\0".join(fields)
+    return client().namespaces(len(body).to_bytes(4, "big") + body)
 
 
 def zygote_pid() -> int | None:

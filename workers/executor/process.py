@@ -82,13 +82,17 @@ def run_step(
     limits: StepLimits,
     prefix: Sequence[str] = (),
     args: Sequence[str] = (),
+    namespaces: Sequence[int] = (),
 ) -> StepExit:
     """Run ``executable`` to its end or until a limit fires; its tree is gone after.
 
-    ``prefix`` wraps it (the sandbox: ``bwrap ... --``); ``args`` follow it.
+    ``prefix`` wraps it (the sandbox: ``bwrap ... --``); ``args`` follow it;
+    ``namespaces`` are its build's, for a sandboxed step to join
+    (:func:`workers.executor.forkserver.build_namespaces`): a reaper started
+    directly makes namespaces of its own instead.
     """
     command = [*prefix, str(executable), *args]
-    reaper = _start_reaper(command, cwd, env, limits.kill_grace)
+    reaper = _start_reaper(command, cwd, env, limits.kill_grace, namespaces)
     try:
         stopped = _Streamer(reaper, output, limits).run()
     finally:
@@ -160,19 +164,27 @@ class _Reaper:
 
 
 def _start_reaper(
-    command: Sequence[str], cwd: Path, env: Mapping[str, str], grace: float
+    command: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    grace: float,
+    namespaces: Sequence[int] = (),
 ) -> _Reaper:
     """The step's reaper, forked by the zygote or, when that fails, started directly."""
     cwd_fd = os.open(cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # as Popen's cwd= fails
     try:
-        reaper = _fork_reaper(command, cwd_fd, env, grace)
+        reaper = _fork_reaper(command, cwd_fd, env, grace, namespaces)
     finally:
         os.close(cwd_fd)
     return reaper if reaper is not None else _popen_reaper(command, cwd, env, grace)
 
 
 def _fork_reaper(
-    command: Sequence[str], cwd_fd: int, env: Mapping[str, str], grace: float
+    command: Sequence[str],
+    cwd_fd: int,
+    env: Mapping[str, str],
+    grace: float,
+    namespaces: Sequence[int] = (),
 ) -> _Reaper | None:
     """The reaper forked by this process's zygote; None when the zygote failed."""
     output_read, output_write = os.pipe()
@@ -186,6 +198,7 @@ def _fork_reaper(
                 output_fd=output_write,
                 status_fd=status_write,
                 cwd_fd=cwd_fd,
+                namespaces=namespaces,
             )
         finally:
             os.close(output_write)

@@ -218,18 +218,21 @@ def default_signals() -> None:
             pass
 
 
-def start(argv: list[str] | list[bytes], env: Environment) -> int | None:
+def start(
+    argv: list[str] | list[bytes], env: Environment, joined: tuple[int, int] = (-1, -1)
+) -> int | None:
     """Start ``argv`` with no signal blocked; its pid, None when it cannot be executed.
 
     ``posix_spawn`` (a vfork, not a copy of this process) is enough: every
     handler is already back to its default (:func:`default_signals`), so
     only the blocked signals need undoing in the child. A command that
-    begins with :data:`SANDBOX` is prepared first (:func:`enter_sandbox`).
+    begins with :data:`SANDBOX` is prepared first (:func:`enter_sandbox`),
+    in the build's namespaces ``joined`` (user, network; -1: none).
     """
     userns = -1
     try:
         if argv and os.fsdecode(argv[0]) == SANDBOX:
-            argv, userns = enter_sandbox([os.fsdecode(word) for word in argv[1:]])
+            argv, userns = enter_sandbox([os.fsdecode(word) for word in argv[1:]], joined)
         return os.posix_spawn(argv[0], argv, env, setsigmask=())
     except OSError as exc:
         program = os.fsdecode(argv[0])
@@ -251,6 +254,12 @@ def start(argv: list[str] | list[bytes], env: Environment) -> int | None:
 # set on this process, which the job inherits. USERNS_FD in bwrap's argv
 # becomes the namespace's file descriptor.
 #
+# A step of a build whose namespaces were made once (:func:`user_namespace`
+# in the zygote, for the build's untrusted steps) is given them: the user
+# namespace given replaces the one USERNS asks for, and a network namespace
+# given is joined here (bwrap keeps it); UNSHARE_NET in bwrap's argv becomes
+# ``--unshare-net`` when none was given (a network namespace of the step's own).
+#
 # bubblewrap resolves the sources of its binds as the job's user, who may
 # not pass through the folders above them (a state dir is 0700). So
 # ``STAGED_BIND SRC DEST`` (and STAGED_RO_BIND) in bwrap's argv is bound
@@ -259,32 +268,46 @@ def start(argv: list[str] | list[bytes], env: Environment) -> int | None:
 
 SANDBOX = "sluice-sandbox"
 USERNS_FD = "sluice-userns-fd"
+UNSHARE_NET = "--sluice-unshare-net"
 STAGED_BIND = "--sluice-staged-bind"
 STAGED_RO_BIND = "--sluice-staged-ro-bind"
 STAGE = "/run/sluice-sandbox"
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+SIOCSIFFLAGS, IFF_UP = 0x8914, 1
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 RLIMITS = {"nproc": 6, "as": 9, "fsize": 1, "nofile": 7, "core": 4}  # RLIMIT_* numbers
 
 
-def enter_sandbox(words: list[str]) -> tuple[list[str], int]:
-    """The command after the directive, and the user namespace's fd (-1: none)."""
+def enter_sandbox(words: list[str], joined: tuple[int, int] = (-1, -1)) -> tuple[list[str], int]:
+    """The command after the directive, and the user namespace's fd (-1: none).
+
+    ``joined`` are the build's user and network namespaces (-1: none given).
+    """
     limits, command = words[0], words[1:]
-    userns = -1
+    userns, netns = joined
     for pair in filter(None, limits.split(",")):
         name, _, value = pair.partition("=")
         if name == "userns":
-            inside, _, outside = value.partition(":")
-            userns = user_namespace(int(inside), int(outside))
+            if userns < 0:
+                inside, _, outside = value.partition(":")
+                userns = user_namespace(int(inside), int(outside))[0]
         elif name in RLIMITS:
             import resource  # a C module; only sandboxed steps need it
 
             resource.setrlimit(RLIMITS[name], (int(value), int(value)))
         else:
             raise OSError(f"unknown sandbox directive {name!r}")
+    if netns >= 0 and _libc("setns", netns, CLONE_NEWNET) != 0:
+        raise OSError("cannot join the build's network namespace")
     if userns >= 0:
+        os.set_inheritable(userns, True)
         command = [str(userns) if word == USERNS_FD else word for word in command]
+    if UNSHARE_NET in command:
+        command.remove(UNSHARE_NET)
+        if netns < 0:
+            command.insert(command.index("--"), "--unshare-net")
     if STAGED_BIND in command or STAGED_RO_BIND in command:
         command = stage(command)
     return command, userns
@@ -326,13 +349,16 @@ def _mount(
         raise OSError(f"cannot bind {os.fsdecode(source or b'none')} for the sandbox")
 
 
-def user_namespace(inside: int, outside: int) -> int:
+def user_namespace(inside: int, outside: int, *, network: bool = False) -> tuple[int, int]:
     """A new user namespace where ``inside`` is host uid and gid ``outside``; its fd.
 
     A child makes the namespace (``unshare``), we write its maps (root may
     map any host id), the child then forbids user namespaces below it
     (``user.max_user_namespaces`` 0: a job cannot become root of a nested
     one) and exits; the open fd keeps the namespace for ``bwrap --userns``.
+    With ``network``, the child also makes a network namespace of that user
+    namespace's, with its loopback up and nothing else: the second fd
+    (-1 without).
     """
     ready_read, ready_write = os.pipe()
     go_read, go_write = os.pipe()
@@ -342,34 +368,54 @@ def user_namespace(inside: int, outside: int) -> int:
         try:
             os.close(ready_read)
             os.close(go_write)
-            if _libc("unshare", CLONE_NEWUSER) == 0:
+            if _libc("unshare", CLONE_NEWUSER | (CLONE_NEWNET if network else 0)) == 0:
                 os.write(ready_write, b"u")
                 code = 2
                 if os.read(go_read, 1) == b"g":
                     with open("/proc/sys/user/max_user_namespaces", "w") as handle:
                         handle.write("0")
+                    code = 3
+                    if network:
+                        _loopback_up()
                     code = 0
         finally:
             os._exit(code)
     os.close(ready_write)
     os.close(go_read)
+    fds: list[int] = []
     try:
         if os.read(ready_read, 1) != b"u":
             raise OSError("the kernel gives no user namespace (user.max_user_namespaces)")
         for name in ("uid_map", "gid_map"):
             with open(f"/proc/{pid}/{name}", "w") as handle:
                 handle.write(f"{inside} {outside} 1\n")
-        fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+        fds.append(os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC))
+        if network:
+            fds.append(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC))
         os.write(go_write, b"g")
     finally:
         os.close(ready_read)
         os.close(go_write)
         _, status = os.waitpid(pid, 0)
+        if status != 0:
+            for fd in fds:
+                os.close(fd)
     if status != 0:
-        os.close(fd)
         raise OSError(f"the job's user namespace could not be closed to nesting ({status})")
-    os.set_inheritable(fd, True)
-    return fd
+    return fds[0], fds[1] if network else -1
+
+
+def _loopback_up() -> None:
+    """Bring up ``lo`` in this process's (new) network namespace (the kernel adds its addresses)."""
+    import _socket  # C modules; only the maker of a network namespace needs them
+    import fcntl
+
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        request = b"lo".ljust(16, b"\0") + IFF_UP.to_bytes(2, sys.byteorder)
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, request.ljust(40, b"\0"))
+    finally:
+        sock.close()
 
 
 def _libc(name: str, *args: int | bytes | None) -> int:
@@ -393,12 +439,19 @@ def supervise(main_pid: int | None, grace: float) -> tuple[int, str]:
 
 
 def run(
-    grace: float, parent: int, status_fd: int, argv: list[str] | list[bytes], env: Environment
+    grace: float,
+    parent: int,
+    status_fd: int,
+    argv: list[str] | list[bytes],
+    env: Environment,
+    *,
+    joined: tuple[int, int] = (-1, -1),
 ) -> int:
     """Be the reaper of ``argv`` (run with ``env``) until its tree is gone; our exit code.
 
     ``parent`` is the process this one must die with (the runner, or the
-    zygote that forked it); the status line goes to ``status_fd``.
+    zygote that forked it); the status line goes to ``status_fd``;
+    ``joined`` are the build's namespaces a sandboxed step runs in.
     """
     os.set_inheritable(status_fd, False)  # the job must not write our status
     default_signals()  # a signal ignored by the worker would be lost to sigtimedwait
@@ -407,7 +460,7 @@ def run(
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # the parent died before PDEATHSIG was set
         return 128 + signal.SIGTERM
-    code, status = supervise(start(argv, env), grace)
+    code, status = supervise(start(argv, env, joined), grace)
     try:  # noqa: SIM105 (contextlib would be one more import per step)
         os.write(status_fd, f"{status}\n".encode())
     except OSError:

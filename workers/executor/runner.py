@@ -59,7 +59,9 @@ from workers.executor.playbooks import AnsibleSetup, is_playbook
 from workers.executor.process import StepLimits, cancel_requested, run_step
 from workers.executor.recycle import remove_tree
 from workers.executor.sandbox import (
+    BuildNamespaces,
     Sandbox,
+    build_namespaces,
     give,
     host_uid,
     prepare,
@@ -179,6 +181,8 @@ class BuildRun:
     unreachable: StepRun | None = field(init=False, default=None)
     # what every step of a sandboxed build sees (None: no sandbox)
     sandbox: Sandbox | None = field(init=False, default=None)
+    # the namespaces its untrusted steps share, made at the first (None: not made)
+    namespaces: BuildNamespaces | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.layout = BuildLayout.for_build(
@@ -195,6 +199,8 @@ class BuildRun:
             data, outcome = self._guarded_collect(outcome)
             held = self.clean_up(outcome.code)
         finally:
+            if self.namespaces is not None:
+                self.namespaces.close()
             if self.ansible is not None:
                 self.ansible.close()
             if self.job_log is not None:
@@ -300,10 +306,28 @@ class BuildRun:
         """The sandbox prefix of one step (``own``: a trusted step's own folder)."""
         if self.sandbox is None:
             return []
-        network = self.options.sandbox_network == "host" or (
+        return self.sandbox.prefix(network=self._host_network, own=own)
+
+    @property
+    def _host_network(self) -> bool:
+        """Whether the build's steps share the host's network (``executor.sandbox_network``)."""
+        return self.options.sandbox_network == "host" or (
             self.options.sandbox_network == "nodes" and bool(self.spec.nodes)
         )
-        return self.sandbox.prefix(network=network, own=own)
+
+    def _namespaces(self, job_step: JobStep) -> tuple[int, ...]:
+        """The build's namespaces for an untrusted sandboxed step (made at the first); () else.
+
+        A protected step (trusted, or holding a secret) gets namespaces of
+        its own: nothing an untrusted step of the build could have left in
+        its loopback or its user's keyrings reaches it.
+        """
+        if self.sandbox is None or job_step.protected:
+            return ()
+        if self.namespaces is None:
+            made = build_namespaces(self.sandbox.uid, host_network=self._host_network)
+            self.namespaces = made or BuildNamespaces(())  # none: each step makes its own
+        return self.namespaces.fds
 
     def run_phase(
         self,
@@ -376,6 +400,7 @@ class BuildRun:
                     limits=limits,
                     prefix=self._sandbox(own),
                     args=args,
+                    namespaces=self._namespaces(job_step),
                 )
             finally:
                 if secrets_file is not None:

@@ -49,8 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scheduler.settings import SandboxLimits
+from workers.executor import forkserver
 from workers.executor.errors import RefusedError, WorkspaceError
-from workers.executor.reaper import SANDBOX, STAGED_BIND, STAGED_RO_BIND, USERNS_FD
+from workers.executor.reaper import (
+    SANDBOX,
+    STAGED_BIND,
+    STAGED_RO_BIND,
+    UNSHARE_NET,
+    USERNS_FD,
+)
 from workers.executor.workspace import BuildLayout
 from workers.merger.cache import readable_by_all
 
@@ -258,7 +265,10 @@ class Sandbox:
             argv += ["--userns", USERNS_FD]
         argv += ["--uid", str(JOB_UID), "--gid", str(JOB_UID)]
         argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sluice-job"]
-        return argv if network else [*argv, "--unshare-net"]
+        if network:
+            return argv
+        # as root, the reaper joins the build's network namespace, or has bwrap make one
+        return [*argv, "--unshare-net" if self.uid is None else UNSHARE_NET]
 
     def _covered(self, bound: Sequence[Path]) -> list[Path]:
         """The state dir and the folder of all workspaces where a bound folder shows them."""
@@ -279,6 +289,42 @@ class Sandbox:
         if own is not None:
             argv += ["--bind", str(own), str(own)]
         return argv
+
+
+@dataclass
+class BuildNamespaces:
+    """The user namespace (and network namespace, but for a build on the host's network)
+    the untrusted steps of one build share: made once when the build starts.
+
+    A step's namespaces hold nothing of its own after it: its whole tree is
+    gone, with every socket it listened on; the job's user has no
+    capability in them (so no route, filter or setting of the network
+    namespace to change). A trusted step, or one a secret is bound to, still
+    gets namespaces of its own (a loopback no untrusted step ever saw, no
+    keyring an untrusted step filled).
+    """
+
+    fds: tuple[int, ...]
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = ()
+
+
+def build_namespaces(uid: int | None, *, host_network: bool) -> BuildNamespaces | None:
+    """The namespaces of a build whose job is host uid ``uid`` (on the host's network or not).
+
+    None for an executor that is not root (bwrap makes them each step), or
+    when the zygote could not make them: each step then makes its own.
+    """
+    if uid is None:
+        return None
+    try:
+        fds = forkserver.build_namespaces(JOB_UID, uid, network=not host_network)
+    except forkserver.ZygoteError:
+        return None
+    return BuildNamespaces(tuple(fds)) if fds else None
 
 
 def prepare(sandbox: Sandbox) -> None:

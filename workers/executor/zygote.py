@@ -17,9 +17,15 @@ one request at a time):
   ``GRACE``, ``ARGC``, the ``ARGC`` words of the command, then the
   environment as ``NAME=VALUE`` entries; with its first byte, three file
   descriptors (``SCM_RIGHTS``): the write end of the step's output pipe,
-  the write end of its status pipe and its working directory (``O_PATH``);
+  the write end of its status pipe and its working directory (``O_PATH``),
+  and, for a step that runs in its build's namespaces, those (user, then
+  network if the build has one of its own) for the reaper to join;
 * the reply: ``pid N`` (the reaper's pid) or ``error TEXT`` (nothing was
-  started). Lines end with a newline.
+  started). Lines end with a newline;
+* or a build's namespaces: the fields ``namespaces``, ``INSIDE``,
+  ``OUTSIDE``, ``NETWORK`` (``1``: a network namespace too), no
+  descriptor; the reply ``namespaces`` with their descriptors
+  (:func:`reaper.user_namespace`), or ``error TEXT``.
 
 The zygote itself runs with an empty environment (each request brings its
 step's) in ``/``. The reaper writes its status line (``exit N``, ``signal N``, ``stopped N``)
@@ -63,6 +69,8 @@ else:  # the C half of ``signal``; ``reaper`` from this folder (-I leaves it off
 
 USAGE = "PARENT_PID SOCKET_FD"
 FDS_PER_REQUEST = 3  # output pipe, status pipe, working directory
+JOINED_FDS = 2  # at most: the build's user and network namespaces
+NAMESPACES = b"namespaces"
 CHUNK = 65536
 
 
@@ -111,7 +119,7 @@ class Zygote:
             os.close(status_fd)
 
     def _serve_one(self) -> bool:
-        """One request: fork its reaper and reply; False when the runner is gone."""
+        """One request, a step's or a build's namespaces; False when the runner is gone."""
         try:
             data, fds = self._receive()
         except OSError:
@@ -119,29 +127,55 @@ class Zygote:
         if not data:
             _close(fds)
             return False
+        if data.split(b"\0", 1)[0] == NAMESPACES:
+            _close(fds)
+            return self._make_namespaces(data)
+        return self._fork_step(data, fds)
+
+    def _fork_step(self, data: bytes, fds: list[int]) -> bool:
+        """A step's request: fork its reaper and reply; False when the runner is gone."""
         try:
             request = _decode(data)
         except ValueError as exc:
             _close(fds)
             return self._reply(f"error bad request: {exc}")
-        if len(fds) != FDS_PER_REQUEST:
+        if not FDS_PER_REQUEST <= len(fds) <= FDS_PER_REQUEST + JOINED_FDS or -1 in fds:
             _close(fds)
             return self._reply(f"error {len(fds)} file descriptors, not {FDS_PER_REQUEST}")
-        output_fd, status_fd, cwd_fd = fds
+        output_fd, status_fd, cwd_fd, *joined = fds
         try:
             pid = os.fork()
         except OSError as exc:
             _close(fds)
             return self._reply(f"error fork: {exc.strerror}")
         if pid == 0:
-            self._become_reaper(request, output_fd, status_fd, cwd_fd)
-        _close([output_fd, cwd_fd])  # the output pipe must end when the step's tree does
+            self._become_reaper(request, output_fd, status_fd, cwd_fd, joined)
+        _close([output_fd, cwd_fd, *joined])  # the output pipe must end when the step's tree does
         self.children[pid] = status_fd
         return self._reply(f"pid {pid}")
 
+    def _make_namespaces(self, data: bytes) -> bool:
+        """A build's namespaces made, their descriptors sent back; False when the runner is gone."""
+        try:
+            _, inside, outside, network = data.split(b"\0")
+            made = reaper.user_namespace(int(inside), int(outside), network=network == b"1")
+        except (OSError, ValueError) as exc:
+            return self._reply(f"error namespaces: {exc}")
+        fds = [fd for fd in made if fd >= 0]
+        payload = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
+        try:
+            self.sock.sendmsg(
+                [NAMESPACES + b"\n"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, payload)]
+            )
+        except OSError:
+            return False
+        finally:
+            _close(fds)
+        return True
+
     def _receive(self) -> tuple[bytes, list[int]]:
         """A whole request (its length prefix removed), the descriptors sent with it."""
-        space = _socket.CMSG_SPACE(4 * FDS_PER_REQUEST)
+        space = _socket.CMSG_SPACE(4 * (FDS_PER_REQUEST + JOINED_FDS))
         data, ancillary, flags, _ = self.sock.recvmsg(CHUNK, space, _socket.MSG_CMSG_CLOEXEC)
         fds: list[int] = []
         for level, kind, payload in ancillary:
@@ -167,7 +201,9 @@ class Zygote:
             return False
         return True
 
-    def _become_reaper(self, request: Request, output_fd: int, status_fd: int, cwd_fd: int) -> None:
+    def _become_reaper(
+        self, request: Request, output_fd: int, status_fd: int, cwd_fd: int, joined: list[int]
+    ) -> None:
         """In the forked child: set the step's process up, then be its reaper; never returns."""
         code = 127
         grace, argv, env = request
@@ -180,9 +216,13 @@ class Zygote:
             os.dup2(output_fd, 2)
             # Nothing else of the zygote's stays open: not the socket, not the
             # status pipes of the other steps (their end of file would wait for us).
-            os.closerange(3, status_fd)
-            os.closerange(status_fd + 1, max(os.sysconf("SC_OPEN_MAX"), status_fd + 2))
-            code = reaper.run(grace, self.pid, status_fd, argv, env)
+            low = 3
+            for fd in sorted({status_fd, *joined}):
+                os.closerange(low, fd)
+                low = fd + 1
+            os.closerange(low, max(os.sysconf("SC_OPEN_MAX"), low + 1))
+            userns, netns = (*joined, -1, -1)[:2]
+            code = reaper.run(grace, self.pid, status_fd, argv, env, joined=(userns, netns))
         except BaseException as exc:
             try:  # noqa: SIM105 (contextlib would be one more import)
                 os.write(2, f"sluice reaper: cannot start the step: {exc}\n".encode())

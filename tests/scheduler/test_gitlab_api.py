@@ -7,6 +7,7 @@ import pytest
 from scheduler.drivers.gitlab import events
 from scheduler.drivers.gitlab.api import GitLabApi, GitLabError
 from scheduler.settings import ConnectionSettings
+from scheduler.wire.events import MalformedEventError
 from tests.fixtures.fake_gitlab import BOT, TOKEN, FakeGitLab, MergeRequest
 from tests.scheduler.test_gitlab_fake import forge  # noqa: F401 (the fixture)
 
@@ -65,3 +66,11 @@ def test_a_token_that_may_not_read_its_user_recognises_no_note(
     api = api_of(forge)
     assert api.user() == "" and api.user() == ""
     assert forge.count("GET", r"/user$") == 1
+
+
+def test_a_depends_on_naming_no_merge_request_is_no_dependency(forge: FakeGitLab) -> None:  # noqa: F811
+    api = api_of(forge)
+    text = "Depends-On: https://gitlab.example.com/group/lib/-/merge_requests/99\n"
+    assert events.needs_of(api, "group/lib", 1, text) == []
+    with pytest.raises(MalformedEventError):
+        events.needs_of(api, "group/lib", 1, text.replace("group/lib", "group/-lib"))

@@ -17,12 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.layouts.errors import LockTimeoutError
-from scheduler.processing.forwarding import ForgeUnavailableError
 from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
 
 # What is worth another try of a whole task.
 TRANSIENT: tuple[type[Exception], ...] = (
-    ForgeUnavailableError,
     ZooKeeperUnavailableError,
     LockLostError,
     LockTimeoutError,

@@ -32,7 +32,6 @@ from typing import Any, Protocol
 
 from scheduler import scope, tasknames
 from scheduler.drivers import ForgeError, webhooks
-from scheduler.errors import SluiceError
 from scheduler.layouts.triggers import ENQUEUE
 from scheduler.processing import behind
 from scheduler.processing.environment import Nudge
@@ -68,10 +67,6 @@ BATCH_SECONDS = 10.0
 
 # Failures of ZooKeeper met while an event is routed: the task retries the hop
 INFRASTRUCTURE = (ZooKeeperUnavailableError, LockLostError, AccessDeniedError)
-
-
-class ForgeUnavailableError(SluiceError):
-    """A forge's API did not answer while its events were processed (retried)."""
 
 
 class Routing(Protocol):

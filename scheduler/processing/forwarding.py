@@ -130,6 +130,8 @@ def _move(client: ZooKeeperClient, held: locks.HeldLock, source: _Source) -> set
     touched: set[str] = set()
     queue = source.queue
     while True:
+        if source.due is not None and not _head_due(queue, source.due):
+            break  # a deferred queue whose first delivery waits: none of it is read
         events = queue.read(limit=BATCH)
         if source.due is not None:
             ready = list(itertools.takewhile(source.due, events))
@@ -156,6 +158,11 @@ def _move(client: ZooKeeperClient, held: locks.HeldLock, source: _Source) -> set
         if done:
             break
     return touched
+
+
+def _head_due(queue: EventQueue, due: Callable[[Event], bool]) -> bool:
+    head = queue.read(limit=1)
+    return bool(head) and due(head[0])
 
 
 @dataclass

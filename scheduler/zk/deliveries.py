@@ -53,6 +53,8 @@ BODY_LIMIT = 256 * 1024
 # characters of a payload kept when it is over BODY_LIMIT, for a reader
 PREVIEW = 4096
 REASON_LIMIT = 1000
+# records read in one request (each is under ~2 KB: its payload is a child)
+READ_CHUNK = 200
 # how long set-aside deliveries are kept (seconds)
 RETENTION = 7 * 86400
 # the key of a deferred payload that holds its retry state
@@ -286,16 +288,17 @@ class SetAsideStore:
         return record
 
     def records(self) -> list[SetAside]:
-        """Every record, oldest set aside first (one listing, one read of all)."""
+        """Every record, oldest set aside first (one listing, a read per 200 records)."""
         try:
             names = self.client.get_children(self.root)
         except NoNodeError:
             return []
         nodes = [paths.join(self.root, name) for name in names]
+        answers: list[Any] = []
+        for start in range(0, len(nodes), READ_CHUNK):  # each answer well under 1 MB
+            answers += read_many(self.client, [Data(n) for n in nodes[start : start + READ_CHUNK]])
         found = []
-        for node, answer in zip(
-            nodes, read_many(self.client, [Data(n) for n in nodes]), strict=True
-        ):
+        for node, answer in zip(nodes, answers, strict=True):
             if answer is None:
                 continue
             raw, stat = answer

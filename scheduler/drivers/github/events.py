@@ -13,11 +13,11 @@ A body whose repository is no name GitHub could give (a space, a control
 character, ``..``) or whose commit is not a sha is refused
 (:class:`MalformedEventError`) before any call to the API.
 
-Enriching an event of an open pull request that depends on nothing costs
-three API calls: the open pull requests (which hold this one, and the git
-parents' candidates), its statuses and its reviews; and its commits (their
-shas find git parents, their messages ``Depends-On`` lines) once a process
-for a given head.
+Enriching an event of a pull request that depends on nothing costs three
+API calls: the pull request, its head's statuses and its reviews; its
+commits (their shas find git parents, their messages ``Depends-On`` lines)
+are read once a process for a given head, and the open pull requests (the
+git parents' candidates) only when it has commits besides its head.
 """
 
 from __future__ import annotations
@@ -112,12 +112,11 @@ def enrich(trigger: TriggerEvent, api: Any) -> TriggerEvent:
     if trigger.type not in PULL_EVENTS:
         return trigger
     number = int(trigger.extra["change"])
-    others = api.open_pulls(trigger.project)
-    pull = next((o for o in others if o.get("number") == number), None)
-    if pull is None:  # closed or merged: not among the open ones
-        pull = api.pull(trigger.project, number)
+    pull = api.pull(trigger.project, number)
     sha = str(field(pull, "head", "sha"))
     commits = api.pull_commits(trigger.project, number, sha)
+    # a parent's head is one of this pull request's commits, other than its own head
+    others = api.open_pulls(trigger.project) if len(commits) > 1 else []
     extra = {
         **trigger.extra,
         "patchset": sha,

@@ -117,7 +117,7 @@ class InstallationTokens:
 
 # (connection name, API root, App id) -> that App's tokens in this process
 _APPS: dict[tuple[str, str, str], InstallationTokens] = {}
-_APPS_LOCK = threading.Lock()
+_CACHES_LOCK = threading.Lock()
 # (connection, API root, project, number, head) -> that head's commits, the oldest dropped first
 _COMMITS: dict[tuple[str, str, str, int, str], list[tuple[str, str]]] = {}
 KEPT_COMMIT_LISTS = 1000
@@ -128,7 +128,7 @@ _CHECKS_REFUSED: dict[tuple[str, str, str], bool] = {}
 def app_tokens(connection: ConnectionSettings) -> InstallationTokens:
     """The process's token cache of the connection's App (made on first use)."""
     key = (connection.name, api_url(connection), str(connection.options.get("app_id") or ""))
-    with _APPS_LOCK:
+    with _CACHES_LOCK:
         return _APPS.setdefault(key, InstallationTokens())
 
 
@@ -284,7 +284,7 @@ class GitHubApi:
             (str(c.get("sha", "")), str((c.get("commit") or {}).get("message", ""))) for c in found
         ]
         if head and commits and commits[-1][0] == head:  # GitHub lists the head last
-            with _APPS_LOCK:
+            with _CACHES_LOCK:
                 _COMMITS[key] = commits
                 while len(_COMMITS) > KEPT_COMMIT_LISTS:
                     del _COMMITS[next(iter(_COMMITS))]

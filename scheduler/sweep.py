@@ -360,6 +360,9 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
     A nudge for work that another worker is doing coalesces harmlessly.
     """
 
+    def nudge_connection(name: str) -> None:
+        dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, name, settings=settings)
+
     def connections() -> list[str]:
         found = idle.connections_with_events(client)
         for name in found:
@@ -400,17 +403,17 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         SweepStep("semaphores", lambda: release_leaked_semaphores(client, nudge_pipeline)),
         SweepStep("semaphore-waiters", lambda: wake_semaphore_waiters(client, nudge_pipeline)),
         SweepStep("webhook-deliveries", lambda: deliveries.prune(client)),
-        SweepStep("deferred-deliveries", lambda: renudge_deferred(client, settings)),
+        SweepStep("deferred-deliveries", lambda: renudge_deferred(client, nudge_connection)),
         SweepStep("set-aside-deliveries", lambda: deliveries.prune_set_aside(client)),
         SweepStep("parked-changes", lambda: behind.prune(client, inventory.tenants(client))),
     ]
 
 
-def renudge_deferred(client: ZooKeeperClient, settings: Settings) -> list[str]:
+def renudge_deferred(client: ZooKeeperClient, nudge: Callable[[str], object]) -> list[str]:
     """Nudge the hop of every connection whose deferred deliveries are due to be tried again."""
     found = [c for c in inventory.connections(client) if deliveries.deferred_due(client, c)]
     for name in found:
-        dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, name, settings=settings)
+        nudge(name)
     return found
 
 

@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
+from scheduler import sweep
 from scheduler.drivers import ForgeError
 from scheduler.drivers.webhooks import DeliveryRetry
 from scheduler.processing import forwarding
+from scheduler.views.deliveries import delivery_rows
 from scheduler.wire.events import MalformedEventError, TriggerEvent
 from scheduler.zk import deliveries, paths
 from scheduler.zk.client import ZooKeeperClient
@@ -144,6 +146,13 @@ def test_an_unavailable_forge_defers_with_back_off_then_sets_aside(
     assert wait is not None and 55 < wait <= 60
     states = [deliveries.retry_state(e.payload) for e in deferred.read()]
     assert [s.attempts for s in states] == [1, 1]
+    rows = delivery_rows(client, "github")  # what sluice deliveries and the API show
+    assert [(r["delivery"], r["state"], r["attempts"]) for r in rows] == [
+        ("down", "deferred", 1),
+        ("timeout", "deferred", 1),
+    ]
+    assert rows[0]["reason"].startswith("forge unavailable: ForgeError") and rows[0]["received"]
+    assert rows[0]["not_before"] == states[0].not_before
     assert "502" in states[0].error and states[1].error.endswith("timed out")
 
     # not due yet: a pass leaves them alone (and asks for no nudge)
@@ -198,3 +207,15 @@ def test_a_slow_forge_costs_no_more_than_a_batch_of_seconds(
         hop(client, Translator(), [])
     assert count.by_type()["Transaction"] >= 3  # each deferral committed on its own
     assert EventQueue(client, paths.connection_deferred_queue("github")).length() == 3
+
+
+def test_the_sweep_nudges_a_connection_whose_deferred_delivery_is_due(
+    client: ZooKeeperClient,
+) -> None:
+    for connection, wait in (("github", 3600.0), ("gitlab", -1.0)):
+        state = deliveries.RetryState(1, time.time() + wait, "502 Bad Gateway")
+        deferred = EventQueue(client, paths.connection_deferred_queue(connection))
+        deferred.put(deliveries.deferred_payload(webhook("d1"), state))
+    nudged: list[str] = []
+    assert sweep.renudge_deferred(client, nudged.append) == ["gitlab"]
+    assert nudged == ["gitlab"]

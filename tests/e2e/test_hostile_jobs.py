@@ -10,9 +10,10 @@ default sandbox (bubblewrap), as root as CI runs it:
   processes and their environment, the host's Unix sockets and devices)
   and prints whether it reached it;
 * ``thief``: a child of a trusted parent whose post-run holds a secret;
-  its run step rewrites every copy of that post-run it can find and plants
-  a ``.gitconfig`` in its home, and the post-run must still be the genuine
-  one, with a clean home;
+  its run step rewrites every copy of that post-run it can find, plants
+  a ``.gitconfig`` in its home and leaves a daemon listening on its
+  loopback (a fake agent or proxy), and the post-run must still be the
+  genuine one, with a clean home, and find nothing listening;
 * ``fork-bomb``, ``memory-hog`` and ``big-file``: each ends its own build
   at a limit (``executor.sandbox_limits``) while the executor goes on: a
   change checked afterwards passes.
@@ -65,6 +66,11 @@ count=$(python3 -c 'import json, os
 print(len(json.load(open(os.environ["SLUICE_SECRETS_FILE"]))["creds"]))')
 echo "genuine post-run with $count secret field(s)"
 test -e "$HOME/.gitconfig" && echo "HOME POISONED"
+python3 -c 'import socket
+try:
+    print("post-run reached", socket.create_connection(("127.0.0.1", 47474), 2).recv(64))
+except OSError:
+    print("post-run: nothing on the loopback")'
 exit 0
 """
 
@@ -83,6 +89,13 @@ mv "$SLUICE_WORKSPACE/content" "$SLUICE_WORKSPACE/gone" 2>/dev/null && echo "TRU
 ls "$SLUICE_WORKSPACE/secrets" 2>/dev/null | grep . && echo "SAW SECRETS"
 printf '[core]\\n\\tpager = echo PAGER\\n' > "$HOME/.gitconfig"
 mkdir -p "$SLUICE_WORKSPACE/step" 2>/dev/null
+setsid python3 -c 'import socket
+server = socket.create_server(("127.0.0.1", 47474))
+while True:
+    server.accept()[0].sendall(b"FAKE AGENT")' </dev/null >/dev/null 2>&1 &
+sleep 1
+python3 -c 'import socket
+print("own", socket.create_connection(("127.0.0.1", 47474), 2).recv(64))' && echo "LISTENING"
 echo "thief done"
 exit 0
 """
@@ -215,6 +228,11 @@ OTHER_ATTACKS = [
     ),
     ("poisoned-home", "plant a `.gitconfig` for the trusted post-run", "refused: a fresh HOME"),
     ("secrets-folder", "list the secrets folder from an untrusted step", "refused"),
+    (
+        "loopback-listener",
+        "leave a daemon listening on its loopback (a fake agent or proxy) for the trusted post-run",
+        "refused: the post-run's loopback is its own",
+    ),
     ("fork-bomb", "fork without end (`processes: 64`)", "its build ends; the next change passes"),
     ("memory-hog", "allocate 2 GiB (`memory_mb: 512`)", "its build fails; the next change passes"),
     ("big-file", "write a 64 MiB file (`file_size_mb: 16`)", "its build fails (`SIGXFSZ`)"),
@@ -361,12 +379,11 @@ def test_hostile_jobs_reach_nothing_they_were_not_given(system: SluiceSystem) ->
     assert builds["thief"]["result"] == "SUCCESS", thief
     assert "genuine post-run with 1 secret field(s)" in thief, thief
     assert "own REWROTE" in thief  # it did try: its own checkout took the edit
-    for word in ("STOLEN", "TRUSTED ", "SAW SECRETS", "HOME POISONED"):
+    for word in ("STOLEN", "TRUSTED ", "SAW SECRETS", "HOME POISONED", "post-run reached"):
         assert word not in thief, (word, thief)
     assert PLAINTEXT not in thief
-    rows.append(("trusted-post-run", OTHER_ATTACKS[0][1], OTHER_ATTACKS[0][2]))
-    rows.append(("poisoned-home", OTHER_ATTACKS[1][1], OTHER_ATTACKS[1][2]))
-    rows.append(("secrets-folder", OTHER_ATTACKS[2][1], OTHER_ATTACKS[2][2]))
+    assert "LISTENING" in thief and "post-run: nothing on the loopback" in thief, thief
+    rows += [(key, what, expected) for key, what, expected in OTHER_ATTACKS[:4]]
 
     # the limits end their builds, never the executor
     assert builds["fork-bomb"]["result"] in ("TIMED_OUT", "FAILURE"), logs["fork-bomb"]
@@ -389,6 +406,6 @@ def test_hostile_jobs_reach_nothing_they_were_not_given(system: SluiceSystem) ->
     system.sluice("wait", "--idle", "--timeout", "120")
     canary = [b for b in system.builds() if b["job"] == "canary"]
     assert [b["result"] for b in canary] == ["SUCCESS"]
-    rows += [(key, what, expected) for key, what, expected in OTHER_ATTACKS[3:]]
+    rows += [(key, what, expected) for key, what, expected in OTHER_ATTACKS[4:]]
 
     write_or_check_table(rows)

@@ -98,7 +98,7 @@ class _Zygote:
         try:
             self.sock.settimeout(REPLY_TIMEOUT)
             self.sock.sendall(message)
-            data, fds, _, _ = socket.recv_fds(self.sock, 256, 2)
+            data, fds, _, _ = socket.recv_fds(self.sock, 256, 2, socket.MSG_CMSG_CLOEXEC)
         except OSError as exc:
             raise ZygoteError(f"no namespaces from the zygote: {exc}") from None
         if not data.endswith(b"\n"):  # the reply is one short line, sent at once

@@ -302,11 +302,12 @@ class BuildRun:
             read_only.append(content)
         return replace(sandbox, read_only=tuple(read_only), writable=writable)
 
-    def _sandbox(self, own: Path | None) -> list[str]:
+    def _sandbox(self, job_step: JobStep, own: Path | None) -> list[str]:
         """The sandbox prefix of one step (``own``: a trusted step's own folder)."""
         if self.sandbox is None:
             return []
-        return self.sandbox.prefix(network=self._host_network, own=own)
+        playbook = self.ansible is not None and is_playbook(job_step.path)
+        return self.sandbox.prefix(network=self._host_network, own=own, playbook=playbook)
 
     @property
     def _host_network(self) -> bool:
@@ -398,7 +399,7 @@ class BuildRun:
                     env=env,
                     output=LineSplitter(self.job_log, phase.value),
                     limits=limits,
-                    prefix=self._sandbox(own),
+                    prefix=self._sandbox(job_step, own),
                     args=args,
                     namespaces=self._namespaces(job_step),
                 )

@@ -7,7 +7,7 @@ What a sandboxed step sees (docs/security.md has the threat model):
   ``/etc`` entries (:data:`ETC`: name service, TLS roots, ssh client
   config; never ``shadow``, host keys or ``sudoers``; one copy a worker
   process, :func:`shared_etc`) with an ``/etc/passwd`` and ``/etc/group``
-  naming the job's user, Sluice's virtualenv
+  naming the job's user, for a playbook step Sluice's virtualenv
   and the two packages its Ansible plugins import, and the repositories of
   the build's own projects in the repo cache (the checkouts borrow their
   objects). A fresh ``/proc``, ``/dev``, ``/tmp`` and ``/var/tmp``.
@@ -22,10 +22,13 @@ What a sandboxed step sees (docs/security.md has the threat model):
   what the executor hands it (:func:`hand_over`), and its process limit
   counts its own processes only. Run as another user, bubblewrap maps the
   job to that user (the best it can do without root).
-* **Namespaces**: its own PID, IPC, UTS and network namespaces (only
-  loopback; ``executor.sandbox_network`` opens the host network to
-  the steps of a build with nodes, or to every step), a new
-  session (no ``TIOCSTI`` into a terminal), and it dies with its reaper.
+* **Namespaces**: its own PID, IPC, UTS and mount namespaces, a network
+  namespace with only loopback (``executor.sandbox_network`` opens the
+  host network to the steps of a build with nodes, or to every step), a
+  new session (no ``TIOCSTI`` into a terminal), and it dies with its
+  reaper. A root executor's untrusted steps of one build share its user
+  and network namespaces (:class:`BuildNamespaces`, made once); a trusted
+  or secret-holding step gets both anew.
 * **Limits** (:class:`SandboxLimits`, ``executor.sandbox_limits``):
   processes, memory and file size per process, open files; no core dumps.
 
@@ -218,11 +221,15 @@ class Sandbox:
     read_only: tuple[Path, ...] = ()
     limits: SandboxLimits = field(default_factory=SandboxLimits)
 
-    def prefix(self, *, network: bool = False, own: Path | None = None) -> list[str]:
+    def prefix(
+        self, *, network: bool = False, own: Path | None = None, playbook: bool = True
+    ) -> list[str]:
         """The argv that runs an executable inside the sandbox (ends with ``--``).
 
         ``network`` shares the host's network; ``own`` is a folder of the
-        executor's this step alone writes (a trusted step's ``step/<label>``).
+        executor's this step alone writes (a trusted step's ``step/<label>``);
+        ``playbook``: the step runs ``ansible-playbook``, which needs Sluice's
+        installation (:func:`installation`); another step sees none of it.
         """
         etc = shared_etc(self.state_dir)
         directive = limits_directive(self.limits)
@@ -238,12 +245,13 @@ class Sandbox:
         for path in self.writable:
             if path.is_dir():
                 argv += [write, str(path), str(path)]
-        bound = [*installation(), *self.writable]
+        tools = installation() if playbook else ()
+        bound = [*tools, *self.writable]
         covered = self._covered(bound)
         for path in covered:  # other builds, the database, the stack's files
             argv += ["--tmpfs", str(path)]
         sources = [p for p in self.readable if p.exists()]  # an executor elsewhere lacks some
-        for path in [*installation(), *sources]:
+        for path in [*tools, *sources]:
             argv += [_staged(read, path), str(path), str(path)]
         bound += self.readable
         argv += [write, str(layout.root), str(layout.root)]

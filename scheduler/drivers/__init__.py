@@ -30,6 +30,11 @@ class ForgeError(SluiceError):
         """No answer, or the forge failed (5xx): the same call may succeed later."""
         return self.status == 0 or self.status >= 500
 
+    @property
+    def rate_limited(self) -> bool:
+        """A 429, or a 403 whose message says a rate limit is exhausted (as GitHub's does)."""
+        return self.status == 429 or (self.status == 403 and "rate limit" in str(self).lower())
+
 
 def field(body: Mapping[str, Any], *keys: str) -> Any:
     """``body[k1][k2]...`` of a forge's JSON; :class:`MalformedEventError` naming the path."""

@@ -98,12 +98,10 @@ def is_transient(exc: BaseException) -> bool:
     """
     if not isinstance(exc, ForgeError):
         return False
-    if exc.status == 0:
-        cause = exc.__cause__ or exc.__context__
-        return not (isinstance(cause, ValueError) and not isinstance(cause, OSError))
-    if exc.status == 403:
-        return "rate limit" in str(exc).lower()
-    return exc.status >= 500 or exc.status in (408, 429)
+    cause = exc.__cause__ or exc.__context__
+    if exc.status == 0 and isinstance(cause, ValueError) and not isinstance(cause, OSError):
+        return False
+    return exc.transient or exc.rate_limited or exc.status == 408
 
 
 def store(client: ZooKeeperClient, connection: str, delivery: WebhookDelivery) -> bool:

@@ -17,7 +17,7 @@ import pytest
 
 from scheduler import sweep
 from scheduler.drivers import ForgeError
-from scheduler.drivers.webhooks import DeliveryRetry
+from scheduler.drivers.webhooks import DeliveryRetry, is_transient
 from scheduler.processing import forwarding
 from scheduler.views.deliveries import delivery_rows
 from scheduler.wire.events import MalformedEventError, TriggerEvent
@@ -219,3 +219,13 @@ def test_the_sweep_nudges_a_connection_whose_deferred_delivery_is_due(
     nudged: list[str] = []
     assert sweep.renudge_deferred(client, nudged.append) == ["gitlab"]
     assert nudged == ["gitlab"]
+
+
+def test_what_counts_as_the_forge_unavailable() -> None:
+    limited = 'GitHub GET /repos/o/a/pulls/1: 403 {"message": "API rate limit exceeded"}'
+    assert is_transient(ForgeError("GitHub GET /repos/o/a/pulls/1: timed out"))
+    assert is_transient(ForgeError(limited, 403))
+    assert all(is_transient(ForgeError("x", status)) for status in (408, 429, 500, 502, 503))
+    assert not any(is_transient(ForgeError("x", status)) for status in (400, 401, 403, 404, 422))
+    assert not is_transient(unsendable_url())  # the delivery's fault, not the forge's
+    assert not is_transient(RuntimeError("x")) and not is_transient(MalformedEventError("x"))

@@ -97,3 +97,14 @@ def test_a_heads_commits_are_read_once(forge: FakeGitHub) -> None:
     assert forge.count("GET", "/pulls/1/commits$") == 1
     api.pull_commits("org/app", 1)  # no head named: read again
     assert forge.count("GET", "/pulls/1/commits$") == 2
+
+
+def test_a_depends_on_naming_no_pull_request_is_no_dependency(forge: FakeGitHub) -> None:
+    from scheduler.drivers.github import events
+
+    api = GitHubApi(connection(forge, api_token=TOKEN))
+    text = "Depends-On: https://github.com/org/app/pull/9\nDepends-On: https://github.com/org/gone/pull/1"
+    assert events.needs_of(api, "org/app", 1, text) == []  # both 404: as in Zuul
+    forge.fault("GET", "/pulls/9$", 502)
+    with pytest.raises(GitHubError):  # GitHub failing is not GitHub saying no
+        events.needs_of(api, "org/app", 1, text)

@@ -363,3 +363,21 @@ def test_many_steps_leave_no_zombie_and_no_open_file(steps: Steps) -> None:
     assert sorted(os.listdir("/proc/self/fd")) == ours_before
     assert zombies_of(zygote) == []
     assert zombies_of(os.getpid()) == []
+
+
+def test_the_zygote_makes_a_build_s_namespaces_and_refuses_a_map_the_kernel_refuses() -> None:
+    """A user namespace whose 1000 is the given host uid, closed to nesting, and a network
+    namespace of its own; a map the kernel refuses is no namespace, and the zygote goes on."""
+    if os.geteuid() != 0:
+        pytest.fail("the executor's namespaces are made as root, as CI runs")
+    before = forkserver.zygote_pid()
+    fds = forkserver.build_namespaces(1000, (1 << 30) + 12345, network=True)
+    try:
+        assert [os.readlink(f"/proc/self/fd/{fd}")[:5] for fd in fds] == ["user:", "net:["]
+        assert all(not os.get_inheritable(fd) for fd in fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert len(forkserver.build_namespaces(1000, (1 << 30) + 1, network=False)) == 1
+    assert forkserver.build_namespaces(1000, (1 << 32) - 1, network=True) == []  # no such uid
+    assert forkserver.zygote_pid() == (before or forkserver.zygote_pid())

@@ -98,9 +98,18 @@ class _Zygote:
         try:
             self.sock.settimeout(REPLY_TIMEOUT)
             self.sock.sendall(message)
-            data, fds, _, _ = socket.recv_fds(self.sock, 256, 2, socket.MSG_CMSG_CLOEXEC)
+            # recvmsg, not socket.recv_fds: Python 3.11's drops its flags (close-on-exec)
+            data, ancillary, _, _ = self.sock.recvmsg(
+                256, socket.CMSG_SPACE(8), socket.MSG_CMSG_CLOEXEC
+            )
         except OSError as exc:
             raise ZygoteError(f"no namespaces from the zygote: {exc}") from None
+        fds = [
+            int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+            for level, kind, payload in ancillary
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+            for i in range(0, len(payload) - len(payload) % 4, 4)
+        ]
         if not data.endswith(b"\n"):  # the reply is one short line, sent at once
             for fd in fds:
                 os.close(fd)

@@ -276,8 +276,8 @@ def test_a_forked_process_starts_its_own_zygote(steps: Steps) -> None:
         try:
             os.close(read_end)
             lines = steps.run(WHO_AM_I)[1]
-            theirs = forkserver.zygote_pid()
-            os.write(write_end, f"{who(lines)['reaper'][2]} {theirs}\n".encode())
+            zygote = forkserver.zygote_pid()
+            os.write(write_end, f"{who(lines)['reaper'][2]} {zygote}\n".encode())
             code = 0
         finally:
             os._exit(code)

@@ -2,8 +2,8 @@
 
 * A 502 on the report's comment and a timeout on its status: the report is
   tried again later (the item waits at the head) and each lands once.
-* A secondary rate limit (403 with ``Retry-After``) on the open pull requests
-  read and on the merge: waited out, then done.
+* A secondary rate limit (403 with ``Retry-After``) on the reviews read
+  and on the merge: waited out, then done.
 * A 502 on the merge: asked again, merged once.
 """
 
@@ -21,7 +21,7 @@ def test_a_stumbling_github_delays_the_journey_and_nothing_lands_twice(
     with forge_system(system, CONFIG, options="    api_timeout: 2\n") as (forge, _web):
         forge.fault("POST", r"/issues/1/comments$", 502)  # the check's comment, once
         forge.fault("POST", r"/statuses/", delay=3.0)  # the start status: answered too late
-        forge.fault("GET", r"/pulls\?", 403, headers={"Retry-After": "1"})  # a secondary limit
+        forge.fault("GET", r"/reviews\?", 403, headers={"Retry-After": "1"})  # a secondary limit
         # the sweep, which nudges a pipeline whose report did not land
         system.start_worker(("maintenance",), env={"SLUICE_SWEEP_INTERVAL": "1"}, beat=True)
         pull = forge.open_pull("org/app", "fix", "Fix the thing")
@@ -34,7 +34,7 @@ def test_a_stumbling_github_delays_the_journey_and_nothing_lands_twice(
         check_comments = [c for c in forge.comments if "demo/check" in c["body"]]
         assert len(check_comments) == 1
         assert forge.count("POST", r"/issues/1/comments$") == 2  # the 502, then the comment
-        assert forge.count("GET", r"/pulls$") >= 2  # the rate limit, then the answer
+        assert forge.count("GET", r"/reviews$") >= 2  # the rate limit, then the answer
 
         forge.fault("PUT", r"/merge$", 502)
         forge.fault("PUT", r"/merge$", 403, headers={"Retry-After": "1"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from scheduler.drivers import webhooks
@@ -18,12 +20,12 @@ PULL = {
 }
 
 
-def github(event: str, body: dict[str, object]) -> list[dict[str, object]]:
+def github(event: str, body: Mapping[str, object]) -> list[dict[str, object]]:
     payload = {"type": "webhook", "driver": "github", "event": event, "body": body}
     return [t.to_dict() for t in webhooks.translate(payload)]
 
 
-def gitlab(event: str, body: dict[str, object]) -> list[dict[str, object]]:
+def gitlab(event: str, body: Mapping[str, object]) -> list[dict[str, object]]:
     payload = {"type": "webhook", "driver": "gitlab", "event": event, "body": body}
     return [t.to_dict() for t in webhooks.translate(payload)]
 

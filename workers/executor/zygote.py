@@ -49,6 +49,7 @@ therefore stops the steps it is running, as a killed worker would.
 from __future__ import annotations
 
 import _socket
+import fcntl  # noqa: F401 (a C module, loaded once here, not by each maker of namespaces)
 import os
 import resource  # noqa: F401 (a C module, loaded once here rather than by each sandboxed reaper)
 import select

@@ -39,6 +39,7 @@ timeouts, cancels and the clean-up of a step's tree work as without one.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import os
@@ -47,7 +48,7 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -368,8 +369,7 @@ def hand_over(layout: BuildLayout, uid: int | None) -> None:
     # the job may add entries beside ours, never rename or remove ours (sticky)
     os.chmod(layout.root, 0o1777)
     for top in (layout.src_dir, layout.home_dir, layout.tmp_dir):
-        for path in _walk(top):  # all another's: the last build's user, or the executor
-            os.lchown(path, uid, uid)
+        _give_tree(top, uid)
     # sticky too: the job replaces its result file (zuul_return renames over
     # it), never vars.json, which a later (trusted) step reads
     os.chmod(layout.result_file.parent, 0o1777)
@@ -385,18 +385,34 @@ def give(path: Path, uid: int | None) -> None:
         os.lchown(path, uid, uid)
 
 
-def _walk(top: Path) -> Iterator[str]:
-    """Every path under ``top`` (itself included), never following a link."""
-    if not os.path.lexists(top):
-        return
-    yield str(top)
-    if not os.path.isdir(top) or os.path.islink(top):
-        return
-    for folder, dirs, files in os.walk(top):
-        for name in dirs:
-            yield os.path.join(folder, name)
-        for name in files:
-            yield os.path.join(folder, name)
+def _give_tree(top: Path, uid: int) -> None:
+    """``top`` and all under it the job's, never through a link (each entry is
+    another's: the last build's user, or the executor: no need to look first)."""
+    try:
+        os.lchown(top, uid, uid)
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # none, a file, a link
+            return
+        raise
+    try:
+        _give_folder(fd, uid)
+    finally:
+        os.close(fd)
+
+
+def _give_folder(fd: int, uid: int) -> None:
+    with os.scandir(fd) as scan:
+        entries = list(scan)
+    for entry in entries:
+        os.chown(entry.name, uid, uid, dir_fd=fd, follow_symlinks=False)
+        if entry.is_dir(follow_symlinks=False):
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            inner = os.open(entry.name, flags, dir_fd=fd)
+            try:
+                _give_folder(inner, uid)
+            finally:
+                os.close(inner)
 
 
 @functools.cache

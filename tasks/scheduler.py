@@ -24,6 +24,7 @@ from scheduler.drivers import webhooks
 from scheduler.errors import SluiceError
 from scheduler.processing import forwarding
 from scheduler.processing.pipeline import process_pipeline as run_pipeline
+from scheduler.wire.events import TriggerEvent
 from scheduler.zk import paths
 from scheduler.zk.event_queue import EventQueue
 from tasks import retrying
@@ -50,12 +51,16 @@ def forward_connection_events(self: Task[Any, Any], connection: str) -> None:
     env, layouts = runtime()
     settings = runtime_settings()
     found = settings.connections.get(name)
+
+    def wanted(trigger: TriggerEvent) -> bool:  # (read nothing for what nobody listens to)
+        return layouts.could_trigger(name, trigger)
+
     wait = forwarding.forward_connection_events(
         env.client,
         layouts,
         env.nudge,
         name,
-        translate=webhooks.translator(found),
+        translate=webhooks.translator(found, wanted),
         retry=webhooks.retry_policy(found),
     )
     if wait is not None:  # deferred deliveries: again when the first is due (and by the sweep)

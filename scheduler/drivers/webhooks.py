@@ -113,11 +113,19 @@ def is_webhook(payload: Mapping[str, Any]) -> bool:
     return payload.get("type") == WEBHOOK
 
 
-def translate(payload: Mapping[str, Any], api: Any = None) -> list[TriggerEvent]:
+# whether some pipeline's trigger could match a trigger event, known before any API read
+Wanted = Callable[[TriggerEvent], bool]
+
+
+def translate(
+    payload: Mapping[str, Any], api: Any = None, wanted: Wanted | None = None
+) -> list[TriggerEvent]:
     """The trigger events of a stored webhook (none for what the driver ignores).
 
     With ``api`` (the connection's forge client), events about a pull or
-    merge request carry its current state, as pipeline requirements need.
+    merge request carry its current state, as pipeline requirements need;
+    with ``wanted``, the driver reads nothing for a comment, status or
+    check run no trigger could match.
     """
     driver = str(payload.get("driver", ""))
     body = payload.get("body")
@@ -125,7 +133,7 @@ def translate(payload: Mapping[str, Any], api: Any = None) -> list[TriggerEvent]
         raise MalformedEventError(f"webhook of driver {driver!r} without a body")
     event = str(payload.get("event", ""))
     try:
-        return TRANSLATORS[driver](event, body, api)
+        return TRANSLATORS[driver](event, body, api, wanted)
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
         if isinstance(exc, MalformedEventError):
             raise
@@ -137,11 +145,11 @@ def translate(payload: Mapping[str, Any], api: Any = None) -> list[TriggerEvent]
 
 
 def translator(
-    connection: ConnectionSettings | None,
+    connection: ConnectionSettings | None, wanted: Wanted | None = None
 ) -> Callable[[Mapping[str, Any]], list[TriggerEvent]]:
     """:func:`translate` with the connection's API client when it has one configured."""
     api = forge_api(connection)
-    return lambda payload: translate(payload, api)
+    return lambda payload: translate(payload, api, wanted)
 
 
 def forge_api(connection: ConnectionSettings | None) -> Any:

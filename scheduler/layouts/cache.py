@@ -34,11 +34,13 @@ from scheduler.config import Layout, LayoutResult, Tenant, UnparsedBranch, build
 from scheduler.layouts.errors import LayoutMismatchError, LockTimeoutError, NoLayoutError
 from scheduler.layouts.state import LayoutState
 from scheduler.layouts.triggers import (
+    could_match,
     default_branch,
     pipelines_for_event,
     requirements_verdict,
     verdicts,
 )
+from scheduler.wire.events import TriggerEvent
 from scheduler.zk import config_cache as cc
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
@@ -206,6 +208,17 @@ class TenantLayouts:
     def pipelines_for_event(self, tenant: str, event: Mapping[str, Any]) -> list[str]:
         """Pipelines of ``tenant`` whose triggers match ``event`` (see triggers.py)."""
         return pipelines_for_event(self.get(tenant), event)
+
+    def could_trigger(self, connection: str, event: TriggerEvent) -> bool:
+        """Whether a tenant holding its project has a trigger that could match ``event``.
+
+        Asked before the forge is read (see triggers.py :func:`could_match`).
+        """
+        described = {**event.to_dict(), "connection": connection}
+        return any(
+            could_match(self.get(tenant), described)
+            for tenant in self.tenants_for_project(connection, event.project)
+        )
 
     def verdicts(self, tenant: str, event: Mapping[str, Any]) -> dict[str, str]:
         """Pipelines of ``tenant`` whose triggers match ``event``, with verdicts (triggers.py)."""

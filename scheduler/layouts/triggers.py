@@ -106,6 +106,22 @@ def filter_matches(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     return _forge_matches(spec, event)
 
 
+def could_match(layout: TenantLayout, event: Mapping[str, Any]) -> bool:
+    """Whether a trigger filter of the tenant could match ``event`` once the forge is asked.
+
+    Before the forge is read, a comment event knows its type, action and
+    text but not its branch: every filter key but the ref and branch ones
+    is checked (a driver skips the reads of an event no filter could match).
+    """
+    connection = str(event.get("connection") or "")
+    kind = str(event.get("type") or event.get("event") or "")
+    for pipeline in layout.layout.pipelines.values():
+        for spec in pipeline.trigger.get(connection, ()):
+            if kind in _names(spec.get("event")) and _forge_matches(spec, event):
+                return True
+    return False
+
+
 def _forge_matches(spec: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     """Forge filters: ``action``, ``comment``, ``label``, ``state``, ``status``, ``check``."""
     actions = _names(spec.get("action"))

@@ -138,3 +138,37 @@ def test_github_check_runs_and_statuses() -> None:
     (found,) = [t.to_dict() for t in webhooks.translate(payload, Pulls({1: "", 2: ""}))]
     assert (found["ref"], found["status"]) == ("refs/pull/2/head", "other-ci:success")
     assert filter_matches({"event": "status", "status": "other-ci:success"}, found)
+
+
+class Untouchable:
+    """A forge client that must not be asked anything but who it is."""
+
+    def login(self) -> str:
+        return "sluice-bot"
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"the forge was asked {name}")
+
+
+def comment_body(text: str, author: str) -> dict[str, object]:
+    issue = {"number": 3, "title": "T", "pull_request": {}}
+    comment = {"body": text, "user": {"login": author}}
+    return {"issue": issue, "comment": comment, "repository": {"full_name": "org/app"}}
+
+
+def test_nothing_is_read_for_what_nobody_listens_to() -> None:
+    """Our own report comes back as a webhook, a comment no trigger wants, a status
+    nobody triggers on: none costs a call."""
+    api = Untouchable()
+    own = {"type": "webhook", "driver": "github", "event": "issue_comment"}
+    mine = {**own, "body": comment_body("Build succeeded (t/check).", "sluice-bot")}
+    assert webhooks.translate(mine, api) == []
+    chatter = {**own, "body": comment_body("looks good", "ann")}
+    assert webhooks.translate(chatter, api, lambda trigger: False) == []
+    status = {
+        "type": "webhook",
+        "driver": "github",
+        "event": "status",
+        "body": {"sha": "a" * 40, "context": "t/check", "state": "success", "repository": REPO},
+    }
+    assert webhooks.translate(status, api, lambda trigger: False) == []

@@ -123,6 +123,8 @@ _COMMITS: dict[tuple[str, str, str, int, str], list[tuple[str, str]]] = {}
 KEPT_COMMIT_LISTS = 1000
 # (connection name, API root, credential) -> True once GitHub refused their check runs
 _CHECKS_REFUSED: dict[tuple[str, str, str], bool] = {}
+# (connection name, API root, credential) -> the login GitHub knows them by
+_LOGINS: dict[tuple[str, str, str], str] = {}
 
 
 def app_tokens(connection: ConnectionSettings) -> InstallationTokens:
@@ -255,6 +257,28 @@ class GitHubApi:
         )
 
     # -- what the driver uses -------------------------------------------------------
+
+    def login(self) -> str:
+        """Who this connection writes as on GitHub, asked once a process.
+
+        A token's user (``GET /user``), or an App's bot, ``<slug>[bot]``
+        (``GET /app``). "" when GitHub does not say (asked again next time).
+        """
+        key = self._identity
+        known = _LOGINS.get(key)
+        if known is not None:
+            return known
+        try:
+            if self._uses_app:
+                app = self._call("GET", "/app", auth=f"Bearer {self._app_jwt()}")
+                found = f"{app['slug']}[bot]"
+            else:
+                found = str(self.request("GET", "/user", "")["login"])
+        except (GitHubError, KeyError, TypeError) as exc:
+            log.warning("%s: who the connection is on GitHub is unknown: %s", key[0], exc)
+            return ""
+        _LOGINS[key] = found
+        return found
 
     def pull(self, project: str, number: int) -> Mapping[str, Any]:
         found: Mapping[str, Any] = self.request(

@@ -113,8 +113,8 @@ def enrich(trigger: TriggerEvent, api: Any) -> TriggerEvent:
     the users whose latest review approves. Pipeline ``require:`` filters
     are checked against these.
     """
-    if trigger.type not in PULL_EVENTS:
-        return trigger
+    if trigger.type not in PULL_EVENTS or trigger.extra.get("action") == "closed":
+        return trigger  # (closed: final, its body says whether it was merged)
     number = int(trigger.extra["change"])
     pull = api.pull(trigger.project, number)
     sha = str(field(pull, "head", "sha"))
@@ -216,11 +216,41 @@ def needs_of(api: Any, project: str, number: int, body: str) -> list[dict[str, A
     return depends.needs_of(DEPENDS_ON, fetch, project, number, body)
 
 
-def translate(event: str, body: Mapping[str, Any], api: Any = None) -> list[TriggerEvent]:
+def translate(
+    event: str,
+    body: Mapping[str, Any],
+    api: Any = None,
+    wanted: Callable[[TriggerEvent], bool] | None = None,
+) -> list[TriggerEvent]:
+    """The trigger events of a webhook, each with its pull request's state (with ``api``).
+
+    Read nothing for what nobody listens to: a comment written by this
+    connection itself (its reports), and, with ``wanted`` (whether some
+    pipeline's trigger could match an event, before any read), a comment,
+    status or check run no trigger asks for. Every other pull request event
+    is read and routed: it may take an item out (closed, a new head, a new
+    base) or change what a waiting change meets (a review, a label).
+    """
     found = _translate(event, body)
     if api is None:
         return [t for t in found if t.type != "status"]  # a status names no pull request
+    if event == "issue_comment" and found and _author(body) == api.login():
+        return []  # our own report
+    if wanted is not None:
+        found = [t for t in found if _always_read(t) or wanted(t)]
     return [enrich(t, api) for t in _pulls_of_statuses(found, api)]
+
+
+def _author(body: Mapping[str, Any]) -> str:
+    comment = body.get("comment")
+    user = comment.get("user") if isinstance(comment, Mapping) else None
+    return str(user.get("login") or "") if isinstance(user, Mapping) else ""
+
+
+def _always_read(trigger: TriggerEvent) -> bool:
+    if trigger.type == "pull_request_review":
+        return True
+    return trigger.type == "pull_request" and trigger.extra.get("action") != "comment"
 
 
 def _pulls_of_statuses(found: list[TriggerEvent], api: Any) -> list[TriggerEvent]:

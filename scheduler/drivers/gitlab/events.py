@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -179,13 +179,26 @@ def enrich(trigger: TriggerEvent, api: Any) -> TriggerEvent:
     )
 
 
-def translate(event: str, body: Mapping[str, Any], api: Any = None) -> list[TriggerEvent]:
+def translate(
+    event: str,
+    body: Mapping[str, Any],
+    api: Any = None,
+    wanted: Callable[[TriggerEvent], bool] | None = None,
+) -> list[TriggerEvent]:
+    """The trigger events of a hook, each with its merge request's state (with ``api``).
+
+    Nothing is read for our own notes, nor (with ``wanted``: whether some
+    pipeline's trigger could match an event, before any read) for a note no
+    trigger asks for; every other merge request event is read and routed.
+    """
     found = _translate(event, body)
     if api is None:
         return found
     author = _author(body) if event == "Note Hook" else ""
     if found and author and author == api.user():
         return []  # our own report
+    if wanted is not None:
+        found = [t for t in found if t.extra.get("action") != "comment" or wanted(t)]
     return [enrich(t, api) for t in found]
 
 

@@ -39,6 +39,7 @@ from scheduler.wire.events import (
     Dequeue,
     Enqueue,
     MalformedEventError,
+    ReconfigureEvent,
     TriggerEvent,
     decode_as,
     decode_management,
@@ -63,6 +64,8 @@ BATCH_BYTES = MAX_TRANSACTION_BYTES // 2
 # that answers slowly (or times out) for each delivery never costs the work
 # of a whole batch when the hop is cut short
 BATCH_SECONDS = 10.0
+# the events that move a branch (a push, the git driver's ref events)
+BRANCH_EVENTS = frozenset({"ref-updated", "ref-created", "ref-deleted", "push", "gl_push"})
 
 
 # Failures of ZooKeeper met while an event is routed: the task retries the hop
@@ -338,6 +341,22 @@ def is_abandoned(trigger: TriggerEvent) -> bool:
     return trigger.extra.get("action") == "closed" and not trigger.extra.get("merged")
 
 
+def branch_made_or_removed(trigger: TriggerEvent) -> str:
+    """Why the event changes a project's branches ("" if it does not)."""
+    if trigger.type not in BRANCH_EVENTS or not trigger.branch:
+        return ""
+    if trigger.deleted or trigger.type == "ref-deleted" or _zeros(trigger.newrev):
+        return f"branch {trigger.branch} of {trigger.project} deleted"
+    if trigger.type == "ref-created" or _zeros(trigger.oldrev):
+        return f"branch {trigger.branch} of {trigger.project} created"
+    return ""
+
+
+def _zeros(rev: str) -> bool:
+    """A git "no commit" (all zeros), as a push of a new or deleted ref names it."""
+    return bool(rev) and rev.strip("0") == ""
+
+
 def revises(trigger: TriggerEvent) -> bool:
     """A pull or merge request given a new head or target branch (its old versions leave)."""
     if trigger.type not in ("pull_request", "gl_merge_request"):
@@ -353,7 +372,8 @@ def _tenant_of(trigger_root: str) -> str:
 def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tenant: str) -> None:
     management = EventQueue(client, paths.tenant_management_queue(tenant))
     trigger = EventQueue(client, paths.tenant_trigger_queue(tenant))
-    targets: dict[str, str] = {}
+    # queue root -> the pipeline to nudge (None: the tenant's reconfiguration)
+    targets: dict[str, str | None] = {}
 
     def route_management(event: Event) -> list[tuple[str, dict[str, Any]]]:
         try:
@@ -378,14 +398,20 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
     # unfenced as one check per event, whose commit comes later anyway)
     with scope.validation_scope():
         _drain(client, paths.trigger_queue_lock(tenant), trigger, route_trigger)
-    for pipeline in sorted(set(targets.values())):
+    for pipeline in sorted({p for p in targets.values() if p is not None}):
         nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
+    if None in targets.values():
+        nudge(tasknames.RECONFIGURE, (tenant,), None)
     if management.length() or trigger.length():
         nudge(tasknames.PROCESS_TENANT, (tenant,), None)
 
 
 def _route_trigger(
-    routing: Routing, tenant: str, event: Event, targets: dict[str, str], parked: behind.Parked
+    routing: Routing,
+    tenant: str,
+    event: Event,
+    targets: dict[str, str | None],
+    parked: behind.Parked,
 ) -> list[tuple[str, dict[str, Any]]]:
     """Where a tenant's trigger event goes (``targets``: queue root -> pipeline, to nudge).
 
@@ -415,6 +441,11 @@ def _route_trigger(
             routed.append((root, gone))
         return routed
     routed = []
+    branching = branch_made_or_removed(trigger)
+    if branching:  # the tenant's branches changed: reconfigured (as Zuul does)
+        root = paths.tenant_reconfigure_queue(tenant)
+        targets[root] = None
+        routed.append((root, ReconfigureEvent(branching, time.time()).to_dict()))
     if revises(trigger):  # the items of its older versions leave every pipeline
         stale = Dequeue(change, event_id=event.id, current=trigger.newrev).to_dict()
         for pipeline in routing.pipelines(tenant):

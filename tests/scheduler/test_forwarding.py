@@ -45,7 +45,7 @@ def ref_updated(project: str, newrev: str) -> dict[str, Any]:
         "project": project,
         "branch": "main",
         "ref": "main",
-        "oldrev": "0" * 40,
+        "oldrev": "1" * 40,
         "newrev": newrev,
     }
 
@@ -60,7 +60,7 @@ def test_events_reach_every_tenant_and_matching_pipeline_in_order(
     nudges: Nudges = []
     connection = EventQueue(client, paths.connection_event_queue("local"))
     for n in range(3):
-        connection.put(ref_updated("app", f"{n:040d}"))
+        connection.put(ref_updated("app", f"a{n:039d}"))
     connection.put(ref_updated("lib", "f" * 40))
     connection.put({"type": "ref-updated"})  # no project: logged and dropped
 
@@ -125,13 +125,13 @@ def test_a_batch_closes_before_its_transaction_grows_too_large(
     nudges: Nudges = []
     connection = EventQueue(client, paths.connection_event_queue("local"))
     for n in range(12):
-        connection.put(ref_updated("app", f"{n:040d}"))
+        connection.put(ref_updated("app", f"a{n:039d}"))
     with client.counting_requests() as count:
         forwarding.forward_connection_events(client, Routing(), recorder(nudges), "local")
     assert connection.length() == 0
     for tenant in ("one", "two"):
         newrevs = [p["newrev"] for p in payloads(client, paths.tenant_trigger_queue(tenant))]
-        assert newrevs == [f"{n:040d}" for n in range(12)]  # each once, in order
+        assert newrevs == [f"a{n:039d}" for n in range(12)]  # each once, in order
     assert count.by_type()["Transaction"] > 1  # several batches
 
 
@@ -243,3 +243,17 @@ def test_a_change_parked_past_the_retention_is_forgotten(client: ZooKeeperClient
     later = time.time() + behind.RETENTION + 1
     assert behind.prune(client, ["one", "absent"], now=later) == ["one/github/app:refs/pull/2/head"]
     assert client.get_children(paths.tenant_parked_changes("one")) == []
+
+
+def test_a_branch_made_or_removed_reconfigures_the_tenant(client: ZooKeeperClient) -> None:
+    """As Zuul: the tenant's branches changed (a push of a new or deleted branch)."""
+    nudges: Nudges = []
+    trigger = EventQueue(client, paths.tenant_trigger_queue("two"))
+    local = {"connection": "local"}
+    trigger.put({**ref_updated("app", "a" * 40), **local, "oldrev": "0" * 40, "branch": "stable"})
+    trigger.put({**ref_updated("app", "0" * 40), **local, "branch": "old", "deleted": True})
+    trigger.put({**ref_updated("app", "b" * 40), **local})  # an update: nothing to reconfigure
+    forwarding.process_tenant(client, Routing(), recorder(nudges), "two")
+    why = [e["why"] for e in payloads(client, paths.tenant_reconfigure_queue("two"))]
+    assert why == ["branch stable of app created", "branch old of app deleted"]
+    assert (tasknames.RECONFIGURE, ("two",), None) in nudges

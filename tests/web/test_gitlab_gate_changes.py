@@ -75,3 +75,16 @@ def test_retargeted_or_closed_while_queued_it_leaves(system: SluiceSystem) -> No
         system.sluice("wait", "--idle", "--timeout", "60")
         assert [b["result"] for b in system.buildsets()] == ["DEQUEUED", "DEQUEUED"]
         assert not forge.merges
+
+
+def test_a_merge_request_to_a_branch_pushed_into_being_is_checked(system: SluiceSystem) -> None:
+    """A push that makes a branch reconfigures the tenant (as Zuul): the project runs
+    jobs on it at once, and a merge request to it is checked without an operator."""
+    with gitlab_web(system) as (forge, _web):
+        base = system.repos.git("group/lib", "rev-parse", "main")
+        forge.create_branch("group/lib", "stable", base)
+        system.sluice("wait", "--idle", "--timeout", "60")
+        mr = forge.open("group/lib", "feature", "Add a feature", target="stable")
+        wait_until(lambda: "success" in forge.statuses_of(mr), 90, "the check on stable", 0.5)
+        (buildset,) = system.buildsets()
+        assert buildset["result"] == "SUCCESS"

@@ -52,6 +52,7 @@ from scheduler.zk import deliveries, inventory, locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import NoDataError, ZooKeeperError
+from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from scheduler.zk.nodes import NodeStore
 from scheduler.zk.semaphores import SemaphoreNode
@@ -147,6 +148,50 @@ def cleanup(queue: JobRequestQueue, max_age: float) -> list[str]:
         return []
     _last_cleanup[key] = now
     return queue.cleanup(max_age)
+
+
+# Seconds after which an event's data node that no event names is an orphan
+# (a put whose transaction failed after the data was written, or a crash
+# between an ack and its data's delete): far longer than any put takes.
+EVENT_DATA_MAX_AGE = 3600.0
+
+
+def event_queue_roots(client: ZooKeeperClient) -> list[str]:
+    """Every event queue: each connection's (and its deferred), tenant's and pipeline's."""
+    roots = []
+    for connection in inventory.connections(client):
+        roots += [paths.connection_event_queue(connection)]
+        roots += [paths.connection_deferred_queue(connection)]
+    for tenant in inventory.tenants(client):
+        roots += [paths.tenant_management_queue(tenant), paths.tenant_trigger_queue(tenant)]
+        roots += [paths.tenant_reconfigure_queue(tenant)]
+        for pipeline in inventory.pipelines(client, tenant):
+            roots += [
+                paths.pipeline_management_queue(tenant, pipeline),
+                paths.pipeline_trigger_queue(tenant, pipeline),
+                paths.pipeline_result_queue(tenant, pipeline),
+            ]
+    return roots
+
+
+def orphaned_event_data(client: ZooKeeperClient, max_age: float = EVENT_DATA_MAX_AGE) -> list[str]:
+    """Remove the data nodes no event names, older than ``max_age``; the queues cleaned.
+
+    Runs at most every :data:`CLEANUP_EVERY` seconds in a process (it lists
+    every queue).
+    """
+    key = (id(client), "event-data")
+    now = time.monotonic()
+    if now - _last_cleanup.get(key, -math.inf) < min(CLEANUP_EVERY, max_age / 10):
+        return []
+    _last_cleanup[key] = now
+    cleaned = []
+    for root in event_queue_roots(client):
+        removed = EventQueue(client, root).cleanup(max_age)
+        if removed:
+            log.warning("%s: %d orphaned event data nodes removed", root, removed)
+            cleaned.append(f"{root}: {removed}")
+    return cleaned
 
 
 def request_queue_steps(
@@ -406,6 +451,7 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         SweepStep("deferred-deliveries", lambda: renudge_deferred(client, nudge_connection)),
         SweepStep("set-aside-deliveries", lambda: deliveries.prune_set_aside(client)),
         SweepStep("parked-changes", lambda: behind.prune(client, inventory.tenants(client))),
+        SweepStep("event-data", lambda: orphaned_event_data(client)),
     ]
 
 

@@ -86,6 +86,29 @@ def test_orphaned_data_nodes_are_cleaned_after_an_age(zk: ZooKeeperClient) -> No
     assert "body" in event.payload
 
 
+def test_the_sweep_cleans_orphans_in_every_event_queue(zk: ZooKeeperClient) -> None:
+    """Connection, deferred, tenant and pipeline queues alike (the sweep's ``event-data``)."""
+    from scheduler.sweep import orphaned_event_data
+
+    roots = [
+        paths.connection_event_queue("github"),
+        paths.connection_deferred_queue("github"),
+        paths.tenant_trigger_queue("t"),
+        paths.pipeline_result_queue("t", "gate"),
+    ]
+    for root in roots:
+        queue = EventQueue(zk, root)
+        queue.put({"body": os.urandom(100_000).hex()})  # referenced: kept
+        zk.create(paths.join(queue.data_path, "orphan"), b'{"schema":1,"payload":{}}')
+    time.sleep(0.05)
+    cleaned = orphaned_event_data(zk, max_age=0.01)
+    assert sorted(cleaned) == sorted(f"{root}: 1" for root in roots)
+    for root in roots:
+        (event,) = EventQueue(zk, root).read()
+        assert "body" in event.payload
+    assert orphaned_event_data(zk, max_age=0.01) == []
+
+
 def test_three_consumer_processes_never_repeat_or_skip(
     zk: ZooKeeperClient, script: Callable[..., Script], tmp_path: Path
 ) -> None:

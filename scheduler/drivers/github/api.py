@@ -366,7 +366,7 @@ class GitHubApi:
         try:
             self.request("POST", f"{repo_path(project)}/check-runs", project, body)
         except GitHubError as exc:
-            if exc.status != 403 or "rate limit" in str(exc).lower():
+            if exc.status != 403 or exc.rate_limited:
                 raise
             _CHECKS_REFUSED[self._identity] = True
             log.warning(

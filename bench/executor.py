@@ -18,8 +18,10 @@ client, the runner) and its child processes' (git, the step's zygote and
 the reapers it forks, bubblewrap, the job). The reapers are the zygote's
 children, not ours: their CPU is read from the zygote's ``/proc`` entry
 (its own and its reaped children's), as ``os.times`` counts ours. Jobs
-run in bubblewrap, the executor's default (``--sandbox none`` to compare). Not run in CI:
-``.venv/bin/python bench/executor.py [--seconds 5] [--sandbox none] [--build-dir tmpfs]``.
+run in bubblewrap, the executor's default (``--sandbox none`` to compare); a
+build runs ``run.sh`` once, or ``--steps`` times (what each further step
+costs). Not run in CI: ``.venv/bin/python bench/executor.py [--seconds 5]
+[--sandbox none] [--build-dir tmpfs] [--steps 1]``.
 """
 
 from __future__ import annotations
@@ -136,7 +138,13 @@ def compare(seconds: float, build: Callable[[], None], raw: Callable[[], None]) 
 
 
 def build_lifecycle(
-    client: ZooKeeperClient, repo: Path, commit: str, options: RunnerOptions, sandbox: str
+    client: ZooKeeperClient,
+    repo: Path,
+    commit: str,
+    options: RunnerOptions,
+    *,
+    sandbox: str,
+    steps: int,
 ) -> Callable[[], None]:
     queue = JobRequestQueue(client, paths.executor_queue())
     options = replace(options, sandbox=sandbox)
@@ -151,7 +159,7 @@ def build_lifecycle(
             ref="",
             job="noop",
             build_uuid=build_uuid,
-            run=("run.sh",),
+            run=("run.sh",) * steps,
             repo_state={"org/project": {"main": commit}},
             sources={"org/project": str(repo)},
         )
@@ -189,6 +197,7 @@ def main() -> None:
         default="state",
         help="workspaces under the state dir or on /dev/shm (executor.build_dir)",
     )
+    parser.add_argument("--steps", type=int, default=1, help="run steps a build")
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp,
@@ -206,7 +215,9 @@ def main() -> None:
             try:
                 builds, raw = compare(
                     args.seconds,
-                    build_lifecycle(client, repo, commit, options, args.sandbox),
+                    build_lifecycle(
+                        client, repo, commit, options, sandbox=args.sandbox, steps=args.steps
+                    ),
                     request_lifecycle(client),
                 )
             finally:
@@ -214,7 +225,7 @@ def main() -> None:
                 client.close()
         finally:
             server.stop()
-    print(f"sandbox: {args.sandbox}, workspaces: {args.build_dir}")
+    print(f"sandbox: {args.sandbox}, workspaces: {args.build_dir}, steps: {args.steps}")
     header = f"{'lifecycle':44} {'per s':>7} {'ms each':>8} {'CPU ms':>7} {'children':>8}"
     print(header)
     for name, side in (

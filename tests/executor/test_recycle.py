@@ -52,7 +52,8 @@ def snapshot(root: Path) -> dict[str, tuple[str, int, str]]:
     A file's kind says how many links it has.
 
     ``.git/index`` is left out (its stat data differs by design: git reads it
-    back below) and so are ``vars.json``'s contents (the build's uuid).
+    back below) and so are ``vars.json``'s contents (the build's uuid) and
+    the reflogs' (each line carries the second it was written).
     """
     found: dict[str, tuple[str, int, str]] = {}
     for folder, names, files in os.walk(root):
@@ -65,7 +66,7 @@ def snapshot(root: Path) -> dict[str, tuple[str, int, str]]:
                 found[rel] = ("link", perm, os.readlink(path))
             elif stat.S_ISDIR(info.st_mode):
                 found[rel] = ("dir", perm, "")
-            elif rel.endswith(".git/index") or rel == "sluice/vars.json":
+            elif rel.endswith(".git/index") or ".git/logs/" in rel or rel == "sluice/vars.json":
                 found[rel] = (f"file {info.st_nlink}", perm, "")
             else:
                 digest = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -215,10 +215,13 @@ class TenantLayouts:
         Asked before the forge is read (see triggers.py :func:`could_match`).
         """
         described = {**event.to_dict(), "connection": connection}
-        return any(
-            could_match(self.get(tenant), described)
-            for tenant in self.tenants_for_project(connection, event.project)
-        )
+        try:
+            return any(
+                could_match(self.get(tenant), described)
+                for tenant in self.tenants_for_project(connection, event.project)
+            )
+        except (NoLayoutError, LayoutMismatchError, LockTimeoutError):
+            return True  # a layout not to be had now: read the event, the routing decides
 
     def verdicts(self, tenant: str, event: Mapping[str, Any]) -> dict[str, str]:
         """Pipelines of ``tenant`` whose triggers match ``event``, with verdicts (triggers.py)."""

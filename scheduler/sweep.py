@@ -43,12 +43,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler import dispatch, tasklabels, tasknames
-from scheduler.processing import behind
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings import Settings
 from scheduler.state.store import PipelineStore
 from scheduler.views import idle
-from scheduler.zk import deliveries, inventory, locks, paths, stored
+from scheduler.zk import deliveries, inventory, locks, parked, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import NoDataError, ZooKeeperError
@@ -450,7 +449,7 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         SweepStep("webhook-deliveries", lambda: deliveries.prune(client)),
         SweepStep("deferred-deliveries", lambda: renudge_deferred(client, nudge_connection)),
         SweepStep("set-aside-deliveries", lambda: deliveries.prune_set_aside(client)),
-        SweepStep("parked-changes", lambda: behind.prune(client, inventory.tenants(client))),
+        SweepStep("parked-changes", lambda: parked.prune(client, inventory.tenants(client))),
         SweepStep("event-data", lambda: orphaned_event_data(client)),
     ]
 

@@ -14,29 +14,20 @@ What the forge said last about the parked change decides: each later event
 of the change parks it again with its new state (a new patchset, a
 withdrawn approval), or takes it out of a pipeline whose requirements it
 no longer meets, or enqueues it if its dependencies now meet them. A park
-older than :data:`RETENTION` is forgotten (:func:`prune`, by the sweep).
+older than :data:`scheduler.zk.parked.RETENTION` is forgotten (the sweep's
+``parked-changes`` step). The parks are kept by :mod:`scheduler.zk.parked`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
-
 from scheduler.layouts.triggers import ENQUEUE, WAIT
-from scheduler.zk import paths
-from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.parked import Park, Parked
 
 log = logging.getLogger(__name__)
-
-# seconds a change stays parked without news from its forge
-RETENTION = 14 * 86400.0
 
 
 class Verdicts(Protocol):
@@ -58,79 +49,11 @@ def needs_keys(event: Mapping[str, Any]) -> list[str]:
     ]
 
 
-@dataclass
-class Park:
-    """One parked change: its latest trigger event and the pipelines it waits for."""
-
-    event: dict[str, Any]
-    pipelines: list[str]
-    since: float = field(default_factory=time.time)
-
-    def to_bytes(self) -> bytes:
-        data = {"event": self.event, "pipelines": self.pipelines, "since": self.since}
-        return json.dumps(data, sort_keys=True).encode()
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> Park | None:
-        try:
-            data = json.loads(raw)
-            return cls(
-                dict(data["event"]), [str(p) for p in data["pipelines"]], float(data["since"])
-            )
-        except (ValueError, KeyError, TypeError):
-            return None
-
-
-class Parked:
-    """A tenant's parked changes, read once per hop (on first use)."""
-
-    def __init__(self, client: ZooKeeperClient, tenant: str) -> None:
-        self.client = client
-        self.tenant = tenant
-        self.root = paths.tenant_parked_changes(tenant)
-        self._parks: dict[str, Park] | None = None
-
-    def _path(self, key: str) -> str:
-        return paths.join(self.root, paths.segment(key))
-
-    @property
-    def parks(self) -> dict[str, Park]:
-        if self._parks is None:
-            self._parks = {}
-            try:
-                children = self.client.get_children(self.root)
-            except NoNodeError:
-                children = []
-            found = self.client.get_each([paths.join(self.root, c) for c in children])
-            for answer in found:
-                park = Park.from_bytes(answer[0]) if answer else None
-                if park is not None:
-                    self._parks[change_key(park.event)] = park
-        return self._parks
-
-    def park(self, event: Mapping[str, Any], pipelines: list[str]) -> None:
-        """Park ``event``'s change for ``pipelines`` (none: it waits for nothing any more)."""
-        key = change_key(event)
-        path = self._path(key)
-        if not pipelines:
-            if self.parks.pop(key, None) is not None:
-                with contextlib.suppress(NoNodeError):
-                    self.client.delete(path)
-            return
-        park = Park(dict(event), sorted(set(pipelines)))
-        self.parks[key] = park
-        try:
-            self.client.set(path, park.to_bytes())
-        except NoNodeError:
-            with contextlib.suppress(NodeExistsError):
-                self.client.create(path, park.to_bytes(), makepath=True)
-        log.info("%s: %s waits for its dependencies in %s", self.tenant, key, park.pipelines)
-
-    def waiting_on(self, key: str, pipeline: str) -> list[Park]:
-        """The parks of changes that depend on ``key`` and wait for ``pipeline``."""
-        return [
-            p for p in self.parks.values() if pipeline in p.pipelines and key in needs_keys(p.event)
-        ]
+def waiting_on(parked: Parked, key: str, pipeline: str) -> list[Park]:
+    """The parks of changes that depend on ``key`` and wait for ``pipeline``."""
+    return [
+        p for p in parked.parks.values() if pipeline in p.pipelines and key in needs_keys(p.event)
+    ]
 
 
 # what a dependency's trigger event says of it that requirements look at
@@ -180,7 +103,7 @@ def after_event(
             enters.append(pipeline)
         elif verdict == WAIT:
             waiting.append(pipeline)
-    parked.park(event, waiting)
+    parked.park(change_key(event), event, waiting)
     return enters
 
 
@@ -189,7 +112,7 @@ def behind(
 ) -> list[dict[str, Any]]:
     """The parked changes that enter ``pipeline`` behind ``dependency`` (their trigger events)."""
     entering = []
-    for park in parked.waiting_on(change_key(dependency), pipeline):
+    for park in waiting_on(parked, change_key(dependency), pipeline):
         event = with_dependency(park.event, dependency)
         verdict = verdicts.requirements_verdict(tenant, pipeline, event)
         left = [p for p in park.pipelines if p != pipeline]
@@ -202,31 +125,7 @@ def behind(
                 change_key(dependency),
             )
             entering.append(event)
-            parked.park(event, left)
+            parked.park(change_key(event), event, left)
         elif verdict != WAIT:
-            parked.park(park.event, left)
+            parked.park(park.key, park.event, left)
     return entering
-
-
-def prune(client: ZooKeeperClient, tenants: Iterable[str], now: float | None = None) -> list[str]:
-    """Forget parks older than :data:`RETENTION`; the ones removed (``tenant/change``)."""
-    now = time.time() if now is None else now
-    removed = []
-    for tenant in tenants:
-        root = paths.tenant_parked_changes(tenant)
-        try:
-            children = client.get_children(root)
-        except NoNodeError:
-            continue
-        for child in children:
-            path = paths.join(root, child)
-            try:
-                raw, _ = client.get(path)
-            except NoNodeError:
-                continue
-            park = Park.from_bytes(raw)
-            if park is None or now - park.since > RETENTION:
-                with contextlib.suppress(NoNodeError):
-                    client.delete(path)
-                removed.append(f"{tenant}/{paths.unsegment(child)}")
-    return removed

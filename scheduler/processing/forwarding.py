@@ -54,6 +54,7 @@ from scheduler.zk.errors import (
     ZooKeeperUnavailableError,
 )
 from scheduler.zk.event_queue import Event, EventQueue, commit_creating_parents
+from scheduler.zk.parked import Parked
 
 log = logging.getLogger(__name__)
 
@@ -388,7 +389,7 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
         targets[root] = management.pipeline
         return [(root, management.to_dict())]
 
-    parked = behind.Parked(client, tenant)
+    parked = Parked(client, tenant)
 
     def route_trigger(event: Event) -> list[tuple[str, dict[str, Any]]]:
         return _route_trigger(routing, tenant, event, targets, parked)
@@ -411,7 +412,7 @@ def _route_trigger(
     tenant: str,
     event: Event,
     targets: dict[str, str | None],
-    parked: behind.Parked,
+    parked: Parked,
 ) -> list[tuple[str, dict[str, Any]]]:
     """Where a tenant's trigger event goes (``targets``: queue root -> pipeline, to nudge).
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -318,11 +320,34 @@ print(ran.stdout, end="")
 """
 
 
+@contextlib.contextmanager
+def searchable_by_all(*paths: Path) -> Iterator[None]:
+    """Every folder down to ``paths`` searchable by others while it lasts.
+
+    A checkout (and its virtualenv) under a closed folder (``mktemp -d``)
+    is out of reach of another user; an executor that is not root runs
+    from an installation its user can read.
+    """
+    changed: list[tuple[Path, int]] = []
+    for path in paths:
+        for folder in reversed([path, *path.parents]):
+            mode = stat.S_IMODE(folder.stat().st_mode)
+            if not mode & stat.S_IXOTH and (folder, mode) not in changed:
+                os.chmod(folder, mode | stat.S_IXOTH)
+                changed.append((folder, mode))
+    try:
+        yield
+    finally:
+        for folder, mode in reversed(changed):
+            os.chmod(folder, mode)
+
+
 def test_an_executor_that_is_not_root_gives_its_jobs_its_own_user(tmp_path: Path) -> None:
     """bwrap maps the job to the executor's user; trusted copies and the log stay read-only."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.fail("this test runs as root (as CI does) with setpriv (util-linux)")
     top = Path(tempfile.mkdtemp(prefix="sluice-not-root-", dir="/tmp"))
+    checkout = Path(__file__).resolve().parents[2]
     try:
         os.chown(top, 65534, 65534)
         script = top / "not_root.py"
@@ -335,13 +360,13 @@ def test_an_executor_that_is_not_root_gives_its_jobs_its_own_user(tmp_path: Path
             f"echo x >> {top}/state/logs/b1/job-output.txt 2>/dev/null || echo log-read-only;"
             "unshare -U true 2>/dev/null || echo no-nested"
         )
-        ran = subprocess.run(
-            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-             sys.executable, str(script), str(top / "state"), probe],
-            capture_output=True, text=True, timeout=60, check=False,
-            cwd=Path(__file__).resolve().parents[2],
-            env={"PATH": os.defpath, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-        )  # fmt: skip
+        with searchable_by_all(checkout, Path(sys.prefix)):
+            ran = subprocess.run(
+                ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                 sys.executable, str(script), str(top / "state"), probe],
+                capture_output=True, text=True, timeout=60, check=False,
+                cwd=checkout, env={"PATH": os.defpath, "PYTHONPATH": str(checkout)},
+            )  # fmt: skip
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.split() == [
             "1000", "CapEff:", "0000000000000000", "home-writable", "content-read-only",

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from scheduler import tasknames
-from scheduler.processing import behind, forwarding
-from scheduler.zk import locks, paths
+from scheduler.processing import forwarding
+from scheduler.zk import locks, parked, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
 
@@ -239,9 +239,9 @@ def test_a_change_parked_past_the_retention_is_forgotten(client: ZooKeeperClient
     trigger = EventQueue(client, paths.tenant_trigger_queue("one"))
     trigger.put(pull(2, "approved", True, needs=[1]))
     forwarding.process_tenant(client, GateRouting(), recorder([]), "one")
-    assert behind.prune(client, ["one"]) == []
-    later = time.time() + behind.RETENTION + 1
-    assert behind.prune(client, ["one", "absent"], now=later) == ["one/github/app:refs/pull/2/head"]
+    assert parked.prune(client, ["one"]) == []
+    later = time.time() + parked.RETENTION + 1
+    assert parked.prune(client, ["one", "absent"], now=later) == ["one/github/app:refs/pull/2/head"]
     assert client.get_children(paths.tenant_parked_changes("one")) == []
 
 

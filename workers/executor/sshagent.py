@@ -33,7 +33,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from workers.executor.errors import WorkspaceError
 from workers.executor.process import reaper_argv
@@ -123,15 +122,21 @@ class SshAgent:
 
 
 def _under_reaper(argv: list[str], uid: int | None = None) -> subprocess.Popen[bytes]:
-    """Start ``argv`` under the step reaper (as ``uid``), which ends it when this thread dies.
+    """Start ``argv`` under the step reaper, which ends it when this thread dies.
 
-    The reaper's status line (how the agent ended) goes to ``/dev/null``:
-    nothing waits for it, :meth:`SshAgent.stop` only needs the reaper gone.
+    With ``uid``, the program runs as that user and group with no others
+    (``setpriv``, util-linux); the reaper stays the worker's, so it runs
+    from an installation only the worker may read (a virtualenv under a
+    closed folder). The reaper's status line (how the agent ended) goes to
+    ``/dev/null``: nothing waits for it, :meth:`SshAgent.stop` only needs
+    the reaper gone.
     """
-    status = os.open(os.devnull, os.O_WRONLY)
-    who: dict[str, Any] = {}
     if uid is not None:
-        who = {"user": uid, "group": uid, "extra_groups": []}
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise OSError("setpriv is not installed (Debian: util-linux)")
+        argv = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+    status = os.open(os.devnull, os.O_WRONLY)
     try:
         return subprocess.Popen(
             reaper_argv(argv, STOP_GRACE, status),
@@ -141,7 +146,6 @@ def _under_reaper(argv: list[str], uid: int | None = None) -> subprocess.Popen[b
             start_new_session=True,
             close_fds=True,
             pass_fds=(status,),
-            **who,
         )
     finally:
         os.close(status)

@@ -61,6 +61,7 @@ def item_status(item: QueueItem, now: float) -> dict[str, Any]:
     change = item.change
     return {
         "id": item.uuid,
+        "buildset": item.buildset.uuid,
         "project": change.project,
         "branch": change.branch,
         "ref": change.ref,

@@ -91,6 +91,14 @@ def test_the_status_page_follows_a_gate(web: WebServer, browser: Browser) -> Non
     assert any(b < a for b, a in zip(before, after, strict=False)), (before, after)
     shot(page, "status-gate-running.png")
 
+    # the buildset page (where a forge's status links) shows the live item while it runs
+    c1 = web.get("/api/tenant/demo/status")
+    (head,) = [i for p in c1["pipelines"] if p["name"] == "gate" for q in p["change_queues"]
+               for h in q["heads"] for i in h if i["ref"] == "c1"]  # fmt: skip
+    buildset_page = browser.new_page(viewport={"width": 1400, "height": 900})
+    buildset_page.goto(f"{web.url}/t/demo/buildset/{head['buildset']}")
+    wait_until(lambda: gate_refs(buildset_page) == ["app c1"], 30, "the live item, alone")
+
     # the build page of c1's running job streams its log
     link = page.locator("[data-pipeline=gate] .item").first.locator(".job a")
     build_url = link.get_attribute("href")
@@ -110,3 +118,10 @@ def test_the_status_page_follows_a_gate(web: WebServer, browser: Browser) -> Non
         "the log stream ended with the build's result",
     )
     system.sluice("wait", "--idle", "--timeout", "60")
+
+    # reported: the buildset page shows the record and links each build
+    buildset_page.goto(f"{web.url}/t/demo/buildset/{head['buildset']}")
+    buildset_page.wait_for_selector("table.builds a")
+    assert "SUCCESS" in buildset_page.inner_text("table.buildset")
+    assert buildset_page.inner_text("table.builds a") == "unit"
+    shot(buildset_page, "buildset-reported.png")

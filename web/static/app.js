@@ -99,7 +99,7 @@ function itemNode(tenant, item) {
 
 function pipelineNode(tenant, pipeline, only) {
   const queues = pipeline.change_queues
-    .map((queue) => ({ queue, items: queue.heads.flat().filter((i) => !only || i.ref === only || i.id === only) }))
+    .map((queue) => ({ queue, items: queue.heads.flat().filter((i) => !only || [i.ref, i.id, i.buildset].includes(only)) }))
     .filter((q) => q.items.length);
   const count = queues.reduce((n, q) => n + q.items.length, 0);
   return el("section", { class: "pipeline", "data-pipeline": pipeline.name },
@@ -173,6 +173,31 @@ async function buildPage(tenant, uuid) {
   });
 }
 
+async function buildsetPage(tenant, uuid) {
+  nav.replaceChildren(
+    el("a", { href: `/t/${enc(tenant)}/status` }, "Status"),
+    el("a", { href: `/t/${enc(tenant)}/builds` }, "Builds"));
+  let buildset;
+  try {
+    buildset = await getJSON(`/api/tenant/${enc(tenant)}/buildset/${enc(uuid)}`);
+  } catch (error) {
+    return statusPage(tenant, uuid);  // not reported yet: the live item, as the status shows it
+  }
+  const rows = [["Project", buildset.project], ["Branch", buildset.branch], ["Ref", buildset.ref],
+    ["Pipeline", buildset.pipeline], ["Result", buildset.result], ["Message", buildset.message],
+    ["Start", buildset.first_build_start_time], ["End", buildset.last_build_end_time]];
+  show(el("h1", {}, `Buildset ${uuid}`),
+    el("table", { class: "buildset" },
+      rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: k === "Result" ? `r-${v}` : "" }, v ?? "")))),
+    el("h2", {}, "Builds"),
+    el("table", { class: "builds" },
+      el("tr", {}, ["Job", "Result", "Duration"].map((h) => el("th", {}, h))),
+      (buildset.builds || []).map((b) => el("tr", {},
+        el("td", {}, el("a", { href: `/t/${enc(tenant)}/build/${enc(b.uuid)}` }, b.job_name)),
+        el("td", { class: `r-${b.result}` }, b.result || "running"),
+        el("td", {}, b.duration === null ? "" : `${Math.round(b.duration)}s`)))));
+}
+
 // -- routing --------------------------------------------------------------------------
 
 async function route() {
@@ -185,6 +210,7 @@ async function route() {
       if (page === "change") return statusPage(tenant, parts.slice(3).join("/"));
       if (page === "builds") return await buildsPage(tenant);
       if (page === "build" || page === "stream") return await buildPage(tenant, arg);
+      if (page === "buildset") return await buildsetPage(tenant, arg);
     }
     return await tenantsPage();
   } catch (error) {

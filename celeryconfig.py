@@ -1,8 +1,8 @@
 """Celery settings for every Sluice worker and client.
 
 Read from ``sluice.yaml`` (see :mod:`scheduler.settings`); environment
-variables override it. The reliability settings are the ones DESIGN.md
-relies on; docs/celery.md explains each.
+variables override it. The reliability settings are the ones the
+invariants of docs/architecture.md rely on; docs/celery.md explains each.
 """
 
 from __future__ import annotations

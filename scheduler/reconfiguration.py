@@ -9,7 +9,7 @@ reconfigure``, the manual trigger.
 Reconfiguration as events. Zuul reconfigures a tenant when a change that
 edits configuration merges, and loads every tenant when it starts. Sluice
 keeps those requests where it keeps all work, in ZooKeeper: one event queue
-per tenant, ``/events/tenant/<tenant>/reconfigure`` (DESIGN.md invariant 2:
+per tenant, ``/events/tenant/<tenant>/reconfigure`` (docs/architecture.md invariant 2:
 a lost nudge delays a request by one sweep, never loses it).
 
 * A pipeline pass that applies the successful push of an item whose change

@@ -1,7 +1,7 @@
 """Validated once per scope: what one pipeline pass reads from a validated cache.
 
 A process's caches are validated against ZooKeeper before each use
-(DESIGN.md invariant 1); a tenant's layout costs one ``exists`` per use. A
+(docs/architecture.md invariant 1); a tenant's layout costs one ``exists`` per use. A
 pipeline pass uses it several times (its manager, the merge and build
 request formats, the reporters) and commits in one transaction fenced by
 the layout state's version, which validates all those uses at once. So a

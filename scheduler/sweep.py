@@ -7,7 +7,7 @@ unzoned executor queue and every executor zone) the steps are:
 
 * **re-nudge** every REQUESTED request older than ``min_age`` (one sweep
   interval by default): a nudge lost or purged from the broker delays its
-  work by at most about one sweep interval (DESIGN.md invariant 2). The
+  work by at most about one sweep interval (docs/architecture.md invariant 2). The
   broker queue is counted first: if it holds at least one message per such
   request, nothing is re-sent (a backlog is not a loss, and must not grow
   by a duplicate per request and sweep). A request whose nudge is still
@@ -400,7 +400,7 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
 
     A purged broker or a scheduler worker killed mid-pass leaves events
     queued or a dirty flag raised; these steps send the nudge again, so the
-    work is delayed by at most one sweep interval (DESIGN.md invariant 2).
+    work is delayed by at most one sweep interval (docs/architecture.md invariant 2).
     A nudge for work that another worker is doing coalesces harmlessly.
     """
 

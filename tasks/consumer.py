@@ -16,7 +16,7 @@ The guard makes that case what it is, a connection error
 close ignores it, a failed acknowledgement is logged. Nothing is lost: the
 message belonged to a connection that is gone, its request is in
 ZooKeeper, and the sweep re-sends the nudges of whatever is still pending
-(DESIGN.md invariant 2). Installed when the ``tasks`` package is imported,
+(docs/architecture.md invariant 2). Installed when the ``tasks`` package is imported,
 that is in every worker process.
 """
 

@@ -2,7 +2,7 @@
 
 Built lazily in each worker process (after the fork) and kept for the life
 of the process; the layouts validate themselves against ZooKeeper before
-every use, so keeping them is safe (DESIGN.md invariant 1).
+every use, so keeping them is safe (docs/architecture.md invariant 1).
 
 :func:`runtime_settings` is the process's settings, read once (parsing
 ``sluice.yaml`` again for every task cost ~2 ms of CPU per build and per

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from celery import Celery
 
-# The queues of DESIGN.md "Tasks and queues", one worker process tree each
+# The task queues (docs/celery.md), one worker process tree each
 # in the local stack.
 STACK_QUEUES = ("scheduler", "merger", "executor", "maintenance")
 

@@ -1,4 +1,4 @@
-"""Drivers: a forge's events turned into Sluice events, and reports back (DESIGN.md).
+"""Drivers: a forge's events turned into Sluice events, and reports back (docs/architecture.md).
 
 Each driver receives events in a face (a webhook in ``web/``, a poller or a
 timer in a worker), puts them into ZooKeeper first, and the scheduler

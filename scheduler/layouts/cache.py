@@ -4,7 +4,7 @@
 
 * a cached layout is used only if the tenant's layout state still has the
   ``mzxid`` (ltime) it was built from: one ``exists`` call per use
-  (DESIGN.md invariant 1);
+  (docs/architecture.md invariant 1);
 * otherwise the layout is rebuilt from ZooKeeper alone, under the tenant
   READ lock so no reconfiguration changes the state meanwhile: the state
   names the tenant's definition and the exact files of every branch, the

@@ -2,7 +2,7 @@
 
 :func:`reconfigure_tenant` is what the ``process tenant`` task calls for a
 reconfiguration (a branch update of a project holding config, an operator's
-request). Under the tenant WRITE lock (readers wait, DESIGN.md) it
+request). Under the tenant WRITE lock (readers wait) it
 
 1. reads the tenant from ``main.yaml`` (``Settings.tenant_config``);
 2. asks ``fetch`` for every project's branches and their config files

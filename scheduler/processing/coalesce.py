@@ -21,7 +21,7 @@ Whatever the interleaving, the last nudge is followed by a pass that starts
 after it: a pass starts after the lock was taken, and a flag is lowered
 only right before a pass by the lock's holder. A pass that fails raises the
 flag; a worker killed mid-pass is redelivered (``acks_late``) and its queues
-are still full, which the periodic sweep re-nudges (DESIGN.md invariant 2).
+are still full, which the periodic sweep re-nudges (docs/architecture.md invariant 2).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ acknowledges it; only ZooKeeper's own failures abort the hop.
 Each hop runs under its queue's lock and commits, per batch, the puts into
 the next queues and the acks of the events it moved in ONE transaction
 fenced by that lock: an event moves exactly once, and a worker that dies
-mid-hop leaves the batch in place for the next (DESIGN.md invariant 4).
+mid-hop leaves the batch in place for the next (docs/architecture.md invariant 4).
 After releasing the lock a hop looks at its queue once more and nudges
 itself if events arrived meanwhile, so no wake-up is lost.
 """

@@ -12,7 +12,7 @@ pass
 4. **commit**s, in ONE transaction fenced by the pipeline lock: the changed state
    documents, the acks of the consumed events, the new merge and build
    requests and the semaphore updates. Either all of it happens or none,
-   so an event is applied exactly once (DESIGN.md invariants 3 and 4);
+   so an event is applied exactly once (docs/architecture.md invariants 3 and 4);
 5. after the commit, **nudge**s the new requests' tasks, asks for cancels and
    wakes the waiters of freed semaphores;
 6. **report**s finished items and then removes them in a second commit (a
@@ -386,7 +386,7 @@ class PipelinePass:
         """Node requests of the builds that need nodes, in the pass's transaction.
 
         The build records the request's id in the same commit, so a pass
-        that fails to commit leaves neither (DESIGN.md invariant 4).
+        that fails to commit leaves neither (docs/architecture.md invariant 4).
         """
         store = NodeStore(self.env.client)
         for intent in manager.intents.node_requests:

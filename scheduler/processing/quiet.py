@@ -17,7 +17,7 @@ was built from.
 The next pass of the same process skips the state when every event queue
 is empty, its manager comes from the same layout (the ledger's fence, the
 layout state's version), and the pipeline document's stat still shows the
-marked version and mzxid: any commit by any process bumps both (DESIGN.md
+marked version and mzxid: any commit by any process bumps both (docs/architecture.md
 invariant 1, the mark is validated against ZooKeeper before each use). It
 then costs the lock, one request for the three queue listings and the
 layout's stat (:mod:`scheduler.zk.multiread`) and the document's stat,

@@ -6,7 +6,7 @@ pipeline. This per-process cache keeps, per pipeline, a :class:`Snapshot`:
 for each item a *pristine* :class:`~scheduler.model.item.QueueItem` and the
 document objects it was decoded from or encoded to (path -> document).
 
-* **Validated on every use** (DESIGN.md invariant 1). Documents are never
+* **Validated on every use** (docs/architecture.md invariant 1). Documents are never
   mutated once read or written, and a fresh read from ZooKeeper makes new
   document objects. A snapshot was made from one tree, whose root document
   it names: when the tree being decoded has that very root object (``is``),

@@ -6,7 +6,7 @@ one round trip of latency; a write commits only the documents that changed,
 in one transaction fenced by the pipeline lock that also bumps the root's
 version and carries the caller's extra operations (event acks, new
 requests), so consuming events and applying them commit together
-(DESIGN.md invariants 3 and 4).
+(docs/architecture.md invariants 3 and 4).
 
 Every committed pass bumps the root node's version. A process keeps the
 documents of its last read or write per pipeline and reuses them while the

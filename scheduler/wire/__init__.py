@@ -7,8 +7,8 @@ other's records.
 The scheduler builds requests and reads results in these formats; workers
 read the requests and write the results. Nothing here does I/O except the
 submitter helpers of :mod:`scheduler.wire.merge_requests`, and nothing here
-imports ``workers/`` (DESIGN.md: imports run from ``workers/`` to
-``scheduler/``, never back).
+imports ``workers/`` (docs/architecture.md: imports run from ``workers/``
+to ``scheduler/``, never back).
 
 * :mod:`scheduler.wire.merger` — merger jobs and results, and the params of
   a merge request.

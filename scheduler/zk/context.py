@@ -10,7 +10,7 @@ Guarantees:
   timeout. :meth:`LockContext.transaction` and :meth:`Transaction.commit`
   refuse to start a write then (:class:`~scheduler.zk.errors.LockLostError`).
 * Every :class:`Transaction` made from a context with a lock node carries a
-  ``check`` of that node. That is the fence (DESIGN.md invariant 3): if the
+  ``check`` of that node. That is the fence (docs/architecture.md invariant 3): if the
   server expired the holder's session, the ephemeral node is gone and
   ZooKeeper itself rejects the write
   (:class:`~scheduler.zk.errors.FencedWriteError`), whatever the holder

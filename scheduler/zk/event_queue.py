@@ -17,7 +17,7 @@ numbers); an event is acknowledged by deleting its node with its version,
 which fails harmlessly if someone already did (double ack is a no-op that
 returns False); acknowledging can ride in the caller's fenced transaction
 (:meth:`EventQueue.ack_ops`) so consuming and applying an event commit
-together (DESIGN.md invariant 4). An event that cannot be decoded is logged
+together (docs/architecture.md invariant 4). An event that cannot be decoded is logged
 with its path and acknowledged, so it never wedges the queue. A data node
 whose event is gone (a producer died between its two writes, or a consumer
 between ack and data delete) is removed by :meth:`EventQueue.cleanup` once

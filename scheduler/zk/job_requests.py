@@ -36,7 +36,7 @@ Guarantees:
   second (duplicate) claim returns ``None`` and changes nothing.
 * Every update of a claimed request is fenced by its lock node: a worker
   whose session expired cannot overwrite the request, even if it does not
-  know yet (DESIGN.md invariant 3).
+  know yet (docs/architecture.md invariant 3).
 * COMPLETED, the result and the result event commit in one transaction:
   the scheduler never sees a completed request without its event, nor an
   event without its result.

@@ -14,7 +14,7 @@ take a slot adds its pipeline, a pass whose jobs no longer wait removes it,
 in the same compare-and-set. A pass that released a slot nudges every other
 waiting pipeline after its commit (:meth:`TxnLedger.to_wake`); the sweep
 re-nudges waiters of a semaphore with a free slot, in case that nudge was
-lost (DESIGN.md invariant 2).
+lost (docs/architecture.md invariant 2).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ real ZooKeeper without a broker. One call:
    ``locks/<uuid>`` node, sets REQUESTED -> RUNNING and queues the
    ``request-started`` event. No claim (another delivery has it, or it is
    completed, on hold or gone) returns :attr:`Delivery.DUPLICATE` and
-   changes nothing: a duplicate Celery delivery has no effect (DESIGN.md
+   changes nothing: a duplicate Celery delivery has no effect (docs/architecture.md
    invariant 4).
 2. **read the spec**: the request's params are a :class:`BuildSpec` as the
    submitter wrote it; params that are not one complete the request with

@@ -8,7 +8,7 @@ real ZooKeeper without a broker. One call:
    ephemeral ``locks/<uuid>`` node, sets REQUESTED -> RUNNING and queues the
    ``request-started`` event. No claim (another delivery has it, or it is
    completed, on hold or gone) returns :attr:`Delivery.DUPLICATE` and
-   changes nothing: a duplicate Celery delivery has no effect (DESIGN.md
+   changes nothing: a duplicate Celery delivery has no effect (docs/architecture.md
    invariant 4).
 2. **read the params** ``{"kind": ..., "job": {...}}``
    (:func:`scheduler.wire.merger.request_params`); params that are not

@@ -218,7 +218,7 @@ def forward_connection_events(
     hop.now = time.time() if now is None else now
     sources = [_Source(queue, hop.route), _Source(deferred, hop.route, due=hop.due)]
     touched = _drain_all(client, paths.connection_lock(connection, "events"), sources)
-    for tenant in sorted({_tenant_of(root) for root in touched if root != deferred.root}):
+    for tenant in sorted({hop.tenants[root] for root in touched if root in hop.tenants}):
         nudge(tasknames.PROCESS_TENANT, (tenant,), None)
     if queue.length():
         nudge(tasknames.FORWARD_CONNECTION_EVENTS, (connection,), None)
@@ -250,6 +250,8 @@ class _ConnectionHop:
         self.set_aside = deliveries.SetAsideStore(client, connection)
         self.now = time.time()
         self.handled_deferred = False
+        # trigger queue root -> its tenant (to nudge the tenants an event went to)
+        self.tenants: dict[str, str] = {}
 
     def due(self, event: Event) -> bool:
         """Whether a deferred delivery may be tried (never in the pass that deferred it)."""
@@ -269,11 +271,13 @@ class _ConnectionHop:
             return []
         if deliveries.retry_state(payload).attempts:
             self.handled_deferred = True
-        return [
-            (paths.tenant_trigger_queue(tenant), data)
-            for project, data in routed
-            for tenant in self.routing.tenants_for_project(self.connection, project)
-        ]
+        found = []
+        for project, data in routed:
+            for tenant in self.routing.tenants_for_project(self.connection, project):
+                root = paths.tenant_trigger_queue(tenant)
+                self.tenants[root] = tenant
+                found.append((root, data))
+        return found
 
     def _triggers(self, payload: Mapping[str, Any]) -> list[TriggerEvent]:
         if webhooks.is_webhook(payload):  # a forge's raw event: its driver reads it
@@ -364,10 +368,6 @@ def revises(trigger: TriggerEvent) -> bool:
         return False
     action = trigger.extra.get("action")
     return action in ("changed", "edited") and bool(trigger.newrev and trigger.branch)
-
-
-def _tenant_of(trigger_root: str) -> str:
-    return paths.unsegment(paths.basename(paths.parent(trigger_root)))
 
 
 def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tenant: str) -> None:

@@ -257,3 +257,19 @@ def test_a_branch_made_or_removed_reconfigures_the_tenant(client: ZooKeeperClien
     why = [e["why"] for e in payloads(client, paths.tenant_reconfigure_queue("two"))]
     assert why == ["branch stable of app created", "branch old of app deleted"]
     assert (tasknames.RECONFIGURE, ("two",), None) in nudges
+
+
+def test_a_tenant_with_a_long_name_is_nudged_by_its_name(client: ZooKeeperClient) -> None:
+    """Its queue's path segment is a digest past 200 encoded characters: the hop nudges
+    the tenant it routed to, never a name read back from a path."""
+    long_name = "tenant/" + "ü" * 120
+
+    class LongRouting(Routing):
+        def tenants_for_project(self, connection: str, project: str) -> list[str]:
+            return [long_name]
+
+    nudges: Nudges = []
+    EventQueue(client, paths.connection_event_queue("local")).put(ref_updated("app", "a" * 40))
+    forwarding.forward_connection_events(client, LongRouting(), recorder(nudges), "local")
+    assert nudges == [(tasknames.PROCESS_TENANT, (long_name,), None)]
+    assert len(payloads(client, paths.tenant_trigger_queue(long_name))) == 1

@@ -16,7 +16,7 @@ See docs/config.md ("The config cache, layout states and reconfiguration").
 
 from __future__ import annotations
 
-from scheduler.layouts.cache import TenantLayout, TenantLayouts, build_from_state
+from scheduler.layouts.cache import TenantLayouts, build_from_state
 from scheduler.layouts.errors import (
     LayoutError,
     LayoutMismatchError,
@@ -37,7 +37,13 @@ from scheduler.layouts.source import (
     LayoutManagerSource,
     job_info,
 )
-from scheduler.layouts.state import KeptInfo, LayoutState, tenant_from_dict, tenant_to_dict
+from scheduler.layouts.state import (
+    KeptInfo,
+    LayoutState,
+    TenantLayout,
+    tenant_from_dict,
+    tenant_to_dict,
+)
 from scheduler.layouts.triggers import filter_matches, pipelines_for_event
 
 __all__ = [

@@ -26,13 +26,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from scheduler import scope
-from scheduler.config import Layout, LayoutResult, Tenant, UnparsedBranch, build_layout
+from scheduler.config import UnparsedBranch, build_layout
 from scheduler.layouts.errors import LayoutMismatchError, LockTimeoutError, NoLayoutError
-from scheduler.layouts.state import LayoutState
+from scheduler.layouts.state import LayoutState, TenantLayout
 from scheduler.layouts.triggers import (
     could_match,
     default_branch,
@@ -48,30 +47,6 @@ from scheduler.zk.client import ZooKeeperClient
 log = logging.getLogger(__name__)
 
 REBUILD_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class TenantLayout:
-    """A built layout with the state and files it came from."""
-
-    state: LayoutState
-    result: LayoutResult
-    # every branch the layout was built from (kept branches: their last good files)
-    branches: tuple[UnparsedBranch, ...]
-
-    @property
-    def tenant(self) -> Tenant:
-        return self.state.tenant
-
-    @property
-    def layout(self) -> Layout:
-        return self.result.layout
-
-    def branch_files(self, project: str, branch: str) -> Mapping[str, str] | None:
-        for unparsed in self.branches:
-            if (unparsed.project, unparsed.branch) == (project, branch):
-                return unparsed.files
-        return None
 
 
 def build_from_state(client: ZooKeeperClient, state: LayoutState) -> TenantLayout:

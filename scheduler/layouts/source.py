@@ -43,8 +43,9 @@ from scheduler.config import speculative_layout as build_speculative
 from scheduler.config.checkout import candidate_paths
 from scheduler.config.graph import freeze_job_graph
 from scheduler.config.model import Dependency
-from scheduler.layouts.cache import TenantLayout, TenantLayouts
+from scheduler.layouts.cache import TenantLayouts
 from scheduler.layouts.errors import UnsupportedManagerError
+from scheduler.layouts.state import TenantLayout
 from scheduler.manager import manager_class
 from scheduler.manager.base import PipelineManager
 from scheduler.manager.events import MergeOutcome

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.config import Tenant, TenantProject
+from scheduler.config import Layout, LayoutResult, Tenant, TenantProject, UnparsedBranch
 from scheduler.zk.config_cache import LayoutStateRecord, SourceRef
 
 # 1: initial (2026-11).
@@ -125,3 +125,27 @@ def state_data(
         ],
         "pipelines": sorted(pipelines),
     }
+
+
+@dataclass(frozen=True)
+class TenantLayout:
+    """A built layout with the state and files it came from."""
+
+    state: LayoutState
+    result: LayoutResult
+    # every branch the layout was built from (kept branches: their last good files)
+    branches: tuple[UnparsedBranch, ...]
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.state.tenant
+
+    @property
+    def layout(self) -> Layout:
+        return self.result.layout
+
+    def branch_files(self, project: str, branch: str) -> Mapping[str, str] | None:
+        for unparsed in self.branches:
+            if (unparsed.project, unparsed.branch) == (project, branch):
+                return unparsed.files
+        return None

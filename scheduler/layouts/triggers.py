@@ -32,12 +32,10 @@ import functools
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scheduler.config.regex import RegexPolicyError, compile_matcher
-
-if TYPE_CHECKING:
-    from scheduler.layouts.cache import TenantLayout
+from scheduler.layouts.state import TenantLayout
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.model.build import Build, JobState
-from scheduler.model.item import BuildSet, ChangeQueue, PipelineState, QueueItem
-from scheduler.model.item_map import ItemMap
+from scheduler.model.item import BuildSet, ChangeQueue, ItemMap, PipelineState, QueueItem
 from scheduler.state.items import EMPTY, CachedItem, Snapshot
 from scheduler.zk import paths, stored
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.model.item import QueueItem
-from scheduler.model.item_map import ItemMap
+from scheduler.model.item import ItemMap, QueueItem
 from tests.scheduler.test_state_store import sample_state
 
 

@@ -13,18 +13,39 @@ nothing (a stale node answer only gets its request deleted).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from scheduler.manager import events as ev
-from scheduler.manager.intents import BuildIntent, NodeIntent
+from scheduler.manager.intents import BuildIntent, Intents, NodeIntent
+from scheduler.manager.settings import LayoutProvider, PipelineSettings
 from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.item import MergeState, PipelineState, QueueItem
 from scheduler.model.results import Result
 
-if TYPE_CHECKING:
-    from scheduler.manager.base import PipelineManager
-
 log = logging.getLogger(__name__)
+
+
+class Answered(Protocol):
+    """What applying an answer needs of its pipeline's manager (``PipelineManager``)."""
+
+    @property
+    def settings(self) -> PipelineSettings: ...
+
+    @property
+    def layouts(self) -> LayoutProvider: ...
+
+    @property
+    def intents(self) -> Intents: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None: ...
+
+    def abort_job(self, item: QueueItem, job: JobState) -> None: ...
+
+    def release_semaphores(self, item: QueueItem, job: JobState) -> None: ...
 
 
 def _item_and_buildset(
@@ -36,9 +57,7 @@ def _item_and_buildset(
     return item
 
 
-def merge_completed(
-    manager: PipelineManager, state: PipelineState, event: ev.MergeCompleted
-) -> None:
+def merge_completed(manager: Answered, state: PipelineState, event: ev.MergeCompleted) -> None:
     item = _item_and_buildset(state, event.item, event.buildset)
     if item is None or item.buildset.merge_state is not MergeState.PENDING:
         return
@@ -107,9 +126,7 @@ def build_progress(state: PipelineState, event: ev.BuildStarted | ev.BuildPaused
         build.result_data = dict(event.result_data)
 
 
-def build_completed(
-    manager: PipelineManager, state: PipelineState, event: ev.BuildCompleted
-) -> None:
+def build_completed(manager: Answered, state: PipelineState, event: ev.BuildCompleted) -> None:
     found = _find_build(state, event)
     if found is None or found[2].done:
         return  # duplicate or stale
@@ -122,12 +139,12 @@ def build_completed(
     build.end_time = event.end_time or manager.clock()
     build.result_data = dict(event.result_data)
     build.log_path = event.log_path
-    manager._release_semaphores(item, job)
+    manager.release_semaphores(item, job)
     if was_paused and job.needs_retry:
         _rerun_dependents(manager, item, job)
 
 
-def nodes_answered(manager: PipelineManager, state: PipelineState, event: ev.NodesAnswered) -> None:
+def nodes_answered(manager: Answered, state: PipelineState, event: ev.NodesAnswered) -> None:
     """The build's nodes are ready (submit it) or cannot be had (NODE_FAILURE)."""
     item = _item_and_buildset(state, event.item, event.buildset)
     if item is None or item.buildset.jobs is None:
@@ -152,7 +169,7 @@ def nodes_answered(manager: PipelineManager, state: PipelineState, event: ev.Nod
         if build.node_choice:
             build.message += f" (the last of {build.node_choice + 1} alternatives)"
         build.start_time = build.end_time = manager.clock()
-        manager._release_semaphores(item, job)
+        manager.release_semaphores(item, job)
         return
     names = [name for name, _ in manager.settings.nodes_for(job.info, build.node_choice)]
     groups = manager.settings.groups_for(job.info, build.node_choice)
@@ -170,7 +187,7 @@ def nodes_answered(manager: PipelineManager, state: PipelineState, event: ev.Nod
 
 
 def _next_alternative(
-    manager: PipelineManager, item: QueueItem, job: JobState, build: Build, failed: str
+    manager: Answered, item: QueueItem, job: JobState, build: Build, failed: str
 ) -> bool:
     """Ask for the nodeset's next alternative after ``failed``; False if none is left."""
     choice = build.node_choice + 1
@@ -187,7 +204,7 @@ def _next_alternative(
     return False
 
 
-def _rerun_dependents(manager: PipelineManager, item: QueueItem, job: JobState) -> None:
+def _rerun_dependents(manager: Answered, item: QueueItem, job: JobState) -> None:
     """A paused job is retried (its build was lost): so is every job that depends on it.
 
     Zuul's rule (TestJobPause.test_job_pause_retry): their builds are
@@ -195,5 +212,5 @@ def _rerun_dependents(manager: PipelineManager, item: QueueItem, job: JobState) 
     new build of ``job`` has paused or succeeded.
     """
     for dependent in item.buildset.graph.dependents(job.name):
-        manager._abort_job(item, dependent)
+        manager.abort_job(item, dependent)
         dependent.reset()

@@ -233,11 +233,11 @@ class PipelineManager:
 
     def abort_builds(self, item: QueueItem) -> None:
         for job in item.buildset.graph:
-            self._abort_job(item, job)
+            self.abort_job(item, job)
             if job.result is None:
                 job.skipped = Result.SKIPPED
 
-    def _abort_job(self, item: QueueItem, job: JobState) -> None:
+    def abort_job(self, item: QueueItem, job: JobState) -> None:
         """Cancel the job's build if it has not ended (ABORTED) and free its semaphores."""
         build = job.current
         if build is not None and not build.done:
@@ -249,7 +249,7 @@ class PipelineManager:
             build.state = BuildState.COMPLETED
             build.result = Result.ABORTED
             build.end_time = self.clock()
-        self._release_semaphores(item, job)
+        self.release_semaphores(item, job)
 
     # -- advancing ---------------------------------------------------------------
 
@@ -383,7 +383,7 @@ class PipelineManager:
     def _semaphore_holder(self, item: QueueItem, job: JobState) -> str:
         return f"{item.buildset.uuid}/{job.name}"
 
-    def _release_semaphores(self, item: QueueItem, job: JobState) -> None:
+    def release_semaphores(self, item: QueueItem, job: JobState) -> None:
         holder = self._semaphore_holder(item, job)
         for name in job.info.semaphores:
             self.semaphores.release(name, holder)

@@ -35,12 +35,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from scheduler.manager.intents import Intents
 from scheduler.model.item import PipelineState, PushState, QueueItem, Settled
 
-if TYPE_CHECKING:
-    from scheduler.manager.base import PipelineManager
+
+class Settles(Protocol):
+    """What settling needs of its pipeline's manager (``PipelineManager``)."""
+
+    @property
+    def intents(self) -> Intents: ...
+
+    def failing(self, item: QueueItem) -> bool: ...
+
 
 # set in the tests: skipped passes and skipped steps are run, and must decide nothing
 VERIFY = "SLUICE_VERIFY_QUIET"
@@ -79,7 +87,7 @@ def mark(state: PipelineState, uuid: str) -> Settled | None:
     return found
 
 
-def advance(manager: PipelineManager, state: PipelineState, uuid: str, step: Step) -> QueueItem:
+def advance(manager: Settles, state: PipelineState, uuid: str, step: Step) -> QueueItem:
     """Take the item, run its ``step``, and settle it if the step decided nothing."""
     fresh = not state.items.owns(uuid)
     item = state.items[uuid]
@@ -99,7 +107,7 @@ def advance(manager: PipelineManager, state: PipelineState, uuid: str, step: Ste
     return item
 
 
-def verify(manager: PipelineManager, state: PipelineState, seen: QueueItem, step: Step) -> None:
+def verify(manager: Settles, state: PipelineState, seen: QueueItem, step: Step) -> None:
     """Tests (:func:`verifying`): the skipped ``step`` run on a clone of ``seen`` must
     decide nothing."""
     clone = seen.clone()

@@ -10,8 +10,8 @@ from __future__ import annotations
 from kombu import Queue
 
 from scheduler import tasknames
-from scheduler.exposure import broker_ssl_options
-from scheduler.settings import load_settings
+from scheduler.settings.exposure import broker_ssl_options
+from scheduler.settings.load import load_settings
 
 _settings = load_settings()
 

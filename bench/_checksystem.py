@@ -18,7 +18,7 @@ from gate_depth import TENANT
 from cli.stack.workers import EXECUTOR_CONCURRENCY
 from scheduler import dispatch, tasknames
 from scheduler.model.change import Change
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from scheduler.zk import paths
 from scheduler.zk.client import connect
 from scheduler.zk.event_queue import EventQueue

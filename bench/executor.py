@@ -45,7 +45,7 @@ from _slices import Side
 from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
-from scheduler.settings import ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperSettings
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue

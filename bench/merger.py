@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from merger_history import history
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import MergeChange, MergeJob, MergeMode
 from workers.merger import RepoCache, run_merge_job
 from workers.merger.gitcmd import Git

@@ -53,7 +53,8 @@ from scheduler.model.change import Change
 from scheduler.processing import forwarding
 from scheduler.processing.environment import Environment, Nudge
 from scheduler.processing.pipeline import process_pipeline
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 from scheduler.sweep import SweepReport, SweepStep, run_sweep, scheduler_steps, standard_steps
 from scheduler.views import idle
 from scheduler.wire.events import TriggerEvent

@@ -44,7 +44,8 @@ from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.redis import RedisServer
 from scheduler import dispatch, quicksend, tasknames
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 
 QUEUE = "bench-send"
 

@@ -68,7 +68,7 @@ from gate_depth import gate_depth, print_rows
 
 from cli.stack.workers import EXECUTOR_CONCURRENCY
 from scheduler import tasknames
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from scheduler.zk import paths, trace
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.job_requests import JobRequest, JobRequestQueue

@@ -26,7 +26,7 @@ from pathlib import Path
 from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
-from scheduler.settings import ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperSettings
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue

@@ -13,9 +13,11 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from scheduler import exposure, quicksend, tasklabels, tasknames
+from scheduler import quicksend, tasklabels, tasknames
 from scheduler.errors import SluiceError
-from scheduler.settings import Settings, TLSSettings, load_settings
+from scheduler.settings import exposure
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings, TLSSettings
 from scheduler.zk.job_requests import JobRequest
 
 if TYPE_CHECKING:
@@ -49,7 +51,7 @@ def client_app(settings: Settings | None = None) -> Celery:
 
 
 def check_broker(settings: Settings | None = None, timeout: int = 2) -> None:
-    """Connect to the broker once; :class:`~scheduler.exposure.BrokerError` if that fails.
+    """Connect to the broker once; :class:`~scheduler.settings.exposure.BrokerError` if that fails.
 
     The error names the broker (password redacted) and what failed:
     authentication, TLS or the connection. ``/health`` and ``sluice

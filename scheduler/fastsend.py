@@ -25,7 +25,7 @@ the message may be sent twice; every Sluice task is an idempotent nudge, so
 that is harmless where a lost nudge would wait for the sweep. A broker that
 refuses the password is no failure to route around: Celery would be
 refused alike, after seconds of retries, so a
-:class:`~scheduler.exposure.BrokerError` says so at once.
+:class:`~scheduler.settings.exposure.BrokerError` says so at once.
 
 What it leaves out is Celery's ``task-sent`` event: Flower shows the task
 from the moment a worker receives it. ``broker.fast_send: false`` in
@@ -45,8 +45,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from scheduler import exposure, quicksend
+from scheduler import quicksend
 from scheduler.processlocal import ProcessLocal
+from scheduler.settings import exposure
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -41,7 +41,7 @@ import logging
 import redis
 
 from scheduler import fastsend
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.zk import paths
 
 log = logging.getLogger(__name__)

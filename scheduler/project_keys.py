@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from scheduler.errors import SluiceError
 from scheduler.layouts import NoLayoutError, TenantLayouts
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.keystore import KeyStore
 

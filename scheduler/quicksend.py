@@ -13,7 +13,7 @@ any failure to connect or write, returns None, and the caller sends the
 nudge through Celery instead (:func:`scheduler.dispatch.send_quickly`), so
 this path can only make a nudge faster, never lose one. A broker that
 refuses the password is the exception: Celery would be refused alike, so a
-:class:`~scheduler.exposure.BrokerError` says so at once. What it leaves out
+:class:`~scheduler.settings.exposure.BrokerError` says so at once. What it leaves out
 is Celery's ``task-sent`` event: Flower shows the task from the moment a
 worker receives it.
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from scheduler import exposure
+from scheduler.settings import exposure
 
 CONNECT_TIMEOUT = 5.0
 

@@ -50,7 +50,7 @@ from scheduler.layouts.reconfigure import (
     ReconfigureResult,
     retire_tenant,
 )
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.wire import merger as wire
 from scheduler.wire.events import MalformedEventError, ReconfigureEvent, decode_as
 from scheduler.wire.merge_requests import merge_and_wait

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from scheduler import dispatch, tasklabels, tasknames
 from scheduler.errors import SluiceError
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 
 SLUICE_PREFIX = "sluice."
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from scheduler import dispatch, tasklabels, tasknames
 from scheduler.reconfiguration import check_tenant_file
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.state.store import PipelineStore
 from scheduler.views import idle
 from scheduler.zk import deliveries, inventory, locks, parked, paths, stored

@@ -19,7 +19,7 @@ from typing import Any
 
 from scheduler import tasknames
 from scheduler.errors import SluiceError
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from scheduler.zk.client import process_client
 from tasks import retrying
 from tasks.app import app

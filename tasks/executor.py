@@ -34,7 +34,7 @@ from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
 from scheduler.processlocal import ProcessLocal
 from scheduler.reporting.estimates import JobEstimates
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.zk.client import process_client
 from tasks import retrying
 from tasks.app import app

@@ -14,7 +14,7 @@ from celery import current_task
 from celery.signals import after_setup_logger, after_setup_task_logger
 
 from scheduler.logcontext import use_json
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 
 
 def _task_of() -> tuple[str, str] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler import tasknames
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from scheduler.sweep import node_steps, run_sweep, scheduler_steps, standard_steps
 from scheduler.zk.client import process_client
 from tasks.app import app

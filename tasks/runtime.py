@@ -26,7 +26,8 @@ from scheduler.processing.reporters import HistoryReporter
 from scheduler.processlocal import ProcessLocal
 from scheduler.reporting import LogReporter, ReporterSet, SqlReporter, open_database
 from scheduler.reporting.estimates import JobEstimates
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 from scheduler.zk.autoholds import AutoholdIndex
 from scheduler.zk.client import process_client
 from workers.merger.cache import RepoCache

@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 
 import web.admin
 import web.live  # noqa: F401 (registers its endpoints)
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from web import hooks
 from web.auth import ALL
 from web.bodies import CloseUnread

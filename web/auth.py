@@ -31,7 +31,7 @@ from typing import Any
 import jwt
 from starlette.requests import Request
 
-from scheduler.settings import Authenticator
+from scheduler.settings.sections import Authenticator
 from web.errors import ApiError
 
 ALL = "*"

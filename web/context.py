@@ -18,13 +18,13 @@ from sqlalchemy import Engine
 
 from scheduler import dispatch
 from scheduler.errors import SettingsError
-from scheduler.exposure import BrokerError
 from scheduler.layouts import TenantLayout, TenantLayouts
 from scheduler.model.build import Build
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.reporting import open_database
 from scheduler.reporting.queries import format_time
-from scheduler.settings import Settings
+from scheduler.settings.exposure import BrokerError
+from scheduler.settings.sections import Settings
 from scheduler.state.store import PipelineStore
 from scheduler.zk import inventory
 from scheduler.zk.client import ZooKeeperClient, process_client

@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse, Response
 
 from scheduler import dispatch, tasknames
 from scheduler.drivers import webhooks
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from web.bodies import chunks, parse_json
 from web.errors import ApiError, error_response
 

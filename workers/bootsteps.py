@@ -35,7 +35,7 @@ from typing import Any
 from celery import bootsteps
 
 from scheduler import processlocal
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from scheduler.zk import client as zk_client
 from scheduler.zk.components import Component, register
 from scheduler.zk.errors import ZooKeeperError

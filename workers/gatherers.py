@@ -34,7 +34,7 @@ from scheduler import dispatch, tasknames
 from scheduler.drivers import timer
 from scheduler.drivers.git import poller
 from scheduler.layouts import TenantLayout, TenantLayouts
-from scheduler.settings import ConnectionSettings, Settings
+from scheduler.settings.sections import ConnectionSettings, Settings
 from scheduler.zk import locks, members, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import ZooKeeperError

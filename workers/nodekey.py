@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from scheduler.errors import SluiceError
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 
 KEY_NAME = "nodes_ed25519"
 

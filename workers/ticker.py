@@ -20,7 +20,8 @@ from typing import Any
 
 from celery import bootsteps
 
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 from scheduler.zk import client as zk_client
 from scheduler.zk.errors import ZooKeeperError
 from workers.bootsteps import worker_queues

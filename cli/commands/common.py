@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 import click
 
 from scheduler.errors import SluiceError
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 
 if TYPE_CHECKING:
     from scheduler.zk.client import ZooKeeperClient

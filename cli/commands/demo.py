@@ -25,7 +25,7 @@ from scheduler.errors import SluiceError
 from scheduler.management import enqueue_change
 from scheduler.reconfiguration import merger_fetch, reconfigure
 from scheduler.reporting import estimate_durations, list_buildsets, open_database
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.views.idle import pending_work
 
 TENANT = "demo"

@@ -16,7 +16,7 @@ from scheduler.reconfiguration import (
     reconfigure_error,
     tenant_names,
 )
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.zk import config_cache
 from scheduler.zk.client import connect
 

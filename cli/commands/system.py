@@ -13,7 +13,7 @@ import click
 
 from cli.commands.common import clear_errors, settings
 from scheduler import dispatch, tasknames
-from scheduler.exposure import redact
+from scheduler.settings.exposure import redact
 
 
 @click.command("roundtrip")

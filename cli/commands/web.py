@@ -15,7 +15,7 @@ def web(listen: str | None, log_level: str) -> None:
     """Serve the REST API, the status pages, /health and /metrics over HTTP."""
     from dataclasses import replace
 
-    from scheduler.exposure import refuse_open_web
+    from scheduler.settings.exposure import refuse_open_web
 
     conf = settings()
     if listen:

@@ -19,8 +19,8 @@ import click
 from cli.commands.common import clear_errors, settings
 from cli.stack.zookeeper import super_digest
 from scheduler.errors import SettingsError, SluiceError
-from scheduler.settings import ZooKeeperAuth
-from scheduler.settings_yaml import read_password_file
+from scheduler.settings.reader import read_password_file
+from scheduler.settings.sections import ZooKeeperAuth
 from scheduler.zk import acls
 
 

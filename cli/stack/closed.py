@@ -4,7 +4,7 @@ Before it starts anything, ``sluice stack up`` refuses (:func:`refuse_open`),
 each in one line naming the setting:
 
 * a web or a Flower outside loopback without authentication
-  (:mod:`scheduler.exposure`);
+  (:mod:`scheduler.settings.exposure`);
 * a ZooKeeper outside loopback without ``zookeeper.auth``;
 * a Redis answering at ``broker_url`` that asks for no password: any local
   process, a CI job included, could read and write the broker.
@@ -25,13 +25,9 @@ from pathlib import Path
 
 from cli.stack import process
 from cli.stack import redis as redis_service
-from scheduler import exposure
 from scheduler.errors import SettingsError
-from scheduler.settings import (
-    BROKER_PASSWORD_FILE,
-    ZOOKEEPER_PASSWORD_FILE,
-    Settings,
-)
+from scheduler.settings import exposure
+from scheduler.settings.sections import BROKER_PASSWORD_FILE, ZOOKEEPER_PASSWORD_FILE, Settings
 
 # what the stack and its workers keep in the state dir
 PRIVATE_FOLDERS = ("zookeeper", "redis", "logs", "run", "builds", "git", "images", "demo")

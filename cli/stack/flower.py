@@ -2,7 +2,7 @@
 
 The login is that of ``flower.basic_auth_file`` (``user:password`` lines),
 or one made at start that ``sluice stack up`` prints once. Outside loopback
-a configured login is required (:func:`scheduler.exposure.refuse_open_flower`):
+a configured login is required (:func:`scheduler.settings.exposure.refuse_open_flower`):
 Flower is then refused before anything starts.
 
 Flower reads the login from ``FLOWER_BASIC_AUTH`` in its environment, never
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from cli.stack import process
 from scheduler.errors import SettingsError, StackError
-from scheduler.exposure import refuse_open_flower
-from scheduler.settings import FlowerSettings
+from scheduler.settings.exposure import refuse_open_flower
+from scheduler.settings.sections import FlowerSettings
 
 # the user of a login the stack makes
 GENERATED_USER = "sluice"

@@ -36,10 +36,11 @@ from cli.stack import closed, process, workers
 from cli.stack import flower as flower_service
 from cli.stack import redis as redis_service
 from cli.stack import zookeeper as zk_service
-from scheduler import exposure
 from scheduler.errors import StackError
-from scheduler.settings import Settings, ZooKeeperAuth, with_zookeeper_auth
-from scheduler.settings_yaml import read_password_file
+from scheduler.settings import exposure
+from scheduler.settings.exposure import with_zookeeper_auth
+from scheduler.settings.reader import read_password_file
+from scheduler.settings.sections import Settings, ZooKeeperAuth
 from scheduler.zk import acls
 
 SUPERVISOR = "supervisor"
@@ -276,7 +277,8 @@ class LocalStack:
         """Sluice's ZooKeeper password: the configured one, else one made once in a file.
 
         From now on this process's clients use it, and every process that
-        loads the same ``sluice.yaml`` finds it (:func:`scheduler.settings.with_zookeeper_auth`).
+        loads the same ``sluice.yaml`` finds it
+        (:func:`scheduler.settings.exposure.with_zookeeper_auth`).
         """
         auth = self.settings.zookeeper.auth
         if auth is not None and auth.password:
@@ -328,7 +330,7 @@ class LocalStack:
         asks for the broker's password: the configured one, else a random
         one the stack writes once to ``<state_dir>/broker.password`` (0600)
         and reuses on every later start. Every process of the stack reads it
-        from there (:func:`scheduler.exposure.with_broker_password`).
+        from there (:func:`scheduler.settings.exposure.with_broker_password`).
         """
         url = self.settings.broker_url
         host, port = redis_service.host_port(url)

@@ -17,7 +17,7 @@ from urllib.parse import quote, urlparse, urlsplit, urlunsplit
 import redis
 
 from cli.stack import process
-from scheduler import exposure
+from scheduler.settings import exposure
 
 
 def probe(url: str, ssl_options: Mapping[str, Any] | None = None, timeout: float = 1.0) -> str:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 
 from cli.stack.local import LocalStack, StackEntry, running
 from cli.stack.workers import EXECUTOR_CONCURRENCY
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 
 log = logging.getLogger("sluice.supervisor")
 

@@ -34,7 +34,7 @@ from scheduler.config.errors import ConfigError
 from scheduler.config.parser import CONFIG_TYPES
 from scheduler.config.schema import Fields, Where, repo_path_problem, type_name
 from scheduler.config.yamlload import MarkedDict, MarkedList, load_yaml
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 
 SOURCE_DRIVERS = ("git", "github", "gitlab")
 TENANT_KEYS = frozenset(

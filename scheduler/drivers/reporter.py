@@ -38,7 +38,7 @@ from typing import Any
 from scheduler.drivers.webhooks import forge_api
 from scheduler.model.item import PushState, QueueItem
 from scheduler.model.results import Result
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import ForgeReport
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from typing import Any
 from scheduler.drivers import ForgeError
 from scheduler.drivers.github import events as github
 from scheduler.drivers.gitlab import events as gitlab
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.events import MalformedEventError, TriggerEvent
 from scheduler.zk import deliveries
 from scheduler.zk.client import ZooKeeperClient

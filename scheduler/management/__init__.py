@@ -18,7 +18,7 @@ from scheduler.errors import SluiceError
 from scheduler.layouts import NoLayoutError, TenantLayouts
 from scheduler.management.refs import list_refs, resolve
 from scheduler.model.change import Change
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.wire.events import Dequeue, Enqueue, Promote
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient

@@ -13,7 +13,7 @@ import re
 import subprocess
 
 from scheduler.errors import SluiceError
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 

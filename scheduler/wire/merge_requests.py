@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler import dispatch
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.wire.merger import (
     InvalidRecordError,
     JobKind,

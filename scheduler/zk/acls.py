@@ -35,7 +35,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import ACL, Permissions, make_digest_acl
 
 from scheduler.errors import SettingsError
-from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperAuth, ZooKeeperSettings
 from scheduler.zk.client import bare_client
 
 SYSTEM = "/zookeeper"

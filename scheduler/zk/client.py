@@ -63,7 +63,7 @@ from kazoo.security import make_digest_acl
 
 from scheduler.errors import SettingsError, SluiceError
 from scheduler.processlocal import ProcessLocal
-from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperAuth, ZooKeeperSettings
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError, ZooKeeperUnavailableError
 from scheduler.zk.pollhandler import PollHandler
 from scheduler.zk.trace import RequestTrace, process_trace

@@ -12,7 +12,7 @@ from scheduler.config import (
     build_layout,
     parse_tenant_config,
 )
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 
 CONNECTIONS = {
     "git": ConnectionSettings("git", "git", "/srv/git"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.config import parse_tenant_config
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 
 CONNECTIONS = {"git": ConnectionSettings("git", "git", "/repos")}
 

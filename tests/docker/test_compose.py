@@ -29,8 +29,11 @@ from sqlalchemy.engine import make_url
 
 from cli.main import cli as sluice_cli
 from cli.stack.process import free_port
-from scheduler import dispatch, settings, settings_env
+from scheduler import dispatch
 from scheduler.config import parse_tenant_config
+from scheduler.settings.environment import ENV_OVERRIDES
+from scheduler.settings.load import CONFIG_ENV, parse_settings
+from scheduler.settings.sections import Settings
 from tests.docker.deployment import (
     COMPOSE_FILE,
     DOCKER_DIR,
@@ -96,10 +99,10 @@ def celery_app() -> Celery:
 
 
 @pytest.fixture(scope="module")
-def sluice_settings() -> settings.Settings:
+def sluice_settings() -> Settings:
     path = DOCKER_DIR / "sluice.yaml"
     # Parsed as it is inside the containers: relative paths against /etc/sluice.
-    return settings.parse_settings(path.read_text(), str(path), Path(SLUICE_CONFIG_PATH).parent)
+    return parse_settings(path.read_text(), str(path), Path(SLUICE_CONFIG_PATH).parent)
 
 
 def zookeeper_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -302,7 +305,7 @@ def _zoo_servers(value: str) -> dict[int, tuple[str, int]]:
 
 
 def test_three_zookeeper_nodes_form_one_ensemble(
-    compose: dict[str, Any], sluice_settings: settings.Settings
+    compose: dict[str, Any], sluice_settings: Settings
 ) -> None:
     nodes = zookeeper_services(compose)
     assert len(nodes) == 3, f"expected a three-node ensemble, found {sorted(nodes)}"
@@ -408,7 +411,7 @@ def test_volumes_and_networks_are_declared(compose: dict[str, Any]) -> None:
 
 
 def test_each_worker_has_its_own_state_dir(
-    compose: dict[str, Any], sluice_settings: settings.Settings
+    compose: dict[str, Any], sluice_settings: Settings
 ) -> None:
     state_dir = str(sluice_settings.state_dir)
     owners: dict[str, str] = {}
@@ -422,7 +425,7 @@ def test_each_worker_has_its_own_state_dir(
 
 
 def test_executors_see_the_mergers_repo_cache_at_the_same_path(
-    compose: dict[str, Any], sluice_settings: settings.Settings
+    compose: dict[str, Any], sluice_settings: Settings
 ) -> None:
     # The scheduler names the merger's cache path (<state_dir>/git/...) as the
     # source of a build's commits; an executor that finds it there borrows its
@@ -446,7 +449,7 @@ def test_executors_see_the_mergers_repo_cache_at_the_same_path(
 
 
 def test_sluice_yaml_parses_and_names_the_services(
-    compose: dict[str, Any], sluice_settings: settings.Settings
+    compose: dict[str, Any], sluice_settings: Settings
 ) -> None:
     every = services(compose)
     broker = make_url(sluice_settings.broker_url)
@@ -465,11 +468,11 @@ def test_sluice_yaml_parses_and_names_the_services(
 
 
 def test_every_sluice_service_mounts_the_shared_config_read_only(
-    compose: dict[str, Any], sluice_settings: settings.Settings
+    compose: dict[str, Any], sluice_settings: Settings
 ) -> None:
     for name, service in sluice_services(compose).items():
         env = environment(service)
-        assert env.get(settings.CONFIG_ENV, SLUICE_CONFIG_PATH) == SLUICE_CONFIG_PATH
+        assert env.get(CONFIG_ENV, SLUICE_CONFIG_PATH) == SLUICE_CONFIG_PATH
         by_target = {m.target: m for m in mounts(service)}
         config = by_target.get(SLUICE_CONFIG_PATH)
         assert config and config.read_only, f"{name}: sluice.yaml must be mounted read-only"
@@ -486,7 +489,7 @@ def test_every_sluice_service_mounts_the_shared_config_read_only(
 def test_every_environment_variable_is_read_by_something(compose: dict[str, Any]) -> None:
     from flower.options import options as flower_options
 
-    sluice_env = {settings.CONFIG_ENV, *settings_env.ENV_OVERRIDES}
+    sluice_env = {CONFIG_ENV, *ENV_OVERRIDES}
     for name, service in services(compose).items():
         env = environment(service)
         if is_sluice(service):
@@ -616,7 +619,7 @@ def is_executor(argv: list[str]) -> bool:
 
 
 def test_the_passwords_are_required_secrets_sluice_yaml_reads(
-    compose: dict[str, Any], sluice_settings: settings.Settings
+    compose: dict[str, Any], sluice_settings: Settings
 ) -> None:
     declared = compose["secrets"]
     assert declared == {
@@ -712,7 +715,7 @@ def test_zookeeper_is_closed_before_any_worker_starts(compose: dict[str, Any]) -
 
 
 def test_jobs_run_in_bubblewrap_with_the_privileges_it_needs(
-    compose: dict[str, Any], sluice_settings: settings.Settings
+    compose: dict[str, Any], sluice_settings: Settings
 ) -> None:
     assert sluice_settings.executor.sandbox == "bwrap"
     executors = 0

@@ -22,7 +22,7 @@ import pytest
 
 from cli.stack.process import is_alive
 from scheduler import dispatch, tasknames
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore, ImageUpload
 from tests.e2e.system import SluiceSystem

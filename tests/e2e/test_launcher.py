@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.node_settings import NodeSettings
+from scheduler.settings.nodes import NodeSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
 from scheduler.zk.node_records import NodeRequest, NodeRequestState, NodeState

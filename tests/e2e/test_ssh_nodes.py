@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.node_settings import NodeSettings
 from scheduler.processing import testhooks
+from scheduler.settings.nodes import NodeSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
 from scheduler.zk.node_records import NodeRequest, NodeRequestState

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from tasks import executor
 from tests.fixtures.waiting import wait_until
 from workers.notify import PROGRESS_DELAY, STARTED_NUDGE_DELAY, LaterProgress

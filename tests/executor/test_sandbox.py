@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from scheduler.model.results import Result
-from scheduler.settings import SandboxLimits, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import SandboxLimits
 from scheduler.wire.build_spec import JobStep
 from tests.executor.helpers import Repo, make_spec
 from workers.executor import BaseControl, RunnerOptions, run_build, sandbox

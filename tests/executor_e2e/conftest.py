@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from cli.stack import process, workers
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue

@@ -19,8 +19,8 @@ import pytest
 
 from cli.stack.redis import RedisServer, probe
 from scheduler import dispatch, tasknames
-from scheduler.exposure import BrokerError
-from scheduler.settings import load_settings
+from scheduler.settings.exposure import BrokerError
+from scheduler.settings.load import load_settings
 from tests.fixtures.cli import run_sluice
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.waiting import wait_until

@@ -21,8 +21,8 @@ import pytest
 from cli.stack import process
 from cli.stack.redis import ping
 from scheduler.errors import StackError
-from scheduler.exposure import broker_ssl_options
-from scheduler.settings import TLSSettings
+from scheduler.settings.exposure import broker_ssl_options
+from scheduler.settings.sections import TLSSettings
 from tests.fixtures.cli import clean_env, run_sluice
 from tests.fixtures.services import ZooKeeperTarget, missing_service
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory

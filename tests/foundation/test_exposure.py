@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import exposure
 from scheduler.errors import SettingsError
-from scheduler.settings import load_settings, parse_settings
+from scheduler.settings import exposure
+from scheduler.settings.load import load_settings, parse_settings
 
 PASSWORD = "pa:ss/w@rd"
 

@@ -25,8 +25,9 @@ from cli.stack.process import free_port
 from cli.stack.redis import RedisServer
 from scheduler import dispatch, fastsend, tasknames
 from scheduler.errors import SettingsError
-from scheduler.exposure import BrokerError
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.exposure import BrokerError
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 
 QUEUE = "fastsend-test"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import SettingsError
-from scheduler.settings import parse_settings
+from scheduler.settings.load import parse_settings
 
 EXAMPLE = """\
 images:

@@ -15,7 +15,8 @@ import redis
 
 from cli.stack.process import free_port
 from scheduler import dispatch, fastsend, pendingnudge
-from scheduler.settings import Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import Settings
 from scheduler.zk import paths
 from scheduler.zk.job_requests import JobRequest
 

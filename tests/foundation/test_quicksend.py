@@ -10,7 +10,7 @@ from celery import Celery
 
 from scheduler import dispatch, quicksend, tasknames
 from scheduler.quicksend import RedisTarget, redis_target
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import SettingsError
-from scheduler.settings import load_settings, parse_settings
+from scheduler.settings.load import load_settings, parse_settings
 
 EXAMPLE = """\
 zookeeper:

@@ -22,7 +22,8 @@ from cli.stack import flower, process
 from cli.stack.local import PROJECT_ROOT, LocalStack
 from cli.stack.redis import RedisServer, probe
 from scheduler.errors import StackError
-from scheduler.settings import FlowerSettings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import FlowerSettings
 from tests.fixtures.cli import clean_env, run_sluice
 
 

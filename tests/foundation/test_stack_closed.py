@@ -29,9 +29,9 @@ from cli.stack import closed, process
 from cli.stack.local import LocalStack, StackEntry
 from cli.stack.redis import RedisServer
 from cli.stack.zookeeper import ZooKeeperServer
-from scheduler import exposure
 from scheduler.errors import SettingsError
-from scheduler.settings import load_settings
+from scheduler.settings import exposure
+from scheduler.settings.load import load_settings
 from scheduler.zk import paths
 from scheduler.zk.client import connect
 from tests.e2e.system import Repos

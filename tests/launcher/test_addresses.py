@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import SettingsError
-from scheduler.node_settings import read_nodes
-from scheduler.settings_yaml import SettingsReader
+from scheduler.settings.nodes import read_nodes
+from scheduler.settings.reader import SettingsReader
 from workers.launcher.addresses import AddressError, AddressPool, Lease
 
 NETWORK = "10.213.128.0/28"  # four /30s

@@ -25,7 +25,7 @@ from typing import cast
 
 import pytest
 
-from scheduler.node_settings import NodeProviderSettings, NodeSettings
+from scheduler.settings.nodes import NodeProviderSettings, NodeSettings
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.node_records import Node
 from tests.fixtures.services import missing_service
@@ -220,7 +220,7 @@ def test_an_sshd_that_exits_fails_the_boot_and_leaves_nothing(nodes: Booter) -> 
 NOT_ROOT = """
 import sys
 from pathlib import Path
-from scheduler.node_settings import NodeSettings
+from scheduler.settings.nodes import NodeSettings
 from workers.launcher.addresses import AddressPool
 from workers.launcher.boot import boot_node
 from workers.launcher.errors import LaunchError
@@ -257,7 +257,7 @@ BOOT_AND_WAIT = """
 import socket, sys, time
 from pathlib import Path
 from typing import cast
-from scheduler.node_settings import NodeProviderSettings, NodeSettings
+from scheduler.settings.nodes import NodeProviderSettings, NodeSettings
 from scheduler.zk.node_records import Node
 from workers.launcher.addresses import AddressPool
 from workers.launcher.providers import LocalProvider

@@ -5,7 +5,7 @@ Local nodes are booted for real in test_boot.py.
 
 from __future__ import annotations
 
-from scheduler.node_settings import NodeProviderSettings, StaticHostSettings
+from scheduler.settings.nodes import NodeProviderSettings, StaticHostSettings
 from scheduler.zk.node_records import Node
 from workers.launcher.providers import StaticProvider
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from scheduler.layouts import TenantLayouts
-from scheduler.settings import ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperSettings
 from scheduler.zk.client import connect
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from scheduler.model.change import Change
 from scheduler.model.item import BuildSet, QueueItem
-from scheduler.settings import ConnectionSettings, Settings
+from scheduler.settings.sections import ConnectionSettings, Settings
 from tests.fixtures.services import ZooKeeperTarget
 from tests.layouts.gitrepos import GitRepos
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import MergeMode
 from tests.merger.gitrepos import Remotes
 from workers.merger.cache import RepoCache

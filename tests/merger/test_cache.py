@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import MergeChange, MergeJob, MergeMode, Status
 from tests.fixtures.waiting import wait_until
 from tests.merger.gitrepos import Remotes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import MergeChange, MergeJob, ProjectRef, Status
 from tests.merger.gitrepos import Remotes
 from workers.merger import RepoCache, run_merge_job

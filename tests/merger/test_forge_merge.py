@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import NOT_FAST_FORWARD, ForgeReport, PushJob, Status
 from tests.e2e.system import Repos
 from tests.fixtures.fake_github import TOKEN, FakeGitHub, Pull

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import (
     BranchHeadsJob,
     ConfigJob,

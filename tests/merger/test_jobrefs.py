@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import FilesChangesJob, MergeChange, MergeJob, MergeMode, Status
 from tests.merger.gitrepos import Remote, Remotes
 from workers.merger import RepoCache, delete_job_refs, run_files_changes_job, run_merge_job

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import (
     MergeChange,
     MergeJob,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from scheduler import processlocal
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import MergeJob, Status
 from tests.fixtures.waiting import wait_until
 from tests.merger.gitrepos import Remote, Remotes

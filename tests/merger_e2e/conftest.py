@@ -22,7 +22,8 @@ import pytest
 
 from cli.stack import process, workers
 from scheduler import dispatch
-from scheduler.settings import ConnectionSettings, Settings, load_settings
+from scheduler.settings.load import load_settings
+from scheduler.settings.sections import ConnectionSettings, Settings
 from scheduler.wire.merge_requests import merger_queue, submit_merge_job
 from scheduler.wire.merger import MergerJob, job_kind
 from scheduler.zk import paths

@@ -15,7 +15,7 @@ from pathlib import Path
 import redis
 
 from cli.stack.process import is_alive
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merge_requests import merge_and_wait, read_result, wait_for_merge_result
 from scheduler.wire.merger import (
     LOST,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.sweep import run_sweep, standard_steps
 from scheduler.wire.merge_requests import (
     new_request,

@@ -23,7 +23,7 @@ import pytest
 from scheduler.drivers import rest
 from scheduler.drivers.github.api import GitHubApi, GitHubError
 from scheduler.drivers.gitlab.api import GitLabApi, GitLabError
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 
 TOKEN = "forge-token-that-must-stay-home"
 PULL = {"number": 1, "base": {"ref": "main"}, "head": {"sha": "a" * 40}}

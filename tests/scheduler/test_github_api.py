@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.drivers.github.api import GitHubApi, GitHubError
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from tests.fixtures.fake_github import TOKEN, FakeGitHub, github_with_a_pull
 
 

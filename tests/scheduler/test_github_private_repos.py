@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from tests.fixtures.fake_github import FakeGitHub, github_with_a_pull
 from workers.merger.cache import RepoCache
 from workers.merger.credentials import remote_env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scheduler.settings import parse_settings
+from scheduler.settings.load import parse_settings
 
 CONFIG = """
 connections:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.drivers.github.api import GitHubApi, GitHubError, renew_time, repo_path
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from tests.fixtures.fake_github import FakeGitHub, github_with_a_pull
 
 

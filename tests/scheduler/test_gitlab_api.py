@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.drivers.gitlab import events
 from scheduler.drivers.gitlab.api import GitLabApi, GitLabError
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.events import MalformedEventError
 from tests.fixtures.fake_gitlab import BOT, TOKEN, FakeGitLab, MergeRequest
 from tests.scheduler.test_gitlab_fake import forge  # noqa: F401 (the fixture)

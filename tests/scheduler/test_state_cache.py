@@ -17,7 +17,7 @@ from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
 from scheduler.processing import pipeline as processing
-from scheduler.settings import ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperSettings
 from scheduler.state import items
 from scheduler.state.store import PipelineStore
 from scheduler.zk.client import ZooKeeperClient, connect

@@ -13,7 +13,7 @@ import pytest
 
 from scheduler import crypto
 from scheduler.layouts import reconfigure_tenant
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.keystore import KeyStore
 from tests.e2e.system import SluiceSystem

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from scheduler.reporting import open_database
 from scheduler.reporting.models import BuildRow
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from tests.web.server import WebServer
 from tests.web.test_api import ran_check
 

@@ -19,7 +19,7 @@ import jwt
 import pytest
 
 from scheduler.errors import SettingsError
-from scheduler.settings import parse_settings
+from scheduler.settings.load import parse_settings
 from tests.e2e.system import SluiceSystem
 from tests.web.server import WebServer, start_web
 

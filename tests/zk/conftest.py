@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.settings import ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.waiting import wait_until

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from cli.stack.process import free_port
-from scheduler.settings import ZooKeeperAuth, ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperAuth, ZooKeeperSettings
 from scheduler.zk import locks, paths, paths_nodepool, stored
 from scheduler.zk.client import ConnectionState, ZooKeeperClient, attach, connect
 from scheduler.zk.context import LockContext

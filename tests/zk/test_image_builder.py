@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.image_settings import DiskImageSettings, ImageProviderSettings, ImageSettings
+from scheduler.settings.images import DiskImageSettings, ImageProviderSettings, ImageSettings
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore
 from workers.images.builder import (

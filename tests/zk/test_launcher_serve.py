@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from scheduler.settings import Settings, parse_settings
+from scheduler.settings.load import parse_settings
+from scheduler.settings.sections import Settings
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from scheduler.settings import load_settings
+from scheduler.settings.load import load_settings
 from scheduler.sweep import node_steps
 from scheduler.wire.events import decode
 from scheduler.zk import paths, paths_nodepool, stored

@@ -30,7 +30,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.errors import SluiceError, StackError
-from scheduler.settings import TLSSettings, ZooKeeperAuth, ZooKeeperSettings
+from scheduler.settings.sections import TLSSettings, ZooKeeperAuth, ZooKeeperSettings
 from scheduler.zk import components, locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.context import LockContext

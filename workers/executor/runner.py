@@ -36,7 +36,7 @@ from typing import Any
 
 from scheduler.errors import SettingsError
 from scheduler.model.results import Result
-from scheduler.settings import ConnectionSettings, SandboxLimits, Settings
+from scheduler.settings.sections import ConnectionSettings, SandboxLimits, Settings
 from scheduler.wire.build_result import PHASES, BuildResult, Phase, StepOutcome, StepRun
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from workers.executor.control import BuildControl, StartedInfo

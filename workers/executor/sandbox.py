@@ -52,7 +52,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.settings import SandboxLimits
+from scheduler.settings.sections import SandboxLimits
 from workers.executor import forkserver
 from workers.executor.errors import RefusedError, WorkspaceError
 from workers.executor.reaper import (

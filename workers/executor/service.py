@@ -61,7 +61,7 @@ from typing import Any
 
 from scheduler import logcontext
 from scheduler.model.results import Result
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.tasklabels import outcome_label, request_label
 from scheduler.wire.build_result import PHASES, BuildResult, Phase
 from scheduler.wire.build_spec import BuildSpec

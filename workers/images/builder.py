@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.errors import SluiceError
-from scheduler.image_settings import DiskImageSettings, ImageSettings
-from scheduler.settings import Settings
+from scheduler.settings.images import DiskImageSettings, ImageSettings
+from scheduler.settings.sections import Settings
 from scheduler.wire.build_result import StepOutcome
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore, ImageStoreError

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scheduler.image_settings import DiskImageSettings
+from scheduler.settings.images import DiskImageSettings
 from scheduler.zk import paths_nodepool
 from scheduler.zk.images import ImageBuild, ImageBuildState, ImageUploadState
 from workers.images.builder import ImageBuilder, build_due, remove_incomplete

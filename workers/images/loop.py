@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from scheduler import dispatch, tasknames
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.zk.client import ZooKeeperClient
 from workers.images.builder import ImageBuilder
 from workers.images.check import NudgeMemory, check_images

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scheduler.image_settings import ImageProviderSettings
+from scheduler.settings.images import ImageProviderSettings
 from scheduler.zk.images import ImageBuild, ImageUpload, ImageUploadState
 
 if TYPE_CHECKING:

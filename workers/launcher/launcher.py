@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import ZooKeeperError
 from scheduler.zk.locks import HeldLock

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from scheduler import dispatch, tasknames
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.zk.client import ZooKeeperClient
 from workers.launcher.launcher import Launcher, RequestNudges
 from workers.ticker import Ticker, TickerStep

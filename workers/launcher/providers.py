@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from scheduler.node_settings import NodeProviderSettings, NodeSettings
+from scheduler.settings.nodes import NodeProviderSettings, NodeSettings
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.images import ImageStore
 from scheduler.zk.node_records import Node

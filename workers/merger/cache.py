@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from scheduler.settings import ConnectionSettings, Settings
+from scheduler.settings.sections import ConnectionSettings, Settings
 from scheduler.zk.retry import RetryPolicy
 from workers.merger.credentials import remote_env
 from workers.merger.errors import (

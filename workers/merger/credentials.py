@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from scheduler.drivers import ForgeError
 from scheduler.drivers.github.api import GitHubApi
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 from scheduler.drivers import ForgeError
 from scheduler.drivers.reporter import CHANGE_REF, send
 from scheduler.drivers.webhooks import forge_api
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import NOT_FAST_FORWARD, Failure, PushJob, PushResult, Status
 from workers.merger.cache import RepoCache
 from workers.merger.errors import GitCommandError, MergerError, UnknownRefError

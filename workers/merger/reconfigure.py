@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from scheduler.layouts.reconfigure import Fetch
 from scheduler.reconfiguration import apply_requests, fetch_with
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.wire import merger as wire
 from scheduler.zk.client import ZooKeeperClient
 from workers.merger.cache import RepoCache

@@ -50,7 +50,7 @@ from typing import Any
 
 from scheduler import logcontext
 from scheduler.processlocal import ProcessLocal
-from scheduler.settings import Settings
+from scheduler.settings.sections import Settings
 from scheduler.tasklabels import outcome_label, request_label
 from scheduler.wire.merger import (
     Failure,

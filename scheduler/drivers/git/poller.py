@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from scheduler.layouts.state import LayoutState
 from scheduler.management.refs import RefError, list_refs
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.events import TriggerEvent
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient

@@ -53,7 +53,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from scheduler.drivers import ForgeError, rest
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 
 log = logging.getLogger(__name__)
 

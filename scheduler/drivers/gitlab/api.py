@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.drivers import ForgeError, rest
-from scheduler.settings import ConnectionSettings
+from scheduler.settings.sections import ConnectionSettings
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from scheduler.settings import ZooKeeperSettings
+from scheduler.settings.sections import ZooKeeperSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 
 

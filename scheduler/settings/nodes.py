@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.errors import SettingsError
-from scheduler.settings_yaml import SettingsReader, resolve_path
+from scheduler.settings.reader import SettingsReader, resolve_path
 
 NODE_DRIVERS = ("static", "local")
 

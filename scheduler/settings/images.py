@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.settings_yaml import SettingsReader, resolve_path
+from scheduler.settings.reader import SettingsReader, resolve_path
 
 PROVIDER_DRIVERS = ("local",)
 IMAGE_FORMATS = ("directory", "tar")

@@ -3,7 +3,7 @@
 Each variable of :data:`ENV_OVERRIDES` replaces one setting (or a few that
 go together); an empty variable changes nothing. A value that cannot be
 read is a :class:`~scheduler.errors.SettingsError` naming the variable.
-:func:`scheduler.settings.load_settings` applies them after the file.
+:func:`scheduler.settings.load.load_settings` applies them after the file.
 """
 
 from __future__ import annotations
@@ -12,13 +12,10 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from scheduler.errors import SettingsError
-from scheduler.settings_yaml import read_password_file
-
-if TYPE_CHECKING:
-    from scheduler.settings import Settings
+from scheduler.settings.reader import read_password_file
+from scheduler.settings.sections import ZOOKEEPER_USER, Settings, ZooKeeperAuth
 
 LOG_FORMATS = ("text", "json")
 
@@ -50,6 +47,16 @@ def _float_env(name: str, value: str) -> float:
 def _keystore_from_file(settings: Settings, path: Path) -> Settings:
     keystore = replace(settings.keystore, password=read_password_file(path), password_file=path)
     return replace(settings, keystore=keystore)
+
+
+def _zookeeper_password_file(settings: Settings, path: Path) -> Settings:
+    """``SLUICE_ZK_PASSWORD_FILE``: ``zookeeper.auth`` with its password (user ``sluice``
+    unless one is set)."""
+    current = settings.zookeeper.auth
+    username = current.username if current is not None else ZOOKEEPER_USER
+    password = read_password_file(path, "SLUICE_ZK_PASSWORD_FILE")
+    auth = ZooKeeperAuth(username, password, path)
+    return replace(settings, zookeeper=replace(settings.zookeeper, auth=auth))
 
 
 ENV_OVERRIDES: dict[str, Callable[[Settings, str], Settings]] = {
@@ -91,6 +98,8 @@ ENV_OVERRIDES: dict[str, Callable[[Settings, str], Settings]] = {
     "SLUICE_FAST_SEND": lambda s, v: replace(
         s, broker=replace(s.broker, fast_send=_bool_env("SLUICE_FAST_SEND", v))
     ),
+    # the password of zookeeper.auth's user (sluice when the file names none)
+    "SLUICE_ZK_PASSWORD_FILE": lambda s, v: _zookeeper_password_file(s, Path(v).resolve()),
 }
 
 

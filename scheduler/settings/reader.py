@@ -5,7 +5,7 @@ line of every mapping key; a :class:`SettingsReader` walks one mapping,
 checks each value's type and reports ``file:line: section.key: message``,
 and :meth:`SettingsReader.finish` refuses keys nobody asked for, so a typo
 never falls back to a default. What the keys mean is
-:mod:`scheduler.settings`'s business.
+:mod:`scheduler.settings.load`'s business.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ what failed, authentication, TLS or the connection (:func:`broker_failure`).
 ZooKeeper: a loopback ZooKeeper without ``zookeeper.auth`` is reached as
 the local stack's identity (user ``sluice``, the password of
 ``<state_dir>/zookeeper.password``) once the stack has made that file
-(:func:`scheduler.settings.with_zookeeper_auth`); one outside loopback needs ``zookeeper.auth``
+(:func:`with_zookeeper_auth`); one outside loopback needs ``zookeeper.auth``
 (:func:`refuse_open_zookeeper`).
 
 The listeners never start unauthenticated outside loopback: ``sluice web``
@@ -19,8 +19,10 @@ on a non-loopback address needs an authenticator (or the explicit
 ``web.allow_unauthenticated``), and the stack's Flower a configured login
 (:func:`refuse_open_web`, :func:`refuse_open_flower`; docs/reliability.md).
 
-This module is a leaf: it imports the settings' types for typing only, so
-:mod:`scheduler.settings` can use its URL helpers.
+It takes the settings as values (:mod:`scheduler.settings.sections`) and
+knows nothing of how they are read; :func:`scheduler.settings.load.load_settings`
+completes every process's settings through :func:`with_zookeeper_auth` and
+:func:`with_broker_password`.
 """
 
 from __future__ import annotations
@@ -28,20 +30,20 @@ from __future__ import annotations
 import ipaddress
 import ssl
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from scheduler.errors import SettingsError, SluiceError
-from scheduler.settings_yaml import read_password_file
-
-if TYPE_CHECKING:
-    from scheduler.settings import (
-        FlowerSettings,
-        Settings,
-        TLSSettings,
-        WebSettings,
-        ZooKeeperSettings,
-    )
+from scheduler.settings.reader import read_password_file
+from scheduler.settings.sections import (
+    ZOOKEEPER_USER,
+    FlowerSettings,
+    Settings,
+    TLSSettings,
+    WebSettings,
+    ZooKeeperAuth,
+    ZooKeeperSettings,
+)
 
 REDIS_SCHEMES = ("redis", "rediss")
 
@@ -134,7 +136,7 @@ def with_broker_password(settings: Settings) -> Settings:
     """``settings`` whose ``broker_url`` carries the broker's password (unless it names one).
 
     Every process loads its settings through this
-    (:func:`scheduler.settings.load_settings`), so workers, Flower, beat, the
+    (:func:`scheduler.settings.load.load_settings`), so workers, Flower, beat, the
     web and the CLI all authenticate; the URL is shown only through
     :func:`redact`.
     """
@@ -232,6 +234,31 @@ def zookeeper_hosts(hosts: str) -> list[str]:
 
 def zookeeper_on_loopback(zookeeper: ZooKeeperSettings) -> bool:
     return all(is_loopback(host) for host in zookeeper_hosts(zookeeper.hosts))
+
+
+def with_zookeeper_auth(settings: Settings) -> Settings:
+    """``settings`` whose ``zookeeper.auth`` holds the password of its file, when it has one.
+
+    Without ``zookeeper.auth``, a ZooKeeper all on loopback is reached as
+    the local stack's identity (user ``sluice``) once
+    ``<state_dir>/zookeeper.password`` exists; a ``password_file`` read
+    before it existed is read again. Every process loads its settings
+    through this (:func:`scheduler.settings.load.load_settings`), so every node
+    it creates carries that identity's ACL.
+    """
+    zookeeper = settings.zookeeper
+    auth = zookeeper.auth
+    if auth is not None and (auth.password or auth.password_file is None):
+        return settings
+    if auth is None and not zookeeper_on_loopback(zookeeper):
+        return settings
+    path = settings.zookeeper_password_file
+    password = read_password_file(path, "zookeeper.auth.password_file")
+    if not password:
+        return settings
+    username = auth.username if auth is not None else ZOOKEEPER_USER
+    fresh = ZooKeeperAuth(username, password, path)
+    return replace(settings, zookeeper=replace(zookeeper, auth=fresh))
 
 
 def refuse_open_zookeeper(zookeeper: ZooKeeperSettings) -> None:

@@ -19,15 +19,27 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from scheduler.settings.images import ImageProviderSettings
-from scheduler.zk.images import ImageBuild, ImageUpload, ImageUploadState
-
-if TYPE_CHECKING:
-    from workers.images.builder import ImageBuilder
+from scheduler.settings.images import ImageProviderSettings, ImageSettings
+from scheduler.zk.images import ImageBuild, ImageStore, ImageUpload, ImageUploadState
 
 log = logging.getLogger(__name__)
+
+
+class Uploader(Protocol):
+    """What an upload needs of the builder that made the image (``ImageBuilder``)."""
+
+    @property
+    def builder_id(self) -> str: ...
+
+    @property
+    def images(self) -> ImageSettings: ...
+
+    @property
+    def store(self) -> ImageStore: ...
+
+    def artifact(self, build: ImageBuild) -> Path: ...
 
 
 class LocalImageProvider:
@@ -73,12 +85,12 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def provider(builder: ImageBuilder, name: str) -> LocalImageProvider | None:
+def provider(builder: Uploader, name: str) -> LocalImageProvider | None:
     settings = builder.images.providers.get(name)
     return LocalImageProvider(settings) if settings is not None else None
 
 
-def upload_build(builder: ImageBuilder, build: ImageBuild) -> list[ImageUpload]:
+def upload_build(builder: Uploader, build: ImageBuild) -> list[ImageUpload]:
     """Upload ``build`` to every provider of its image that has no ready upload yet."""
     image = builder.images.image(build.image)
     if image is None:
@@ -91,7 +103,7 @@ def upload_build(builder: ImageBuilder, build: ImageBuild) -> list[ImageUpload]:
     return done
 
 
-def upload_to(builder: ImageBuilder, build: ImageBuild, name: str) -> ImageUpload | None:
+def upload_to(builder: Uploader, build: ImageBuild, name: str) -> ImageUpload | None:
     """The build's ready upload to provider ``name``, made now if missing.
 
     None when another builder holds the upload lock, the provider is not
@@ -126,7 +138,7 @@ def upload_to(builder: ImageBuilder, build: ImageBuild, name: str) -> ImageUploa
     return upload
 
 
-def remove_upload(builder: ImageBuilder, upload: ImageUpload) -> None:
+def remove_upload(builder: Uploader, upload: ImageUpload) -> None:
     """Remove an upload's copy, then its node."""
     target = provider(builder, upload.provider)
     if target is not None:

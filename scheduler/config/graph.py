@@ -50,15 +50,6 @@ class JobGraph:
     def names(self) -> tuple[str, ...]:
         return tuple(j.name for j in self.jobs)
 
-    def ready(self, done: Sequence[str]) -> list[str]:
-        """Jobs not in ``done`` whose dependencies are all in ``done``."""
-        finished = set(done)
-        return [
-            j.name
-            for j in self.jobs
-            if j.name not in finished and all(d in finished for d in self.dependencies[j.name])
-        ]
-
     def to_json(self) -> str:
         return canonical_json(self)
 

@@ -7,7 +7,7 @@ by :mod:`scheduler.zk.paths_nodepool`). One recipe per module:
 :mod:`~scheduler.zk.context` (lock contexts, fenced transactions),
 :mod:`~scheduler.zk.sharding` and :mod:`~scheduler.zk.stored` (objects of
 any size), :mod:`~scheduler.zk.event_queue`, :mod:`~scheduler.zk.locks`,
-:mod:`~scheduler.zk.election`, :mod:`~scheduler.zk.semaphores`,
+:mod:`~scheduler.zk.semaphores`,
 :mod:`~scheduler.zk.job_requests`, :mod:`~scheduler.zk.components` and
 :mod:`~scheduler.zk.ltime`. docs/zookeeper.md describes the tree and the API.
 """

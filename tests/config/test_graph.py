@@ -17,14 +17,13 @@ APP = """
 """
 
 
-def test_ready_follows_dependencies() -> None:
+def test_dependencies_follow_the_configuration() -> None:
     graph = freeze_job_graph(
         with_base(app={"main": {".zuul.yaml": APP}}).layout, "app", "main", "check"
     )
     assert graph.dependencies["integ"] == ("unit", "lint")
-    assert graph.ready([]) == ["build", "lint"]
-    assert graph.ready(["build", "lint"]) == ["unit"]
-    assert graph.ready(["build", "lint", "unit"]) == ["integ"]
+    assert graph.dependencies["unit"] == ("build",)
+    assert graph.dependencies["build"] == graph.dependencies["lint"] == ()
 
 
 def test_soft_dependencies_drop_out_of_smaller_graphs() -> None:

@@ -1,9 +1,8 @@
-"""Locks, side-channel claims, elections and fenced writes against a real ZooKeeper."""
+"""Locks, side-channel claims and fenced writes against a real ZooKeeper."""
 
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -13,7 +12,6 @@ import pytest
 from scheduler.zk import locks, stored
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction
-from scheduler.zk.election import Election
 from scheduler.zk.errors import FencedWriteError, LockLostError
 from scheduler.zk.locks import LockKind
 from tests.fixtures.services import ZooKeeperTarget, session_watches
@@ -126,34 +124,6 @@ def test_fenced_write_after_session_closed_from_a_second_client(
         raw.commit()
     assert stored.load(b.context, "/state").data["owner"] == "B"
     b.release()
-
-
-def test_election_runs_one_leader_at_a_time(make_client: Callable[..., ZooKeeperClient]) -> None:
-    leaders: list[str] = []
-    active = threading.Semaphore(0)
-    finish = threading.Event()
-
-    def contender(name: str) -> None:
-        election = Election(make_client(), "/scheduler/timer-election", name)
-
-        def lead(e: Election) -> None:
-            assert e.is_leader()
-            leaders.append(name)
-            active.release()
-            finish.wait(10)
-
-        election.run(lead)
-
-    threads = [threading.Thread(target=contender, args=(n,)) for n in ("a", "b")]
-    for t in threads:
-        t.start()
-    assert active.acquire(timeout=10)
-    assert len(leaders) == 1
-    finish.set()
-    assert active.acquire(timeout=10)
-    for t in threads:
-        t.join(10)
-    assert sorted(leaders) == ["a", "b"]
 
 
 class _StaleListing:

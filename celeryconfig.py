@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kombu import Queue
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from scheduler.settings.exposure import broker_ssl_options
 from scheduler.settings.load import load_settings
 
@@ -26,7 +26,7 @@ broker_use_ssl = broker_ssl_options(_settings.broker_url, _settings.broker.tls) 
 redis_backend_use_ssl = broker_ssl_options(_settings.broker_url, _settings.broker.tls)
 result_expires = 3600
 # A result keeps its task's name and arguments (identifiers only), so that
-# `sluice retry TASK_ID` can send the same task again (scheduler/resend.py).
+# `sluice retry TASK_ID` can send the same task again (scheduler/nudge/resend.py).
 result_extended = True
 
 # Nudges, not orders: a message carries identifiers only, as JSON.
@@ -52,7 +52,8 @@ broker_connection_retry_on_startup = True
 worker_send_task_events = True
 task_send_sent_event = True
 task_track_started = True
-# ... published over the process's kept Redis connection (tasks/fastevents.py).
+# ... published over the process's kept Redis connection (tasks/fastevents.py,
+# scheduler/nudge/kept_connection.py: this is its SETTING).
 sluice_fast_events = _settings.broker.fast_send
 # The scheduler's hops store no result (tasks/scheduler.py), but a failed one
 # is stored all the same: ``sluice retry`` finds it in the result backend.
@@ -69,7 +70,7 @@ task_queues = (
     # node launchers (issue 19, docs/nodes.md)
     Queue("launcher"),
 )
-task_routes = {f"{prefix}*": {"queue": queue} for prefix, queue in tasknames.QUEUES.items()}
+task_routes = {f"{prefix}*": {"queue": queue} for prefix, queue in task_names.QUEUES.items()}
 
 # Every maintenance worker runs the timer (``--beat``): the sweep re-nudges
 # pending requests and records lost ones (scheduler/sweep.py); its ZooKeeper
@@ -78,7 +79,7 @@ task_routes = {f"{prefix}*": {"queue": queue} for prefix, queue in tasknames.QUE
 # next one is on its way.
 beat_schedule = {
     "sluice-sweep": {
-        "task": tasknames.SWEEP,
+        "task": task_names.SWEEP,
         "schedule": _settings.sweep_interval,
         "options": {"expires": _settings.sweep_interval},
     },

@@ -16,8 +16,8 @@ from _system import Phase, Services
 from gate_depth import TENANT
 
 from cli.stack.workers import EXECUTOR_CONCURRENCY
-from scheduler import dispatch, tasknames
 from scheduler.model.change import Change
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.load import load_settings
 from scheduler.zk import paths
 from scheduler.zk.client import connect
@@ -135,7 +135,7 @@ class CheckSystem:
                     }
                 )
                 ids.append(result_id)
-            dispatch.send(tasknames.PROCESS_TENANT, TENANT, settings=conf)
+            dispatch.send(task_names.PROCESS_TENANT, TENANT, settings=conf)
             for result_id in ids:
                 outcome = wait_for_result(client, result_id, timeout)
                 assert outcome is not None and "item" in outcome, outcome

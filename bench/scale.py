@@ -47,9 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _system import Services
 
-from scheduler import dispatch, tasknames
 from scheduler.layouts import TenantLayouts
 from scheduler.model.change import Change
+from scheduler.nudge import dispatch, task_names
 from scheduler.processing import forwarding
 from scheduler.processing.environment import Environment, Nudge
 from scheduler.processing.pipeline import process_pipeline
@@ -175,7 +175,7 @@ def enqueue_items(client: ZooKeeperClient, settings: Settings, scale: ScaleSyste
                 event = {"type": "enqueue", "change": change.to_dict(), "pipeline": pipeline}
                 queue.put({**event, "result_id": result_id})
                 ids.append(result_id)
-        dispatch.send(tasknames.PROCESS_TENANT, tenant, settings=settings)
+        dispatch.send(task_names.PROCESS_TENANT, tenant, settings=settings)
     for result_id in ids:
         outcome = wait_for_result(client, result_id, 600)
         assert outcome is not None and "item" in outcome, outcome

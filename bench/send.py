@@ -7,7 +7,7 @@ alternating rounds:
 
 * Celery (``broker.fast_send: false``): ``send_task``, kombu's producer and
   retry policy, and the ``task-sent`` event;
-* the fast way (``scheduler/fastsend.py``): the same message ``LPUSH``ed
+* the fast way (``scheduler/nudge/kept_connection.py``): the same message ``LPUSH``ed
   with redis-py over the process's kept connection;
 * the floor: redis-py's ``LPUSH`` of a ready-made message on a kept
   connection (what the fast way cannot do without).
@@ -43,7 +43,7 @@ from bench._system import cpu_seconds
 from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.redis import RedisServer
-from scheduler import dispatch, quicksend, tasknames
+from scheduler.nudge import dispatch, envelope, task_names
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings
 
@@ -53,15 +53,15 @@ QUEUE = "bench-send"
 def sender(settings: Settings) -> Callable[[], object]:
     def send() -> object:
         return dispatch.send(
-            tasknames.PROCESS_PIPELINE, "demo", "check", settings=settings, queue=QUEUE
+            task_names.PROCESS_PIPELINE, "demo", "check", settings=settings, queue=QUEUE
         )
 
     return send
 
 
 def floor(client: redis.Redis) -> Callable[[], object]:
-    message = quicksend.task_message(
-        tasknames.PROCESS_PIPELINE, ["demo", "check"], {}, QUEUE, task_id=str(uuid.uuid4())
+    message = envelope.task_message(
+        task_names.PROCESS_PIPELINE, ["demo", "check"], {}, QUEUE, task_id=str(uuid.uuid4())
     )
     return lambda: client.lpush(QUEUE, message)
 

@@ -67,7 +67,7 @@ from _system import Services, cpu_seconds, epoch, worker_pids
 from gate_depth import gate_depth, print_rows
 
 from cli.stack.workers import EXECUTOR_CONCURRENCY
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from scheduler.settings.load import load_settings
 from scheduler.zk import paths, trace
 from scheduler.zk.client import ZooKeeperClient, connect
@@ -204,7 +204,7 @@ def measure_ceilings(services: Services, check: CheckSystem) -> dict[str, float]
         return batch / (time.perf_counter() - started)
 
     celery_rate = batch_rate(NOOP_TASK)
-    roundtrip_rate = batch_rate(tasknames.ROUNDTRIP)
+    roundtrip_rate = batch_rate(task_names.ROUNDTRIP)
     single = []
     for i in range(20):
         one = time.perf_counter()

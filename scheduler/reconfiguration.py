@@ -38,7 +38,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from scheduler import dispatch, tasknames
 from scheduler.config import Layout, parse_tenant_config
 from scheduler.config.checkout import candidate_paths
 from scheduler.errors import SluiceError
@@ -50,6 +49,7 @@ from scheduler.layouts.reconfigure import (
     ReconfigureResult,
     retire_tenant,
 )
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import Settings
 from scheduler.wire import merger as wire
 from scheduler.wire.events import MalformedEventError, ReconfigureEvent, decode_as
@@ -143,7 +143,7 @@ def retire_removed_pipelines(
     removed = [p for p in inventory.pipelines(client, tenant) if p not in layout.pipelines]
     for pipeline in removed:
         flags.raise_flag(client, paths.pipeline_dirty(tenant, pipeline))
-        dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
+        dispatch.send(task_names.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
     if removed:
         log.info("tenant %s: pipelines removed: %s", tenant, ", ".join(removed))
     return removed
@@ -278,6 +278,6 @@ def check_tenant_file(client: ZooKeeperClient, settings: Settings, nudge: Nudge)
     except OpFailedError:
         return []  # another process recorded this file first (and asked)
     for tenant in tenants:
-        nudge(tasknames.RECONFIGURE, (tenant,))
+        nudge(task_names.RECONFIGURE, (tenant,))
     log.info("%s: %s; reconfiguration requested for %s", path, why, ", ".join(tenants))
     return tenants

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scheduler import dispatch, tasklabels, tasknames
+from scheduler.nudge import dispatch, task_labels, task_names
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings.sections import Settings
 from scheduler.state.store import PipelineStore
@@ -218,7 +218,7 @@ def request_queue_steps(
 
 def _build_nudge(zone: str | None, settings: Settings) -> Nudge:
     return lambda request: dispatch.send_build(
-        request.uuid, zone, settings=settings, label=tasklabels.request_label(request)
+        request.uuid, zone, settings=settings, label=task_labels.request_label(request)
     )
 
 
@@ -236,8 +236,8 @@ def _executor_steps(
 ) -> list[SweepStep]:
     queue = JobRequestQueue(client, paths.executor_queue(zone))
     try:
-        name = dispatch.executor_queue_name(zone)
-    except dispatch.DispatchError as exc:
+        name = task_names.executor_queue_name(zone)
+    except task_names.DispatchError as exc:
         # No worker can consume such a zone's Celery queue: still record its
         # lost requests and clean it up, so one bad name never stops a sweep.
         log.error("executor zone %r: %s; its requests are not re-nudged", zone, exc)
@@ -264,7 +264,7 @@ def standard_steps(
     """Steps for the merger queue, the unzoned executor queue and every zone found.
 
     Merge requests are re-nudged with ``sluice.merger.run`` on the ``merger``
-    queue (:func:`scheduler.dispatch.send_merge`); ``renudge_merges=False``
+    queue (:func:`scheduler.nudge.dispatch.send_merge`); ``renudge_merges=False``
     leaves them alone (an app that has no merge task registered). Lost
     merges are completed as LOST like builds; the scheduler merges again.
     """
@@ -275,7 +275,7 @@ def standard_steps(
 
         def merge_nudge(request: JobRequest) -> object:
             return dispatch.send_merge(
-                request.uuid, settings=settings, label=tasklabels.request_label(request)
+                request.uuid, settings=settings, label=task_labels.request_label(request)
             )
 
     steps = request_queue_steps(
@@ -386,7 +386,7 @@ def node_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepStep]:
     def recover() -> list[str]:
         done = NodeStore(client).recover()
         for request_id in done.requests_requeued:
-            dispatch.send(tasknames.LAUNCH, request_id, settings=settings, queue="launcher")
+            dispatch.send(task_names.LAUNCH, request_id, settings=settings, queue="launcher")
         return [*done.requests_requeued, *done.nodes_used]
 
     return [SweepStep("nodes:recover", recover)]
@@ -405,18 +405,18 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
     """
 
     def nudge_connection(name: str) -> None:
-        dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, name, settings=settings)
+        dispatch.send(task_names.FORWARD_CONNECTION_EVENTS, name, settings=settings)
 
     def connections() -> list[str]:
         found = idle.connections_with_events(client)
         for name in found:
-            dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, name, settings=settings)
+            dispatch.send(task_names.FORWARD_CONNECTION_EVENTS, name, settings=settings)
         return found
 
     def tenants() -> list[str]:
         found = idle.tenants_with_events(client)
         for name in found:
-            dispatch.send(tasknames.PROCESS_TENANT, name, settings=settings)
+            dispatch.send(task_names.PROCESS_TENANT, name, settings=settings)
         return found
 
     def tenant_file() -> list[str]:
@@ -426,16 +426,16 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
     def reconfigurations() -> list[str]:
         found = idle.tenants_to_reconfigure(client)
         for name in found:
-            dispatch.send(tasknames.RECONFIGURE, name, settings=settings)
+            dispatch.send(task_names.RECONFIGURE, name, settings=settings)
         return found
 
     def nudge_pipeline(tenant: str, pipeline: str) -> None:
-        dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
+        dispatch.send(task_names.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
 
     def pipelines() -> list[str]:
         found = idle.pipelines_to_process(client)
         for tenant, pipeline in found:
-            dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
+            dispatch.send(task_names.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
         return [f"{tenant}/{pipeline}" for tenant, pipeline in found]
 
     return [

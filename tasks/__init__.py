@@ -2,7 +2,7 @@
 
 Tasks are thin adapters: they decode identifiers, open the ZooKeeper state
 and call plain functions in ``scheduler/`` or ``workers/``. Nothing imports
-this package; code that must send a task uses :mod:`scheduler.dispatch`.
+this package; code that must send a task uses :mod:`scheduler.nudge.dispatch`.
 """
 
 from tasks import (  # noqa: F401  (registers the tasks and the log format)

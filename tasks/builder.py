@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import tasknames
 from scheduler.errors import SluiceError
+from scheduler.nudge import task_names
 from scheduler.settings.load import load_settings
 from scheduler.zk.client import process_client
 from tasks import retrying
@@ -30,11 +30,11 @@ class ImageTaskError(SluiceError):
     """The task was sent without an image name."""
 
 
-@app.task(name=tasknames.IMAGE_BUILD, acks_late=True, **retrying.WORKER)
+@app.task(name=task_names.IMAGE_BUILD, acks_late=True, **retrying.WORKER)
 def build(image: str) -> dict[str, Any]:
     """Build ``image`` now if it is due or requested and nobody else builds it."""
     if not isinstance(image, str) or not image:
-        raise ImageTaskError(f"{tasknames.IMAGE_BUILD}: image must be a non-empty name")
+        raise ImageTaskError(f"{task_names.IMAGE_BUILD}: image must be a non-empty name")
     settings = load_settings()
     builder = ImageBuilder.from_settings(settings, process_client(settings.zookeeper))
     return build_image(builder, image).to_dict()

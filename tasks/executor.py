@@ -30,8 +30,8 @@ from typing import Any
 
 from celery import Task, states
 
-from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
+from scheduler.nudge import dispatch, task_names
 from scheduler.processlocal import ProcessLocal
 from scheduler.reporting.estimates import JobEstimates
 from scheduler.settings.sections import Settings
@@ -70,7 +70,7 @@ def _zone(value: object) -> str | None:
     return value
 
 
-@app.task(name=tasknames.BUILD, bind=True, acks_late=False, ignore_result=True, **retrying.WORKER)
+@app.task(name=task_names.BUILD, bind=True, acks_late=False, ignore_result=True, **retrying.WORKER)
 def build(self: Task[Any, Any], request_uuid: str, zone: str | None = None) -> dict[str, Any]:
     """Claim the build request ``request_uuid`` of ``zone`` and run it; its report.
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.load import load_settings
 from scheduler.zk.client import process_client
 from tasks import retrying
@@ -28,11 +28,11 @@ class LaunchTaskError(SluiceError):
     """The task was sent without a node request id."""
 
 
-@app.task(name=tasknames.LAUNCH, acks_late=True, **retrying.WORKER)
+@app.task(name=task_names.LAUNCH, acks_late=True, **retrying.WORKER)
 def serve(request_id: str) -> dict[str, Any]:
     """Serve node request ``request_id`` now, if nobody else does."""
     if not isinstance(request_id, str) or not request_id:
-        raise LaunchTaskError(f"{tasknames.LAUNCH}: request_id must be a non-empty id")
+        raise LaunchTaskError(f"{task_names.LAUNCH}: request_id must be a non-empty id")
     settings = load_settings()
     launcher = Launcher(settings, process_client(settings.zookeeper))
     outcome = serve_request(launcher, request_id)
@@ -40,5 +40,5 @@ def serve(request_id: str) -> dict[str, Any]:
         # its outcome is already in the pipeline's result queue (same transaction);
         # a lost nudge is re-sent by the sweep, which sees the queued event
         tenant, pipeline = outcome.pipeline
-        dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
+        dispatch.send(task_names.PROCESS_PIPELINE, tenant, pipeline, settings=settings)
     return outcome.to_dict()

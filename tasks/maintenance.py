@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from scheduler.settings.load import load_settings
 from scheduler.sweep import node_steps, run_sweep, scheduler_steps, standard_steps
 from scheduler.zk.client import process_client
 from tasks.app import app
 
 
-@app.task(name=tasknames.SWEEP)
+@app.task(name=task_names.SWEEP)
 def sweep() -> dict[str, Any]:
     """Re-nudge pending requests and scheduler work, record lost requests and nodes, clean up."""
     settings = load_settings()
     client = process_client(settings.zookeeper)
-    renudge_merges = tasknames.MERGE in app.tasks
+    renudge_merges = task_names.MERGE in app.tasks
     report = run_sweep(
         client,
         lambda: [

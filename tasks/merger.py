@@ -23,8 +23,8 @@ from typing import Any
 
 from celery import Task
 
-from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
+from scheduler.nudge import dispatch, task_names
 from scheduler.zk.client import process_client
 from tasks import retrying
 from tasks.app import app
@@ -37,11 +37,11 @@ class MergeRequestError(SluiceError):
     """The task was sent with arguments that name no request."""
 
 
-@app.task(name=tasknames.MERGE, bind=True, acks_late=True, ignore_result=True, **retrying.WORKER)
+@app.task(name=task_names.MERGE, bind=True, acks_late=True, ignore_result=True, **retrying.WORKER)
 def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
     """Claim the merge request ``request_uuid``, run its job and store its result in ZooKeeper."""
     if not isinstance(request_uuid, str) or not request_uuid:
-        raise MergeRequestError(f"{tasknames.MERGE}: request_uuid must be a non-empty string")
+        raise MergeRequestError(f"{task_names.MERGE}: request_uuid must be a non-empty string")
     settings = runtime_settings()
     client = process_client(settings.zookeeper)
     report = execute(
@@ -54,11 +54,11 @@ def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
     return report.to_dict()
 
 
-@app.task(name=tasknames.RECONFIGURE, bind=True, acks_late=True, **retrying.WORKER)
+@app.task(name=task_names.RECONFIGURE, bind=True, acks_late=True, **retrying.WORKER)
 def reconfigure(self: Task[Any, Any], tenant: str) -> bool:
     """Apply ``tenant``'s reconfiguration requests (a nudge: they are in ZooKeeper)."""
     if not isinstance(tenant, str) or not tenant:
-        raise MergeRequestError(f"{tasknames.RECONFIGURE}: tenant must be a non-empty name")
+        raise MergeRequestError(f"{task_names.RECONFIGURE}: tenant must be a non-empty name")
     settings = runtime_settings()
     client = process_client(settings.zookeeper)
     return reconfigure_tenant_here(client, settings, process_cache(settings), tenant)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from scheduler import dispatch
 from scheduler.drivers.reporter import DRIVERS, ForgeReporter, ReporterConfig
 from scheduler.layouts import LayoutManagerSource, TenantLayouts
 from scheduler.layouts.source import ProjectsNeeded
+from scheduler.nudge import dispatch
 from scheduler.processing.environment import Environment, ItemReporter, Nudge
 from scheduler.processing.formats import WireFormats
 from scheduler.processing.reporters import HistoryReporter

@@ -19,9 +19,10 @@ from typing import Any
 
 from celery import Task
 
-from scheduler import dispatch, logcontext, pendingnudge, tasknames
+from scheduler import logcontext
 from scheduler.drivers import webhooks
 from scheduler.errors import SluiceError
+from scheduler.nudge import dispatch, pending_marks, task_names
 from scheduler.processing import forwarding
 from scheduler.processing.pipeline import process_pipeline as run_pipeline
 from scheduler.wire.events import TriggerEvent
@@ -43,7 +44,7 @@ def _name(task: str, what: str, value: object) -> str:
 
 
 @app.task(
-    name=tasknames.FORWARD_CONNECTION_EVENTS, bind=True, ignore_result=True, **retrying.SCHEDULER
+    name=task_names.FORWARD_CONNECTION_EVENTS, bind=True, ignore_result=True, **retrying.SCHEDULER
 )
 def forward_connection_events(self: Task[Any, Any], connection: str) -> None:
     """Move a connection's events into the trigger queues of the tenants holding them."""
@@ -64,10 +65,10 @@ def forward_connection_events(self: Task[Any, Any], connection: str) -> None:
         retry=webhooks.retry_policy(found),
     )
     if wait is not None:  # deferred deliveries: again when the first is due (and by the sweep)
-        dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, name, settings=settings, countdown=wait)
+        dispatch.send(task_names.FORWARD_CONNECTION_EVENTS, name, settings=settings, countdown=wait)
 
 
-@app.task(name=tasknames.PROCESS_TENANT, bind=True, ignore_result=True, **retrying.SCHEDULER)
+@app.task(name=task_names.PROCESS_TENANT, bind=True, ignore_result=True, **retrying.SCHEDULER)
 def process_tenant(self: Task[Any, Any], tenant: str) -> None:
     """Move a tenant's management and trigger events into its pipelines' queues."""
     name = _name(self.name, "tenant", tenant)
@@ -76,7 +77,7 @@ def process_tenant(self: Task[Any, Any], tenant: str) -> None:
         forwarding.process_tenant(env.client, layouts, env.nudge, name)
 
 
-@app.task(name=tasknames.PROCESS_PIPELINE, bind=True, ignore_result=True, **retrying.SCHEDULER)
+@app.task(name=task_names.PROCESS_PIPELINE, bind=True, ignore_result=True, **retrying.SCHEDULER)
 def process_pipeline(
     self: Task[Any, Any], tenant: str, pipeline: str, if_results: bool = False
 ) -> bool:
@@ -88,7 +89,7 @@ def process_pipeline(
     tenant_name = _name(self.name, "tenant", tenant)
     pipeline_name = _name(self.name, "pipeline", pipeline)
     # before any queue is read: a result from now on nudges again
-    pendingnudge.started(runtime_settings(), tenant_name, pipeline_name)
+    pending_marks.started(runtime_settings(), tenant_name, pipeline_name)
     env, _ = runtime()
     if (
         if_results

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from scheduler.zk.client import process_client
 from scheduler.zk.roundtrip import roundtrip as zk_roundtrip
 from tasks.app import app
@@ -16,7 +16,7 @@ from tasks.runtime import runtime_settings
 MAX_HOLD_SECONDS = 5.0
 
 
-@app.task(name=tasknames.ROUNDTRIP)
+@app.task(name=task_names.ROUNDTRIP)
 def roundtrip(token: str, hold: float = 0.0) -> dict[str, Any]:
     """Read and write ZooKeeper from a worker process and report what it saw."""
     settings = runtime_settings()

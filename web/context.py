@@ -16,11 +16,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from scheduler import dispatch
 from scheduler.errors import SettingsError
 from scheduler.layouts import TenantLayout, TenantLayouts
 from scheduler.model.build import Build
 from scheduler.model.item import PipelineState, QueueItem
+from scheduler.nudge import dispatch
 from scheduler.reporting import open_database
 from scheduler.reporting.queries import format_time
 from scheduler.settings.exposure import BrokerError

@@ -38,8 +38,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from scheduler import dispatch, tasknames
 from scheduler.drivers import webhooks
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import ConnectionSettings
 from web.bodies import chunks, parse_json
 from web.errors import ApiError, error_response
@@ -123,7 +123,7 @@ async def _receive(request: Request) -> Response:
     try:
         await run_in_threadpool(
             dispatch.send_quickly,
-            tasknames.FORWARD_CONNECTION_EVENTS,
+            task_names.FORWARD_CONNECTION_EVENTS,
             name,
             settings=ctx.settings,
         )

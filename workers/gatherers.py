@@ -30,10 +30,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scheduler import dispatch, tasknames
 from scheduler.drivers import timer
 from scheduler.drivers.git import poller
 from scheduler.layouts import TenantLayout, TenantLayouts
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import ConnectionSettings, Settings
 from scheduler.zk import locks, members, paths
 from scheduler.zk.client import ZooKeeperClient
@@ -187,10 +187,10 @@ class Gatherers:
         return found
 
     def _nudge_connection(self, connection: str) -> None:
-        dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, connection, settings=self.settings)
+        dispatch.send(task_names.FORWARD_CONNECTION_EVENTS, connection, settings=self.settings)
 
     def _nudge_pipeline(self, tenant: str, pipeline: str) -> None:
-        dispatch.send(tasknames.PROCESS_PIPELINE, tenant, pipeline, settings=self.settings)
+        dispatch.send(task_names.PROCESS_PIPELINE, tenant, pipeline, settings=self.settings)
 
     def close(self) -> None:
         for connection in self.pollers:

@@ -82,15 +82,15 @@ def list_deliveries(connection: str | None = None, as_json: bool = False) -> Non
 @clear_errors
 def retry(connection: str, delivery: str) -> None:
     """Put the set-aside DELIVERY back into CONNECTION's queue, to be translated again."""
-    from scheduler import dispatch, tasknames
     from scheduler.errors import SluiceError
+    from scheduler.nudge import dispatch, task_names
     from scheduler.zk.deliveries import SetAsideStore
 
     conf = settings()
     with zookeeper(conf) as client:
         SetAsideStore(client, connection).retry(delivery)
     try:
-        dispatch.send(tasknames.FORWARD_CONNECTION_EVENTS, connection, settings=conf)
+        dispatch.send(task_names.FORWARD_CONNECTION_EVENTS, connection, settings=conf)
     except SluiceError as exc:  # queued in ZooKeeper: the sweep nudges the hop
         click.echo(f"queued; the hop was not nudged ({exc}): the next sweep will")
         return

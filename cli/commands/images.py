@@ -26,7 +26,7 @@ def image() -> None:
 @clear_errors
 def build(name: str) -> None:
     """Build image NAME now, off its schedule (raises its request-build flag)."""
-    from scheduler import dispatch, tasknames
+    from scheduler.nudge import dispatch, task_names
     from scheduler.zk.images import ImageStore
 
     conf = settings()
@@ -38,7 +38,7 @@ def build(name: str) -> None:
     click.echo(f"build of {name} requested")
     # the flag is the request; the nudge only saves waiting for a builder's next check
     try:
-        dispatch.send_quickly(tasknames.IMAGE_BUILD, name, settings=conf)
+        dispatch.send_quickly(task_names.IMAGE_BUILD, name, settings=conf)
     except SluiceError as exc:
         click.echo(f"(no nudge sent: {exc}; a builder's next check starts the build)")
 

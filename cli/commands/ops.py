@@ -25,10 +25,10 @@ def retry(task_id: str, flower_url: str | None) -> None:
     Safe for any Sluice task: a task whose work is done finds it done and
     returns; one whose nudge was lost does the work.
     """
-    from scheduler import resend, tasklabels
+    from scheduler.nudge import resend, task_labels
 
     conf = settings()
     task = resend.find(task_id, conf, flower_url)
     new_id = resend.send_again(task, conf)
-    about = tasklabels.label(task.name, [*task.args, *task.kwargs.values()])
+    about = task_labels.label(task.name, [*task.args, *task.kwargs.values()])
     click.echo(f"re-sent {task.name} ({about}), found in {task.source}, as {new_id}")

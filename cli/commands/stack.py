@@ -9,7 +9,7 @@ import click
 from cli.commands.common import clear_errors, settings
 from cli.stack.local import LocalStack, describe
 from cli.stack.workers import EXECUTOR_CONCURRENCY
-from scheduler import dispatch
+from scheduler.nudge import dispatch
 from scheduler.reconfiguration import (
     ReconfigurationError,
     check_tenant_file,

@@ -12,7 +12,7 @@ import uuid
 import click
 
 from cli.commands.common import clear_errors, settings
-from scheduler import dispatch, tasknames
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.exposure import redact
 
 
@@ -26,7 +26,7 @@ def roundtrip(timeout: float) -> None:
     click.echo(f"sending sluice.system.roundtrip({token}) via {redact(conf.broker_url)}")
     # a broker that refuses us is named at once, with what failed (authentication, ...)
     dispatch.check_broker(conf)
-    result = dispatch.send(tasknames.ROUNDTRIP, token, settings=conf)
+    result = dispatch.send(task_names.ROUNDTRIP, token, settings=conf)
     try:
         reply = result.get(timeout=timeout)
     except Exception as exc:  # the broker or worker failed: name it

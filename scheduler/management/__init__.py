@@ -13,11 +13,11 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduler import dispatch, tasknames
 from scheduler.errors import SluiceError
 from scheduler.layouts import NoLayoutError, TenantLayouts
 from scheduler.management.refs import list_refs, resolve
 from scheduler.model.change import Change
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import Settings
 from scheduler.wire.events import Dequeue, Enqueue, Promote
 from scheduler.zk import paths
@@ -75,7 +75,7 @@ def send(
     result_id = uuid.uuid4().hex
     payload = replace(event, pipeline=where.pipeline, result_id=result_id).to_dict()
     EventQueue(client, paths.tenant_management_queue(where.tenant)).put(payload)
-    dispatch.send_quickly(tasknames.PROCESS_TENANT, where.tenant, settings=conf)
+    dispatch.send_quickly(task_names.PROCESS_TENANT, where.tenant, settings=conf)
     outcome = wait_for_result(client, result_id, timeout)
     if outcome is None:
         raise NoAnswerError(

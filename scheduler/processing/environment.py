@@ -83,7 +83,7 @@ class Nudge(Protocol):
     """Send task ``task`` with ``args`` to ``queue`` (None: the task's default route).
 
     ``label`` says what the task is about, for Flower and logs
-    (:mod:`scheduler.tasklabels`); empty, the sender makes one from the arguments.
+    (:mod:`scheduler.nudge.task_labels`); empty, the sender makes one from the arguments.
     """
 
     def __call__(

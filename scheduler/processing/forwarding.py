@@ -30,9 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from scheduler import scope, tasknames
+from scheduler import scope
 from scheduler.drivers import ForgeError, webhooks
 from scheduler.layouts.triggers import ENQUEUE
+from scheduler.nudge import task_names
 from scheduler.processing import behind
 from scheduler.processing.environment import Nudge
 from scheduler.wire.events import (
@@ -219,9 +220,9 @@ def forward_connection_events(
     sources = [_Source(queue, hop.route), _Source(deferred, hop.route, due=hop.due)]
     touched = _drain_all(client, paths.connection_lock(connection, "events"), sources)
     for tenant in sorted({hop.tenants[root] for root in touched if root in hop.tenants}):
-        nudge(tasknames.PROCESS_TENANT, (tenant,), None)
+        nudge(task_names.PROCESS_TENANT, (tenant,), None)
     if queue.length():
-        nudge(tasknames.FORWARD_CONNECTION_EVENTS, (connection,), None)
+        nudge(task_names.FORWARD_CONNECTION_EVENTS, (connection,), None)
     if not hop.handled_deferred or not deferred.length():
         return None
     head = deferred.read(limit=1)
@@ -400,11 +401,11 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
     with scope.validation_scope():
         _drain(client, paths.trigger_queue_lock(tenant), trigger, route_trigger)
     for pipeline in sorted({p for p in targets.values() if p is not None}):
-        nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
+        nudge(task_names.PROCESS_PIPELINE, (tenant, pipeline), None)
     if None in targets.values():
-        nudge(tasknames.RECONFIGURE, (tenant,), None)
+        nudge(task_names.RECONFIGURE, (tenant,), None)
     if management.length() or trigger.length():
-        nudge(tasknames.PROCESS_TENANT, (tenant,), None)
+        nudge(task_names.PROCESS_TENANT, (tenant,), None)
 
 
 def _route_trigger(

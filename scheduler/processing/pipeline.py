@@ -30,13 +30,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler import dispatch, reconfiguration, scope, tasklabels, tasknames
+from scheduler import reconfiguration, scope
 from scheduler.manager import events as ev
 from scheduler.manager import settling
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState
 from scheduler.model.results import Result
+from scheduler.nudge import task_labels, task_names
 from scheduler.processing import quiet, testhooks
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.decoding import EventDecoder, PushOutcome, push_request_uuid
@@ -75,7 +76,7 @@ def process_pipeline(env: Environment, tenant: str, pipeline: str) -> bool:
     """Process ``pipeline`` until quiet; False if another worker is processing it."""
 
     def renudge() -> None:
-        env.nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
+        env.nudge(task_names.PROCESS_PIPELINE, (tenant, pipeline), None)
 
     return run_exclusive(
         env.client,
@@ -282,7 +283,7 @@ class PipelinePass:
         """After the commit: the new requests' tasks, cancels, and waiters of freed slots."""
         self._after_commit(manager)
         for tenant, pipeline in ledger.to_wake():  # a slot freed: waiters elsewhere retry
-            self.env.nudge(tasknames.PROCESS_PIPELINE, (tenant, pipeline), None)
+            self.env.nudge(task_names.PROCESS_PIPELINE, (tenant, pipeline), None)
 
     def report_starts(self, manager: PipelineManager, state: PipelineState) -> None:
         """Items whose first merge was requested in this pass have started (``start:``)."""
@@ -414,20 +415,20 @@ class PipelinePass:
         for queue, event in self.consumed:
             queue.discard_data(event)
         if self.config_merged:
-            self.env.nudge(tasknames.RECONFIGURE, (self.tenant,), None)
+            self.env.nudge(task_names.RECONFIGURE, (self.tenant,), None)
         for new in self.requests:
-            label = tasklabels.request_label(new.request)
+            label = task_labels.request_label(new.request)
             if new.queue_root == paths.merger_queue():
-                self.env.nudge(tasknames.MERGE, (new.request.uuid,), None, label=label)
+                self.env.nudge(task_names.MERGE, (new.request.uuid,), None, label=label)
             else:
                 zone = new.request.info.get("zone") or None
-                route = dispatch.executor_queue_name(zone) if zone else None
-                self.env.nudge(tasknames.BUILD, (new.request.uuid, zone), route, label=label)
+                route = task_names.executor_queue_name(zone) if zone else None
+                self.env.nudge(task_names.BUILD, (new.request.uuid, zone), route, label=label)
         for cancel in manager.intents.cancels:
             root = paths.executor_queue(cancel.zone or None)
             self._queue(root).request_cancel(cancel.build)
         for request_id in self.node_requests:
-            self.env.nudge(tasknames.LAUNCH, (request_id,), LAUNCHER_QUEUE)
+            self.env.nudge(task_names.LAUNCH, (request_id,), LAUNCHER_QUEUE)
         store = NodeStore(self.env.client)
         for request_id in [*manager.intents.node_deletes, *self.decoder.node_deletes]:
             store.delete_request(request_id)  # its nodes, if any, are recovered as used

@@ -235,8 +235,8 @@ class BrokerSettings:
     password_file: Path | None = None
     # a rediss:// broker: its CA, our certificate and key (Celery's broker_use_ssl)
     tls: TLSSettings | None = None
-    # a plain redis:// broker: push task messages ourselves (scheduler/fastsend.py,
-    # scheduler/quicksend.py), without Celery's task-sent event; false: Celery sends all
+    # a plain redis:// broker: push task messages ourselves (scheduler/nudge/kept_connection.py,
+    # scheduler/nudge/fresh_socket.py), without Celery's task-sent event; false: Celery sends all
     fast_send: bool = True
 
 

@@ -16,7 +16,7 @@ Two kinds of submitter:
   result (:func:`read_result`);
 * **a blocking caller** (reconfiguration reading config at branch heads)
   uses :func:`submit_merge_job` with ``wait=True``,
-  :func:`scheduler.dispatch.send_merge`, then :func:`wait_for_merge_result`,
+  :func:`scheduler.nudge.dispatch.send_merge`, then :func:`wait_for_merge_result`,
   woken by a watch on the request's ``results/<uuid>`` marker (no
   polling); :func:`merge_and_wait` does the three.
 
@@ -37,7 +37,7 @@ import uuid as uuid_module
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler import dispatch
+from scheduler.nudge import dispatch
 from scheduler.settings.sections import Settings
 from scheduler.wire.merger import (
     InvalidRecordError,

@@ -29,8 +29,8 @@ from sqlalchemy.engine import make_url
 
 from cli.main import cli as sluice_cli
 from cli.stack.process import free_port
-from scheduler import dispatch
 from scheduler.config import parse_tenant_config
+from scheduler.nudge import task_names
 from scheduler.settings.environment import ENV_OVERRIDES
 from scheduler.settings.load import CONFIG_ENV, parse_settings
 from scheduler.settings.sections import Settings
@@ -229,10 +229,10 @@ def test_worker_queues_are_queues_the_project_defines(
         for queue in worker_queues(argv):
             if queue in defined:
                 continue
-            zone = queue.removeprefix(f"{dispatch.EXECUTOR_QUEUE}.")
+            zone = queue.removeprefix(f"{task_names.EXECUTOR_QUEUE}.")
             assert zone != queue, f"{name}: queue {queue!r} is not one celeryconfig defines"
             # The exact name the scheduler sends a zone's builds to.
-            assert dispatch.executor_queue_name(zone) == queue, f"{name}: queue {queue!r}"
+            assert task_names.executor_queue_name(zone) == queue, f"{name}: queue {queue!r}"
 
 
 def test_every_task_has_a_worker_and_zones_have_their_own_service(
@@ -247,7 +247,7 @@ def test_every_task_has_a_worker_and_zones_have_their_own_service(
     for task in sluice_tasks:
         queue = celery_app.amqp.router.route({}, task)["queue"].name
         assert queue in consumed, f"no service consumes {queue!r}, where {task} is routed"
-    zoned = [q for q in consumed if q.startswith(f"{dispatch.EXECUTOR_QUEUE}.")]
+    zoned = [q for q in consumed if q.startswith(f"{task_names.EXECUTOR_QUEUE}.")]
     assert zoned, "no executor zone service (-Q executor.<zone>)"
     for queue in zoned:
         for name in consumed[queue]:
@@ -441,7 +441,7 @@ def test_executors_see_the_mergers_repo_cache_at_the_same_path(
     }
     assert len(merger_cache) == 1, "the merger needs a repo cache volume"
     for name, argv in workers.items():
-        if any(q.split(".")[0] == dispatch.EXECUTOR_QUEUE for q in worker_queues(argv)):
+        if any(q.split(".")[0] == task_names.EXECUTOR_QUEUE for q in worker_queues(argv)):
             sources = {m.source for m in mounts(services(compose)[name]) if m.target == cache}
             assert sources == merger_cache, f"{name}: the merger's repo cache at {cache}"
     readme = DOCKER_README.read_text()
@@ -615,7 +615,7 @@ def secret_names(service: dict[str, Any]) -> list[str]:
 
 
 def is_executor(argv: list[str]) -> bool:
-    return any(q.split(".")[0] == dispatch.EXECUTOR_QUEUE for q in worker_queues(argv))
+    return any(q.split(".")[0] == task_names.EXECUTOR_QUEUE for q in worker_queues(argv))
 
 
 def test_the_passwords_are_required_secrets_sluice_yaml_reads(

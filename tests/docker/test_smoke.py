@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from tests.docker.deployment import COMPOSE_FILE, load_compose, worker_services
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -198,7 +198,7 @@ def worker_nodes(
 
 def roundtrip(app: Celery, timeout: float = 60) -> tuple[str, dict[str, Any], str]:
     token = uuid.uuid4().hex
-    result = app.send_task(tasknames.ROUNDTRIP, args=[token], queue="maintenance")
+    result = app.send_task(task_names.ROUNDTRIP, args=[token], queue="maintenance")
     reply = result.get(timeout=timeout)
     assert reply["read"] == reply["written"], reply
     assert reply["read"]["token"] == token, reply

@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from tests.e2e.flower import get
 from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 from tests.fixtures.waiting import wait_until
@@ -85,7 +85,7 @@ def test_flower_shows_a_running_build_in_progress(system: SluiceSystem, flower: 
     def in_progress() -> dict[str, Any] | None:
         tasks: dict[str, dict[str, Any]] = get(f"{flower}/api/tasks")
         for task in tasks.values():
-            if task["name"] == tasknames.BUILD and task["state"] == "PROGRESS":
+            if task["name"] == task_names.BUILD and task["state"] == "PROGRESS":
                 return task
         return None
 

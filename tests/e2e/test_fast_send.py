@@ -4,7 +4,7 @@ A change goes through check on real ``celery worker`` processes while the
 test listens to every task event on the broker. The scheduler sends each
 build from inside its ``process_pipeline`` task, and the executor sends a
 pipeline nudge from inside each build: those go the fast way
-(scheduler/fastsend.py). The workers receive them with the label as their
+(scheduler/nudge/kept_connection.py). The workers receive them with the label as their
 arguments, the sending task as parent and its root as root, and run them;
 no ``task-sent`` event is published for them. With ``SLUICE_FAST_SEND=0``
 the same sends go through Celery, each with its ``task-sent`` event.
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from tests.e2e.system import SluiceSystem
 from tests.e2e.test_check_pipeline import prepare_check
 from tests.fixtures.waiting import wait_until
@@ -50,7 +50,7 @@ def _of(events: list[dict[str, Any]], kind: str, name: str = "") -> dict[str, di
 
 def _nudges_after(events: list[dict[str, Any]], build_id: str) -> list[dict[str, Any]]:
     """The pipeline nudges a build sent when it ended (not the delayed ones of its start)."""
-    received = _of(events, "task-received", tasknames.PROCESS_PIPELINE).values()
+    received = _of(events, "task-received", task_names.PROCESS_PIPELINE).values()
     return [e for e in received if e["parent_id"] == build_id and not e["eta"]]
 
 
@@ -58,11 +58,11 @@ def _settled(events: list[dict[str, Any]], fast: bool) -> bool:
     """Three builds ran, and the nudges they sent ran too.
 
     Through Celery each build sends one. The fast way, a build that ends while
-    a nudge of its pipeline waits to start sends none (scheduler/pendingnudge.py):
+    a nudge of its pipeline waits to start sends none (scheduler/nudge/pending_marks.py):
     at least the first does.
     """
     succeeded = _of(events, "task-succeeded")
-    builds = _of(events, "task-received", tasknames.BUILD)
+    builds = _of(events, "task-received", task_names.BUILD)
     if len(builds) != 3 or not all(build_id in succeeded for build_id in builds):
         return False
     nudges = {b: _nudges_after(events, b) for b in builds}
@@ -92,12 +92,12 @@ def test_sends_from_inside_tasks_reach_workers_with_label_and_parent(
 
     received = _of(snapshot, "task-received")
     sent = _of(snapshot, "task-sent")
-    builds = _of(snapshot, "task-received", tasknames.BUILD)
+    builds = _of(snapshot, "task-received", task_names.BUILD)
     jobs = set()
     for build_id, build in builds.items():
         # sent from inside the scheduler's pipeline task, which a worker ran
         parent = received[build["parent_id"]]
-        assert parent["name"] == tasknames.PROCESS_PIPELINE
+        assert parent["name"] == task_names.PROCESS_PIPELINE
         assert build["root_id"] == (parent["root_id"] or parent["uuid"])
         # the label is what Flower shows as the task's arguments
         words = set(build["args"].split())

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from tests.e2e.flower import get
 from tests.e2e.system import SluiceSystem
 from tests.e2e.test_check_pipeline import prepare_check
@@ -67,13 +67,13 @@ def test_flower_shows_what_each_task_is_about(
 
     def builds_done() -> bool:
         done = [
-            t for t in tasks().values() if t["name"] == tasknames.BUILD and t["state"] == "SUCCESS"
+            t for t in tasks().values() if t["name"] == task_names.BUILD and t["state"] == "SUCCESS"
         ]
         return len(done) == 3
 
     wait_until(builds_done, 60, "Flower saw the three builds succeed", interval=0.3)
     everything = tasks()
-    builds = [t for t in everything.values() if t["name"] == tasknames.BUILD]
+    builds = [t for t in everything.values() if t["name"] == task_names.BUILD]
     jobs = set()
     for build in builds:
         args = build["args"]
@@ -83,9 +83,9 @@ def test_flower_shows_what_each_task_is_about(
         jobs.add(args.split("job=")[1].split()[0])
         assert "completed" in build["result"] and args.split(" request=")[0] in build["result"]
     assert jobs == {"lint", "unit", "experimental"}
-    merges = [t for t in everything.values() if t["name"] == tasknames.MERGE]
+    merges = [t for t in everything.values() if t["name"] == task_names.MERGE]
     assert merges and all("merge=merge" in t["args"] for t in merges if "project=" in t["args"])
-    pipeline = [t for t in everything.values() if t["name"] == tasknames.PROCESS_PIPELINE]
+    pipeline = [t for t in everything.values() if t["name"] == task_names.PROCESS_PIPELINE]
     assert pipeline and all("tenant=demo pipeline=check" in t["args"] for t in pipeline)
 
     lint = next(t for t in builds if "job=lint" in t["args"])

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cli.stack.process import is_alive
-from scheduler import dispatch, tasknames
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.load import load_settings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore, ImageUpload
@@ -260,7 +260,7 @@ def test_two_builders_never_build_one_image_at_once(
         count = len(store.builds("base"))
         system.sluice("image", "build", "base")
         for _ in range(4):  # extra nudges, as duplicate deliveries would be
-            dispatch.send_quickly(tasknames.IMAGE_BUILD, "base", settings=conf)
+            dispatch.send_quickly(task_names.IMAGE_BUILD, "base", settings=conf)
         wait_until(
             lambda c=count: len(store.builds("base")) > c and not store.build_requested("base"),
             60,

@@ -1,4 +1,4 @@
-"""Result nudges skipped while one waits lose no result (scheduler/pendingnudge.py).
+"""Result nudges skipped while one waits lose no result (scheduler/nudge/pending_marks.py).
 
 Real workers: builds of several changes end together and nudge one
 pipeline; every result must be applied, whichever nudges were skipped.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import redis
 
-from scheduler import pendingnudge
+from scheduler.nudge import pending_marks
 from tests.e2e.system import SluiceSystem
 from tests.e2e.test_check_pipeline import prepare_check
 
@@ -16,7 +16,7 @@ REFS = ("one", "two", "three", "four")
 
 
 def _marks(broker: redis.Redis) -> list[bytes]:
-    return list(broker.scan_iter(f"{pendingnudge.PREFIX}*"))
+    return list(broker.scan_iter(f"{pending_marks.PREFIX}*"))
 
 
 def test_results_of_changes_that_end_together_are_all_applied(system: SluiceSystem) -> None:
@@ -26,7 +26,7 @@ def test_results_of_changes_that_end_together_are_all_applied(system: SluiceSyst
     broker = redis.Redis.from_url(system.environment.redis_url)
     # a nudge that was lost after it marked the pipeline: its mark holds the
     # first results' nudges back until it expires, and nothing is lost
-    broker.set(pendingnudge.mark_key("demo", "check"), b"1", px=pendingnudge.TTL_MS)
+    broker.set(pending_marks.mark_key("demo", "check"), b"1", px=pending_marks.TTL_MS)
 
     for ref in REFS:
         system.enqueue(ref)

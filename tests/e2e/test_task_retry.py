@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from tests.e2e.flower import get, post
 from tests.e2e.system import SluiceSystem
 from tests.e2e.test_check_pipeline import prepare_check
@@ -42,9 +42,9 @@ def test_retrying_finished_builds_does_nothing_visible(system: SluiceSystem, flo
     system.enqueue("feature")
     system.sluice("wait", "--idle", "--timeout", "90")
     wait_until(
-        lambda: len(_tasks(flower, tasknames.BUILD)) == 3, 30, "Flower saw 3 builds", interval=0.2
+        lambda: len(_tasks(flower, task_names.BUILD)) == 3, 30, "Flower saw 3 builds", interval=0.2
     )
-    lint = next(t for t in _tasks(flower, tasknames.BUILD) if "job=lint" in t["args"])
+    lint = next(t for t in _tasks(flower, task_names.BUILD) if "job=lint" in t["args"])
 
     # a build that ended well within half a second left nothing in the result
     # backend (tasks/executor.py): Flower knows it
@@ -57,7 +57,7 @@ def test_retrying_finished_builds_does_nothing_visible(system: SluiceSystem, flo
 
     # Flower's own async-apply of the same task name and arguments: the same
     request = lint["args"].split("request=")[1].split()[0]
-    sent = post(f"{flower}/api/task/async-apply/{tasknames.BUILD}", {"args": [request]})
+    sent = post(f"{flower}/api/task/async-apply/{task_names.BUILD}", {"args": [request]})
     assert "duplicate" in _task(flower, sent["task-id"])["result"]
 
     assert len(system.builds()) == 3  # nothing ran twice
@@ -81,7 +81,7 @@ def test_retrying_a_purged_nudge_does_the_work(system: SluiceSystem, flower: str
     wait_until(nudged, 60, "two build nudges in the executor queue", interval=0.2)
     broker.delete("executor")  # an operator purged the queue: the nudges are lost
     system.start_worker(("executor",))
-    lost = _tasks(flower, tasknames.BUILD)
+    lost = _tasks(flower, task_names.BUILD)
     assert len(lost) == 2 and all(t["state"] != "SUCCESS" for t in lost)
 
     # never ran, so only Flower knows them; the label names the request
@@ -108,8 +108,8 @@ def test_a_hop_stores_no_result_unless_it_fails(system: SluiceSystem) -> None:
     prepare_check(system)
     system.start_worker(("scheduler",), concurrency=1)
     app = system.workers.app
-    passed = app.send_task(tasknames.PROCESS_TENANT, args=["no-events"], queue="scheduler")
-    failed = app.send_task(tasknames.PROCESS_TENANT, args=[""], queue="scheduler")  # refused
+    passed = app.send_task(task_names.PROCESS_TENANT, args=["no-events"], queue="scheduler")
+    failed = app.send_task(task_names.PROCESS_TENANT, args=[""], queue="scheduler")  # refused
 
     def stored() -> bool:
         return app.AsyncResult(failed.id).state == "FAILURE"

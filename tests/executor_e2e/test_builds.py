@@ -2,7 +2,7 @@
 
 Every test submits a build request as the scheduler would (params: a
 BuildSpec of a real script in a real git repository), nudges it with
-``scheduler.dispatch.send_build`` and reads the result from ZooKeeper.
+``scheduler.nudge.dispatch.send_build`` and reads the result from ZooKeeper.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 import redis
 
 from cli.stack.process import is_alive
-from scheduler.dispatch import executor_queue_name, send_build
+from scheduler.nudge.dispatch import send_build
+from scheduler.nudge.task_names import executor_queue_name
 from scheduler.zk.job_requests import RequestEvent, RequestState
 from tests.executor.helpers import Repo, make_spec, processes_of_build
 from tests.executor_e2e.conftest import SESSION_TIMEOUT, Builds

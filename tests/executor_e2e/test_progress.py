@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 
-from scheduler.dispatch import executor_queue_name, send_build
+from scheduler.nudge.dispatch import send_build
+from scheduler.nudge.task_names import executor_queue_name
 from tests.executor.helpers import Repo, make_spec
 from tests.executor_e2e.conftest import Builds
 from tests.fixtures.published import META_PREFIX, Published

@@ -18,7 +18,7 @@ from typing import TypeVar
 import pytest
 
 import celeryconfig
-from scheduler.dispatch import DispatchError, executor_queue_name
+from scheduler.nudge.task_names import DispatchError, executor_queue_name
 from scheduler.sweep import (
     SweepReport,
     SweepStep,

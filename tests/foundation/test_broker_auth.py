@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli.stack.redis import RedisServer, probe
-from scheduler import dispatch, tasknames
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.exposure import BrokerError
 from scheduler.settings.load import load_settings
 from tests.fixtures.cli import run_sluice
@@ -100,13 +100,13 @@ def test_a_nudge_without_the_password_is_refused_at_once(
     redis_with_password: RedisServer, tmp_path: Path
 ) -> None:
     # `sluice enqueue` and friends push their nudge over a plain socket first
-    # (scheduler/quicksend.py): a refused password is an error, not a fallback
+    # (scheduler/nudge/fresh_socket.py): a refused password is an error, not a fallback
     redis = redis_with_password
     config = tmp_path / "sluice.yaml"
     config.write_text(f"broker_url: redis://127.0.0.1:{redis.port}/0\nstate_dir: s\n")
     settings = load_settings(config, {})
     with pytest.raises(BrokerError, match="authentication failed"):
-        dispatch.send_quickly(tasknames.SWEEP, settings=settings)
+        dispatch.send_quickly(task_names.SWEEP, settings=settings)
     with pytest.raises(BrokerError, match="authentication failed"):
         dispatch.check_broker(settings)
     # what /health shows of a broker that refuses the password it was given

@@ -51,7 +51,7 @@ def test_an_unknown_command_is_a_usage_error() -> None:
 
 
 def test_management_commands_load_without_celery_or_sqlalchemy() -> None:
-    # `sluice enqueue` nudges a Redis broker without Celery (scheduler/quicksend.py)
+    # `sluice enqueue` nudges a Redis broker without Celery (scheduler/nudge/fresh_socket.py)
     heavy, _ = _heavy_after(
         "import cli.commands.manage", ("sqlalchemy", "celery", "kombu", "redis", "alembic")
     )

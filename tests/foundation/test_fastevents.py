@@ -22,13 +22,12 @@ import redis
 from celery import Celery
 from celery.events.dispatcher import EventDispatcher
 
-from scheduler import fastsend
-from tasks import fastevents
+from scheduler.nudge import kept_connection
 
 
 def _app(url: str, *, fast: bool, **conf: Any) -> Celery:
     app = Celery("fastevents-test", broker=url, events="tasks.fastevents:FastEvents")
-    app.conf.update({fastevents.SETTING: fast, **conf})
+    app.conf.update({kept_connection.SETTING: fast, **conf})
     return app
 
 
@@ -139,13 +138,13 @@ class Published:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
-        original = fastsend.Pusher.publish
+        original = kept_connection.Pusher.publish
 
-        def counted(pusher: fastsend.Pusher, channel: str, message: bytes) -> bool:
+        def counted(pusher: kept_connection.Pusher, channel: str, message: bytes) -> bool:
             self.calls += 1
             return original(pusher, channel, message)
 
-        monkeypatch.setattr(fastsend.Pusher, "publish", counted)
+        monkeypatch.setattr(kept_connection.Pusher, "publish", counted)
 
 
 @pytest.mark.parametrize(

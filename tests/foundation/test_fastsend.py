@@ -23,8 +23,8 @@ from celery.result import AsyncResult
 
 from cli.stack.process import free_port
 from cli.stack.redis import RedisServer
-from scheduler import dispatch, fastsend, tasknames
 from scheduler.errors import SettingsError
+from scheduler.nudge import dispatch, kept_connection, task_names
 from scheduler.settings.exposure import BrokerError
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings
@@ -79,7 +79,7 @@ def broker(redis_url: str) -> Iterator[Broker]:
 def test_a_plain_send_goes_the_fast_way_and_reads_as_celerys_own(broker: Broker) -> None:
     label = "tenant=demo pipeline=check"
     fast = dispatch.send(
-        tasknames.PROCESS_PIPELINE,
+        task_names.PROCESS_PIPELINE,
         "demo",
         "check",
         settings=_settings(broker.url),
@@ -91,7 +91,7 @@ def test_a_plain_send_goes_the_fast_way_and_reads_as_celerys_own(broker: Broker)
     assert isinstance(fast, AsyncResult) and fast.app is dispatch.client_app(_settings(broker.url))
     ours = broker.take()
     celerys_result = dispatch.send(
-        tasknames.PROCESS_PIPELINE,
+        task_names.PROCESS_PIPELINE,
         "demo",
         "check",
         settings=_settings(broker.url, fast=False),
@@ -118,11 +118,11 @@ def test_a_plain_send_goes_the_fast_way_and_reads_as_celerys_own(broker: Broker)
 
 def test_without_a_queue_the_fast_way_routes_as_celery_does(redis_url: str) -> None:
     app = dispatch.client_app(_settings(redis_url))
-    names = [v for k, v in vars(tasknames).items() if k.isupper() and isinstance(v, str)]
-    assert tasknames.MERGE in names and tasknames.BUILD in names
+    names = [v for k, v in vars(task_names).items() if k.isupper() and isinstance(v, str)]
+    assert task_names.MERGE in names and task_names.BUILD in names
     for name in [*names, "sluice.nowhere.task"]:
         route = app.amqp.router.route({}, name)
-        assert route["queue"].name == tasknames.queue_of(name), name
+        assert route["queue"].name == task_names.queue_of(name), name
 
 
 def test_builds_and_merges_go_the_fast_way(broker: Broker) -> None:
@@ -154,7 +154,7 @@ def test_what_only_celery_honours_goes_through_celery(
 ) -> None:
     options.setdefault("queue", QUEUE)
     result = dispatch.send(
-        tasknames.PROCESS_TENANT, "demo", settings=_settings(broker.url), **options
+        task_names.PROCESS_TENANT, "demo", settings=_settings(broker.url), **options
     )
     assert broker.publishes() == 1  # Celery's task-sent event
     sent = broker.take()
@@ -165,7 +165,7 @@ def test_what_only_celery_honours_goes_through_celery(
 def test_arguments_beyond_plain_json_are_left_to_kombus_encoder(broker: Broker) -> None:
     request = uuid.uuid4()
     result = dispatch.send(
-        tasknames.MERGE, request, settings=_settings(broker.url), label="l", queue=QUEUE
+        task_names.MERGE, request, settings=_settings(broker.url), label="l", queue=QUEUE
     )
     assert broker.publishes() == 1
     sent = broker.take()
@@ -174,9 +174,9 @@ def test_arguments_beyond_plain_json_are_left_to_kombus_encoder(broker: Broker) 
 
 def test_fast_send_off_sends_everything_through_celery(broker: Broker) -> None:
     settings = _settings(broker.url, fast=False)
-    dispatch.send(tasknames.PROCESS_TENANT, "demo", settings=settings, queue=QUEUE)
+    dispatch.send(task_names.PROCESS_TENANT, "demo", settings=settings, queue=QUEUE)
     dispatch.send_merge("uuid-m", settings=settings)
-    task_id = dispatch.send_quickly(tasknames.PROCESS_TENANT, "demo", settings=settings)
+    task_id = dispatch.send_quickly(task_names.PROCESS_TENANT, "demo", settings=settings)
     assert broker.publishes() == 3
     assert broker.take()["args"] == ["demo"]
     assert broker.take("merger")["args"] == ["uuid-m"]
@@ -189,12 +189,12 @@ def test_a_refused_connection_goes_through_celery_then_the_fast_way_again(
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     settings = _settings(url)
-    caplog.set_level(logging.WARNING, logger=fastsend.__name__)
+    caplog.set_level(logging.WARNING, logger=kept_connection.__name__)
     # nobody listens: the fast way fails, Celery fails too and says so as always
     with pytest.raises(BrokerError, match=f"broker redis://127.0.0.1:{port}/0: cannot connect"):
-        dispatch.send(tasknames.PROCESS_TENANT, "t0", settings=settings, queue=QUEUE)
+        dispatch.send(task_names.PROCESS_TENANT, "t0", settings=settings, queue=QUEUE)
     assert "sending through Celery for 30 s" in caplog.text
-    pusher = fastsend.pusher(url)
+    pusher = kept_connection.pusher(url)
     assert not pusher.ready  # a broker that is down costs one failed attempt, not one a send
 
     server = RedisServer(data_dir=tmp_path / "redis", port=port)
@@ -203,12 +203,12 @@ def test_a_refused_connection_goes_through_celery_then_the_fast_way_again(
         server.wait_ready()
         broker = Broker(url)
         # the pause still runs: Celery sends it, with its task-sent event
-        first = dispatch.send(tasknames.PROCESS_TENANT, "t1", settings=settings, queue=QUEUE)
+        first = dispatch.send(task_names.PROCESS_TENANT, "t1", settings=settings, queue=QUEUE)
         assert broker.publishes() == 1
         assert broker.take()["headers"]["id"] == first.id
 
         pusher.paused_until = 0.0  # the pause is over
-        second = dispatch.send(tasknames.PROCESS_TENANT, "t2", settings=settings, queue=QUEUE)
+        second = dispatch.send(task_names.PROCESS_TENANT, "t2", settings=settings, queue=QUEUE)
         assert broker.publishes() == 1
         assert broker.take()["headers"]["id"] == second.id
 
@@ -217,7 +217,7 @@ def test_a_refused_connection_goes_through_celery_then_the_fast_way_again(
         server.start()
         server.wait_ready()
         broker = Broker(url)
-        third = dispatch.send(tasknames.PROCESS_TENANT, "t3", settings=settings, queue=QUEUE)
+        third = dispatch.send(task_names.PROCESS_TENANT, "t3", settings=settings, queue=QUEUE)
         assert broker.publishes() == 0 and pusher.ready
         assert broker.take()["headers"]["id"] == third.id
     finally:
@@ -228,24 +228,24 @@ def test_a_refused_password_is_said_at_once(redis_with_password: RedisServer) ->
     url = f"redis://:wrong@127.0.0.1:{redis_with_password.port}/0"
     for _ in range(2):  # every time: no fallback, no pause
         with pytest.raises(BrokerError, match="authentication failed") as info:
-            dispatch.send(tasknames.PROCESS_TENANT, "t", settings=_settings(url))
+            dispatch.send(task_names.PROCESS_TENANT, "t", settings=_settings(url))
         assert info.value.__cause__ is None  # the fast way said it, Celery was never asked
-        assert fastsend.pusher(url).ready
+        assert kept_connection.pusher(url).ready
 
 
 def test_a_forked_child_keeps_a_connection_of_its_own(broker: Broker) -> None:
     settings = _settings(broker.url)
-    before = dispatch.send(tasknames.PROCESS_TENANT, "parent", settings=settings, queue=QUEUE)
-    parent = fastsend.pusher(broker.url)
+    before = dispatch.send(task_names.PROCESS_TENANT, "parent", settings=settings, queue=QUEUE)
+    parent = kept_connection.pusher(broker.url)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report, and never return into pytest
         code = 1
         try:
             os.close(read)
-            child = fastsend.pusher(broker.url)
+            child = kept_connection.pusher(broker.url)
             result = dispatch.send(
-                tasknames.PROCESS_TENANT, "child", settings=settings, queue=QUEUE
+                task_names.PROCESS_TENANT, "child", settings=settings, queue=QUEUE
             )
             report = {
                 "id": result.id,
@@ -261,8 +261,8 @@ def test_a_forked_child_keeps_a_connection_of_its_own(broker: Broker) -> None:
         report = json.loads(stream.read() or "{}")
     assert os.waitpid(pid, 0)[1] == 0
     assert report["own"]
-    after = dispatch.send(tasknames.PROCESS_TENANT, "parent", settings=settings, queue=QUEUE)
-    assert fastsend.pusher(broker.url) is parent
+    after = dispatch.send(task_names.PROCESS_TENANT, "parent", settings=settings, queue=QUEUE)
+    assert kept_connection.pusher(broker.url) is parent
     assert broker.publishes() == 0  # all three went the fast way
     sent = [broker.take() for _ in range(3)]
     assert [s["headers"]["id"] for s in sent] == [before.id, report["id"], after.id]

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 from celery import Celery
 
-from scheduler import dispatch, quicksend, tasknames
-from scheduler.quicksend import RedisTarget, redis_target
+from scheduler.nudge import dispatch, envelope, fresh_socket, task_names
+from scheduler.nudge.envelope import RedisTarget, redis_target
 from scheduler.settings.load import load_settings
 
 
@@ -40,7 +40,7 @@ def test_plain_redis_urls_are_understood(url: str, expected: RedisTarget) -> Non
 )
 def test_anything_else_is_left_to_celery(url: str) -> None:
     assert redis_target(url) is None
-    assert quicksend.send(url, tasknames.PROCESS_TENANT, ["t"], "scheduler") is None
+    assert fresh_socket.send(url, task_names.PROCESS_TENANT, ["t"], "scheduler") is None
 
 
 def test_an_unreachable_broker_is_left_to_celery() -> None:
@@ -48,7 +48,7 @@ def test_an_unreachable_broker_is_left_to_celery() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"redis://127.0.0.1:{port}/0"
-    assert quicksend.send(url, tasknames.PROCESS_TENANT, ["t"], "scheduler") is None
+    assert fresh_socket.send(url, task_names.PROCESS_TENANT, ["t"], "scheduler") is None
 
 
 def _consumer(redis_url: str) -> Celery:
@@ -59,13 +59,13 @@ def _consumer(redis_url: str) -> Celery:
 
 def test_celery_reads_the_message_as_its_own(redis_url: str) -> None:
     queue = "quicksend-test"
-    task_id = quicksend.send(redis_url, tasknames.PROCESS_PIPELINE, ["demo", "check"], queue)
+    task_id = fresh_socket.send(redis_url, task_names.PROCESS_PIPELINE, ["demo", "check"], queue)
     assert task_id is not None
     app = _consumer(redis_url)
     with app.connection_for_read() as connection:
         message = connection.SimpleQueue(queue).get(timeout=5)
         try:
-            assert message.headers["task"] == tasknames.PROCESS_PIPELINE
+            assert message.headers["task"] == task_names.PROCESS_PIPELINE
             assert message.headers["id"] == task_id
             args, kwargs, _embed = message.decode()
             assert (args, kwargs) == (["demo", "check"], {})
@@ -79,15 +79,15 @@ def test_send_quickly_routes_by_task_name_with_or_without_celery(
     redis_url: str, quick: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not quick:  # as for a broker the quick path does not handle: Celery sends it
-        monkeypatch.setattr(quicksend, "redis_target", lambda url: None)
+        monkeypatch.setattr(envelope, "redis_target", lambda url: None)
     settings = replace(load_settings(), broker_url=redis_url)
-    task_id = dispatch.send_quickly(tasknames.MERGE, "uuid-1", settings=settings)
+    task_id = dispatch.send_quickly(task_names.MERGE, "uuid-1", settings=settings)
     app = _consumer(redis_url)
     with app.connection_for_read() as connection:
         message = connection.SimpleQueue("merger").get(timeout=5)
         try:
             assert message.headers["id"] == task_id
-            assert message.headers["task"] == tasknames.MERGE
+            assert message.headers["task"] == task_names.MERGE
             assert message.decode()[0] == ["uuid-1"]
         finally:
             message.ack()

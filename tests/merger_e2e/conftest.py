@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from cli.stack import process, workers
-from scheduler import dispatch
+from scheduler.nudge import dispatch
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import ConnectionSettings, Settings
 from scheduler.wire.merge_requests import merger_queue, submit_merge_job

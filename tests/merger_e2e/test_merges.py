@@ -2,7 +2,7 @@
 
 Every test submits merge requests as the scheduler would
 (``scheduler.wire.merge_requests``), nudges them with
-``scheduler.dispatch.send_merge`` (the task ``sluice.merger.run``) and reads
+``scheduler.nudge.dispatch.send_merge`` (the task ``sluice.merger.run``) and reads
 the results from ZooKeeper.
 """
 

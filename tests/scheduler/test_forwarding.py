@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from scheduler.processing import forwarding
 from scheduler.zk import locks, parked, paths
 from scheduler.zk.client import ZooKeeperClient
@@ -73,8 +73,8 @@ def test_events_reach_every_tenant_and_matching_pipeline_in_order(
     ]
     assert len(payloads(client, paths.tenant_trigger_queue("two"))) == 4
     assert sorted(nudges) == [
-        (tasknames.PROCESS_TENANT, ("one",), None),
-        (tasknames.PROCESS_TENANT, ("two",), None),
+        (task_names.PROCESS_TENANT, ("one",), None),
+        (task_names.PROCESS_TENANT, ("two",), None),
     ]
 
     nudges.clear()
@@ -86,7 +86,7 @@ def test_events_reach_every_tenant_and_matching_pipeline_in_order(
         ("app", True),
         ("lib", True),
     ]
-    assert nudges == [(tasknames.PROCESS_PIPELINE, ("two", "post"), None)]
+    assert nudges == [(task_names.PROCESS_PIPELINE, ("two", "post"), None)]
     assert EventQueue(client, paths.tenant_trigger_queue("two")).length() == 0
 
 
@@ -100,7 +100,7 @@ def test_management_events_go_to_their_pipeline(client: ZooKeeperClient) -> None
     (moved,) = payloads(client, paths.pipeline_management_queue("one", "check"))
     assert moved["result_id"] == "r1"
     assert queue.length() == 0
-    assert nudges == [(tasknames.PROCESS_PIPELINE, ("one", "check"), None)]
+    assert nudges == [(task_names.PROCESS_PIPELINE, ("one", "check"), None)]
 
 
 def test_a_busy_hop_leaves_the_events_for_the_holder(client: ZooKeeperClient) -> None:
@@ -113,7 +113,7 @@ def test_a_busy_hop_leaves_the_events_for_the_holder(client: ZooKeeperClient) ->
         forwarding.forward_connection_events(client, Routing(), recorder(nudges), "local")
     assert connection.length() == 1  # untouched: the holder drains it
     # ...and the hop that found the lock busy asked to be run again.
-    assert nudges == [(tasknames.FORWARD_CONNECTION_EVENTS, ("local",), None)]
+    assert nudges == [(task_names.FORWARD_CONNECTION_EVENTS, ("local",), None)]
 
 
 def test_a_batch_closes_before_its_transaction_grows_too_large(
@@ -256,7 +256,7 @@ def test_a_branch_made_or_removed_reconfigures_the_tenant(client: ZooKeeperClien
     forwarding.process_tenant(client, Routing(), recorder(nudges), "two")
     why = [e["why"] for e in payloads(client, paths.tenant_reconfigure_queue("two"))]
     assert why == ["branch stable of app created", "branch old of app deleted"]
-    assert (tasknames.RECONFIGURE, ("two",), None) in nudges
+    assert (task_names.RECONFIGURE, ("two",), None) in nudges
 
 
 def test_a_tenant_with_a_long_name_is_nudged_by_its_name(client: ZooKeeperClient) -> None:
@@ -271,5 +271,5 @@ def test_a_tenant_with_a_long_name_is_nudged_by_its_name(client: ZooKeeperClient
     nudges: Nudges = []
     EventQueue(client, paths.connection_event_queue("local")).put(ref_updated("app", "a" * 40))
     forwarding.forward_connection_events(client, LongRouting(), recorder(nudges), "local")
-    assert nudges == [(tasknames.PROCESS_TENANT, (long_name,), None)]
+    assert nudges == [(task_names.PROCESS_TENANT, (long_name,), None)]
     assert len(payloads(client, paths.tenant_trigger_queue(long_name))) == 1

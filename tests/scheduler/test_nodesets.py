@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from scheduler import tasknames
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.manager.independent import IndependentManager
@@ -25,6 +24,7 @@ from scheduler.model.nodeset import (
     nodeset_nodes,
 )
 from scheduler.model.results import Result
+from scheduler.nudge import task_names
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
@@ -278,7 +278,7 @@ def _item_with_request(world: World) -> tuple[NodeStore, str]:
     world.process()
     store = NodeStore(world.client)
     (request_id,) = store.request_ids()
-    assert world.nudges[-1] == (tasknames.LAUNCH, (request_id,), "launcher")
+    assert world.nudges[-1] == (task_names.LAUNCH, (request_id,), "launcher")
     assert world.executor.pending() == [], "no build request before the nodes"
     request = store.request(request_id)
     assert request is not None and request.priority == 100

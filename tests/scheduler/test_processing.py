@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from scheduler import tasknames
 from scheduler.manager.independent import IndependentManager
 from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.results import Result
+from scheduler.nudge import task_names
 from scheduler.processing import pipeline as processing
 from scheduler.zk import flags, locks, paths, stored
 from scheduler.zk.event_queue import EventQueue
@@ -21,13 +21,13 @@ from tests.scheduler.world import PIPELINE, TENANT, World
 def test_an_item_goes_through_merge_builds_and_report(world: World) -> None:
     world.enqueue("feature")
     assert world.process()
-    assert [n[0] for n in world.nudges] == [tasknames.MERGE]
+    assert [n[0] for n in world.nudges] == [task_names.MERGE]
     assert len(world.run(world.merger, {"ok": True})) == 1
 
     world.process()
     lint = world.run(world.executor, {"result": "SUCCESS", "data": {"artifact": "x"}})
     assert len(lint) == 1  # unit waits for lint
-    assert world.nudges[-1] == (tasknames.BUILD, (lint[0], None), None)
+    assert world.nudges[-1] == (task_names.BUILD, (lint[0], None), None)
 
     world.process()
     pending = world.executor.pending()
@@ -139,7 +139,7 @@ def test_a_pass_decided_with_a_replaced_layout_commits_nothing_and_decides_again
     managers = world.env.managers
     assert isinstance(managers, FencedManagers)
     assert managers.opened == 2  # the first pass was refused; the second committed
-    assert [n[0] for n in world.nudges] == [tasknames.MERGE]
+    assert [n[0] for n in world.nudges] == [task_names.MERGE]
     assert len(world.state().items) == 1
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from scheduler.zk import retry
 from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
 from scheduler.zk.retry import RetryPolicy
@@ -89,12 +89,12 @@ def test_every_task_retries_through_celery_on_transient_errors_only() -> None:
     from tasks.retrying import TRANSIENT
 
     for name in (
-        tasknames.FORWARD_CONNECTION_EVENTS,
-        tasknames.PROCESS_TENANT,
-        tasknames.PROCESS_PIPELINE,
-        tasknames.MERGE,
-        tasknames.RECONFIGURE,
-        tasknames.BUILD,
+        task_names.FORWARD_CONNECTION_EVENTS,
+        task_names.PROCESS_TENANT,
+        task_names.PROCESS_PIPELINE,
+        task_names.MERGE,
+        task_names.RECONFIGURE,
+        task_names.BUILD,
     ):
         task = app.tasks[name]
         assert task.autoretry_for == TRANSIENT, name

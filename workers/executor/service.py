@@ -61,8 +61,8 @@ from typing import Any
 
 from scheduler import logcontext
 from scheduler.model.results import Result
+from scheduler.nudge.task_labels import outcome_label, request_label
 from scheduler.settings.sections import Settings
-from scheduler.tasklabels import outcome_label, request_label
 from scheduler.wire.build_result import PHASES, BuildResult, Phase
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
@@ -121,7 +121,7 @@ class ExecutionReport:
     outcome: Delivery
     result: Result | None = None
     worker: str = ""
-    # what the request is about (scheduler.tasklabels), as the task's arguments say it
+    # what the request is about (scheduler.nudge.task_labels), as the task's arguments say it
     about: str = ""
 
     def to_dict(self) -> dict[str, Any]:

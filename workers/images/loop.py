@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from scheduler import dispatch, tasknames
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import Settings
 from scheduler.zk.client import ZooKeeperClient
 from workers.images.builder import ImageBuilder
@@ -40,7 +40,7 @@ class ImageBuilderStep(TickerStep):
         memory = NudgeMemory(every=max(3.0, 3 * interval))
 
         def nudge(image: str) -> None:
-            dispatch.send(tasknames.IMAGE_BUILD, image, settings=settings, queue=BUILDER_QUEUE)
+            dispatch.send(task_names.IMAGE_BUILD, image, settings=settings, queue=BUILDER_QUEUE)
 
         log.info("image builder %s: checking every %.0fs", builder.builder_id, interval)
         return Ticker("image-builder", lambda: check_images(builder, nudge, memory), interval)

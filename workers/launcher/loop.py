@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from scheduler import dispatch, tasknames
+from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import Settings
 from scheduler.zk.client import ZooKeeperClient
 from workers.launcher.launcher import Launcher, RequestNudges
@@ -39,7 +39,7 @@ class LauncherStep(TickerStep):
         nudges = RequestNudges(every=max(2.0, 3 * interval))
 
         def nudge(request_id: str) -> None:
-            dispatch.send(tasknames.LAUNCH, request_id, settings=settings, queue=LAUNCHER_QUEUE)
+            dispatch.send(task_names.LAUNCH, request_id, settings=settings, queue=LAUNCHER_QUEUE)
 
         log.info("launcher %s: checking every %.0fs", launcher.id, interval)
         return Ticker("launcher", lambda: launcher.check(nudge, nudges), interval)

@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler import logcontext
+from scheduler.nudge.task_labels import outcome_label, request_label
 from scheduler.processlocal import ProcessLocal
 from scheduler.settings.sections import Settings
-from scheduler.tasklabels import outcome_label, request_label
 from scheduler.wire.merger import (
     Failure,
     InvalidRecordError,
@@ -94,7 +94,7 @@ class MergeReport:
     kind: str = ""
     status: str = ""
     worker: str = ""
-    # what the request is about (scheduler.tasklabels), as the task's arguments say it
+    # what the request is about (scheduler.nudge.task_labels), as the task's arguments say it
     about: str = ""
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,24 +1,13 @@
-"""A nudge to a Redis broker without importing Celery: for short-lived commands.
+"""The messages kombu's Redis transport carries, written by hand: Celery's format, pure data.
 
-``sluice enqueue`` spends most of its life importing Celery, kombu and
-redis-py (about 0.3 s) to send one message of a few hundred bytes. This
-module writes that message itself: a Celery task message (protocol 2, JSON
-body) in kombu's Redis envelope, pushed onto the queue's list with one
-``LPUSH`` over a plain socket, exactly where kombu's own producer puts it
-(priority 0 uses the bare queue name). A worker cannot tell the difference.
-
-Only the simple case is handled: a ``redis://`` URL without TLS or options.
-Anything else (RabbitMQ, ``rediss://``, Sentinel, options in the URL), and
-any failure to connect or write, returns None, and the caller sends the
-nudge through Celery instead (:func:`scheduler.dispatch.send_quickly`), so
-this path can only make a nudge faster, never lose one. A broker that
-refuses the password is the exception: Celery would be refused alike, so a
-:class:`~scheduler.settings.exposure.BrokerError` says so at once. What it leaves out
-is Celery's ``task-sent`` event: Flower shows the task from the moment a
-worker receives it.
-
-Long-lived processes push the same message (:func:`task_message`) over a
-connection they keep: :mod:`scheduler.fastsend`.
+Sluice pushes its nudges and its workers' task events itself when the
+broker is a plain Redis (:mod:`scheduler.nudge.fresh_socket`,
+:mod:`scheduler.nudge.kept_connection`), so it writes what Celery and kombu
+would write: a task message of Celery's protocol 2 (headers, a JSON body
+``[args, kwargs, embed]``) or an event, in kombu's Redis envelope (the body
+base64-encoded, the properties with their delivery info). Nothing here
+does I/O: it says where a plain ``redis://`` broker is
+(:func:`redis_target`) and what the bytes are; its callers push them.
 """
 
 from __future__ import annotations
@@ -32,13 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from scheduler.settings import exposure
-
-CONNECT_TIMEOUT = 5.0
-
 
 @dataclass(frozen=True)
 class RedisTarget:
+    """Where a plain ``redis://`` broker is, and whom to log in as."""
+
     host: str
     port: int
     db: int
@@ -155,54 +142,3 @@ def envelope(
             },
         }
     ).encode()
-
-
-def _command(*words: bytes) -> bytes:
-    parts = [b"*%d\r\n" % len(words)]
-    for word in words:
-        parts.append(b"$%d\r\n%s\r\n" % (len(word), word))
-    return b"".join(parts)
-
-
-def _replies(stream: Any, count: int) -> list[bytes]:
-    """``count`` simple replies (status, error or integer lines)."""
-    replies = []
-    for _ in range(count):
-        line = stream.readline()
-        if not line.endswith(b"\r\n"):
-            raise OSError("redis closed the connection")
-        if line.startswith(b"-"):
-            raise OSError(f"redis: {line[1:].strip().decode(errors='replace')}")
-        replies.append(line.strip())
-    return replies
-
-
-def lpush(target: RedisTarget, key: str, value: bytes, timeout: float = CONNECT_TIMEOUT) -> None:
-    """``LPUSH key value`` (after AUTH and SELECT as the URL asks); raises OSError."""
-    commands = []
-    if target.password is not None:
-        auth = [target.username.encode()] if target.username else []
-        commands.append(_command(b"AUTH", *auth, target.password.encode()))
-    if target.db:
-        commands.append(_command(b"SELECT", str(target.db).encode()))
-    commands.append(_command(b"LPUSH", key.encode(), value))
-    with socket.create_connection((target.host, target.port), timeout=timeout) as sock:
-        sock.sendall(b"".join(commands))
-        with sock.makefile("rb") as stream:
-            _replies(stream, len(commands))
-
-
-def send(broker_url: str, name: str, args: list[Any], queue: str, label: str = "") -> str | None:
-    """Push task ``name`` onto ``queue``; its task id, or None when Celery must send it."""
-    target = redis_target(broker_url)
-    if target is None:
-        return None
-    task_id = str(uuid.uuid4())
-    try:
-        lpush(target, queue, task_message(name, args, {}, queue, task_id=task_id, label=label))
-    except OSError as exc:
-        if exposure.broker_failure(exc).startswith("authentication failed"):
-            # Celery would be refused alike, after seconds of retries: say so now
-            raise exposure.broker_error(broker_url, exc) from None
-        return None
-    return task_id

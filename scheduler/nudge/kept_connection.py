@@ -1,11 +1,11 @@
-"""Task messages pushed over a kept Redis connection: the sends of long-lived processes.
+"""Task messages and task events pushed over a kept Redis connection: long-lived processes.
 
 Celery's ``send_task`` costs about 0.9 ms of CPU per message in the sender
 (kombu's producer and its retry policy, and a ``task-sent`` event for
 Flower), and workers send all the time: a pipeline nudge after every build
 and merge, the builds and merges themselves. With a plain ``redis://``
 broker, :func:`send` writes the message Celery would write
-(:func:`scheduler.quicksend.task_message`, naming the task it is sent from
+(:func:`scheduler.nudge.envelope.task_message`, naming the task it is sent from
 as parent and that task's root as root, as ``send_task`` does) and
 ``LPUSH``es it with redis-py over one connection per process and broker
 URL, kept for the life of the process: a
@@ -13,7 +13,7 @@ URL, kept for the life of the process: a
 its own, and a worker's shutdown closes it.
 
 It can only make a send cheaper, never lose one. :func:`send` returns None,
-and the caller sends through Celery (:func:`scheduler.dispatch.send`), when
+and the caller sends through Celery (:func:`scheduler.nudge.dispatch.send`), when
 the broker is anything else, when the app's configuration changes what a
 message looks like (:func:`writes_alike`), when an argument is no plain
 JSON (kombu's encoder knows more types), or when the push fails (refused,
@@ -30,6 +30,23 @@ refused alike, after seconds of retries, so a
 What it leaves out is Celery's ``task-sent`` event: Flower shows the task
 from the moment a worker receives it. ``broker.fast_send: false`` in
 ``sluice.yaml`` (``SLUICE_FAST_SEND=0``) sends everything through Celery.
+
+**Task events** (issue 17). Flower follows tasks by their events: every
+task a worker runs sends three (``task-received``, ``task-started``,
+``task-succeeded``, the worker's own batched as ``task.multi``). Through
+kombu's producer they cost a worker about 1.2 ms of CPU per task, as much
+as the rest of Celery's handling of a Sluice nudge. :func:`publish_event`
+writes the message kombu would write
+(:func:`scheduler.nudge.envelope.event_message`: the same envelope, body,
+headers and delivery mode) and ``PUBLISH``es it on the channel kombu's
+Redis transport publishes to (``/<db>.<exchange>/<routing key>``) over the
+same connection. It changes only how an event is written, never whether:
+when the broker is anything else, the app's configuration changes what an
+event message looks like (:func:`channel_prefix`), an event holds more than
+plain JSON, or the publish fails (then the process pauses the fast way, as
+for sends), it returns False and kombu publishes the event as before, with
+its own buffering while the broker is away. The worker's event dispatcher
+that calls it is the Celery app's (``tasks/fastevents.py``).
 """
 
 from __future__ import annotations
@@ -45,7 +62,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from scheduler import quicksend
+from scheduler.nudge import envelope, fresh_socket
 from scheduler.processlocal import ProcessLocal
 from scheduler.settings import exposure
 
@@ -58,7 +75,7 @@ log = logging.getLogger(__name__)
 # Seconds a process sends through Celery after a failed push.
 PAUSE = 30.0
 # Seconds to connect, and to wait for Redis's reply, before Celery sends instead.
-TIMEOUT = quicksend.CONNECT_TIMEOUT
+TIMEOUT = fresh_socket.CONNECT_TIMEOUT
 
 
 class Pusher:
@@ -68,7 +85,7 @@ class Pusher:
         self.broker_url = broker_url
         self.paused_until = 0.0
         self.client: redis.Redis | None = None
-        target = quicksend.redis_target(broker_url)
+        target = envelope.redis_target(broker_url)
         if target is not None:
             self.client = redis.Redis(
                 host=target.host,
@@ -140,7 +157,7 @@ def pusher(broker_url: str) -> Pusher:
 
 @functools.cache
 def writes_alike(app: Celery) -> bool:
-    """Whether ``app``'s messages look like :func:`~scheduler.quicksend.task_message`'s.
+    """Whether ``app``'s messages look like :func:`~scheduler.nudge.envelope.task_message`'s.
 
     Protocol 2 with a JSON body, uncompressed, no default priority (another
     list key), no key prefix: otherwise Celery sends.
@@ -182,7 +199,7 @@ def send(
         parent_id = parent.request.id
         root_id = parent.request.root_id or parent_id
     try:
-        message = quicksend.task_message(
+        message = envelope.task_message(
             name,
             args,
             kwargs,
@@ -201,3 +218,59 @@ def send(
     if parent is not None:
         parent.add_trail(result)
     return result
+
+
+# ---------------------------------------------------------------- task events
+
+# Celery's app setting (celeryconfig.py) that lets the workers' events go the fast way.
+SETTING = "sluice_fast_events"
+
+
+@functools.cache
+def channel_prefix(app: Celery) -> str | None:
+    """The start of the event channels kombu publishes to (``/<db>.``); None: kombu publishes.
+
+    A plain Redis broker, JSON events, and kombu's default fanout layout
+    (prefix with the database number, routing key in the channel; no global
+    key prefix), with :data:`SETTING` on.
+    """
+    conf = app.conf
+    options = conf.broker_transport_options or {}
+    target = envelope.redis_target(str(conf.broker_url or ""))
+    alike = (
+        conf.get(SETTING, False) is True
+        and conf.event_serializer == "json"
+        and not options.get("global_keyprefix")
+        and options.get("fanout_prefix", True) is True
+        and options.get("fanout_patterns", True) is True
+    )
+    return f"/{target.db}." if alike and target is not None else None
+
+
+def publish_event(
+    app: Celery,
+    event: Any,
+    *,
+    exchange: str,
+    routing_key: str,
+    headers: dict[str, Any],
+    delivery_mode: int,
+) -> bool:
+    """``PUBLISH`` a Celery event (or a ``task.multi`` list) as kombu would; False: kombu must."""
+    prefix = channel_prefix(app)
+    if prefix is None:
+        return False
+    sender = pusher(str(app.conf.broker_url))
+    if not sender.ready:
+        return False
+    try:
+        message = envelope.event_message(
+            event,
+            exchange=exchange,
+            routing_key=routing_key,
+            headers=headers,
+            delivery_mode=delivery_mode,
+        )
+    except (TypeError, ValueError):  # beyond plain JSON: kombu's encoder may know it
+        return False
+    return sender.publish(f"{prefix}{exchange}/{routing_key}", message)

@@ -16,8 +16,8 @@ Where the task is looked up, in order:
   result: tasks/scheduler.py);
 * Flower's API (``--flower URL``): also a task that was sent but never
   ran, if Flower saw it sent (through Celery: a fast send publishes no
-  ``task-sent`` event, :mod:`scheduler.fastsend`). Flower knows its
-  arguments as the task's label (:mod:`scheduler.tasklabels`), which names
+  ``task-sent`` event, :mod:`scheduler.nudge.kept_connection`). Flower knows its
+  arguments as the task's label (:mod:`scheduler.nudge.task_labels`), which names
   every identifier the task needs.
 """
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from scheduler import dispatch, tasklabels, tasknames
 from scheduler.errors import SluiceError
+from scheduler.nudge import dispatch, task_labels, task_names
 from scheduler.settings.sections import Settings
 
 SLUICE_PREFIX = "sluice."
@@ -101,8 +101,8 @@ def from_flower(task_id: str, flower_url: str) -> KnownTask | None:
     if not name:
         return None
     try:
-        args, kwargs = tasklabels.arguments(name, str(info.get("args") or ""))
-    except tasklabels.LabelError as exc:
+        args, kwargs = task_labels.arguments(name, str(info.get("args") or ""))
+    except task_labels.LabelError as exc:
         raise NotRetryableError(str(exc)) from None
     return KnownTask(task_id, name, args, kwargs, source="Flower")
 
@@ -128,14 +128,14 @@ def send_again(task: KnownTask, settings: Settings) -> str:
     """Send ``task`` again (same name and arguments, a new id); the new task id."""
     if not task.name.startswith(SLUICE_PREFIX):
         raise NotRetryableError(f"{task.name} is not a Sluice task")
-    options: dict[str, Any] = {"queue": tasknames.queue_of(task.name)}
-    if task.name == tasknames.BUILD:
-        options["queue"] = dispatch.executor_queue_name(task.kwargs.get("zone"))
+    options: dict[str, Any] = {"queue": task_names.queue_of(task.name)}
+    if task.name == task_names.BUILD:
+        options["queue"] = task_names.executor_queue_name(task.kwargs.get("zone"))
     result = dispatch.send(
         task.name,
         *task.args,
         settings=settings,
-        label=tasklabels.label(task.name, [*task.args, *task.kwargs.values()]),
+        label=task_labels.label(task.name, [*task.args, *task.kwargs.values()]),
         kwargs=task.kwargs,
         **options,
     )

@@ -1,11 +1,15 @@
-"""The name of every Sluice task, in one place.
+"""The name of every Sluice task and the Celery queue it goes to, in one place.
 
 The scheduler sends nudges by name (it never imports ``tasks/``), and the
 task adapters register under these same names, so a rename cannot leave a
-sender behind.
+sender behind. Builds go to their zone's executor queue
+(:func:`executor_queue_name`), every other task to its name's queue
+(:func:`queue_of`, celeryconfig's ``task_routes``).
 """
 
 from __future__ import annotations
+
+from scheduler.errors import SluiceError
 
 FORWARD_CONNECTION_EVENTS = "sluice.scheduler.forward_connection_events"
 PROCESS_TENANT = "sluice.scheduler.process_tenant"
@@ -36,3 +40,20 @@ def queue_of(name: str) -> str:
         if name.startswith(prefix):
             return queue
     return "scheduler"
+
+
+class DispatchError(SluiceError, ValueError):
+    """A nudge that cannot be sent as asked (an invalid zone name)."""
+
+
+EXECUTOR_QUEUE = "executor"
+
+
+def executor_queue_name(zone: str | None = None) -> str:
+    """The Celery queue of a zone's executors: ``executor`` or ``executor.<zone>``."""
+    if zone is None:
+        return EXECUTOR_QUEUE
+    if not zone or any(c.isspace() or c == "," for c in zone):
+        # A worker names its queues as a comma-separated -Q list.
+        raise DispatchError(f"invalid executor zone {zone!r}")
+    return f"{EXECUTOR_QUEUE}.{zone}"

@@ -1,7 +1,8 @@
 """One waiting nudge per pipeline: a result's nudge is skipped while another waits.
 
-Every build and merge that ends nudges its pipeline (:func:`scheduler.dispatch.notify_pipeline`):
-one ``process_pipeline`` task per result. When results come faster than
+Every build and merge that ends nudges its pipeline
+(:func:`scheduler.nudge.dispatch.notify_pipeline`): one ``process_pipeline``
+task per result. When results come faster than
 the scheduler passes over them, the nudges wait in the broker's queue, and
 each one that runs after the first finds the results already applied: a
 task, a lock taken and given back and a pass that finds nothing, for
@@ -30,7 +31,7 @@ next results do not wait for Redis each); a mark that cannot be deleted
 expires. A nudge that waits longer than the time to live (a long backlog)
 lets one more through: a duplicate, which is harmless. A sender marks only
 with a plain ``redis://`` broker and ``broker.fast_send`` on
-(:mod:`scheduler.fastsend`'s connection), otherwise every result sends its
+(:mod:`scheduler.nudge.kept_connection`'s connection), otherwise every result sends its
 nudge; the task deletes the mark with any ``redis://`` broker.
 """
 
@@ -40,7 +41,7 @@ import logging
 
 import redis
 
-from scheduler import fastsend
+from scheduler.nudge import kept_connection
 from scheduler.settings.sections import Settings
 from scheduler.zk import paths
 
@@ -56,17 +57,17 @@ def mark_key(tenant: str, pipeline: str) -> str:
     return PREFIX + paths.pipeline_result_queue(tenant, pipeline)
 
 
-def _sender(settings: Settings) -> fastsend.Pusher | None:
+def _sender(settings: Settings) -> kept_connection.Pusher | None:
     if not settings.broker.fast_send:
         return None
-    sender = fastsend.pusher(settings.broker_url)
+    sender = kept_connection.pusher(settings.broker_url)
     return sender if sender.client is not None else None
 
 
 def should_send(settings: Settings, tenant: str, pipeline: str) -> bool:
     """Mark the pipeline's nudge as waiting; False if one already waits (skip this one).
 
-    While the process's fast way is paused after a failure (:mod:`scheduler.fastsend`),
+    While the process's fast way is paused after a failure (:mod:`scheduler.nudge.kept_connection`),
     nothing is marked and every nudge is sent: a broker that is away costs
     one failed attempt, not one per result.
     """
@@ -84,7 +85,7 @@ def started(settings: Settings, tenant: str, pipeline: str) -> None:
     nobody deletes would hold nudges back. Tried even while the fast way is
     paused: the task ran, so the broker answers.
     """
-    client = fastsend.pusher(settings.broker_url).client
+    client = kept_connection.pusher(settings.broker_url).client
     if client is None:
         return
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scheduler import tasknames
+from scheduler.nudge import task_names
 from scheduler.zk.job_requests import JobRequest
 
 
@@ -46,15 +46,15 @@ def request_label(request: JobRequest) -> str:
 def label(name: str, args: Sequence[Any]) -> str:
     """A label from a task's name and arguments alone (when no request is at hand)."""
     values = [str(a) for a in args if a is not None]
-    if name == tasknames.PROCESS_PIPELINE and len(values) == 2:
+    if name == task_names.PROCESS_PIPELINE and len(values) == 2:
         return _words([("tenant", values[0]), ("pipeline", values[1])])
-    if name in (tasknames.PROCESS_TENANT, tasknames.RECONFIGURE) and len(values) == 1:
+    if name in (task_names.PROCESS_TENANT, task_names.RECONFIGURE) and len(values) == 1:
         return _words([("tenant", values[0])])
-    if name == tasknames.FORWARD_CONNECTION_EVENTS and len(values) == 1:
+    if name == task_names.FORWARD_CONNECTION_EVENTS and len(values) == 1:
         return _words([("connection", values[0])])
-    if name in (tasknames.IMAGE_BUILD, tasknames.LAUNCH) and len(values) == 1:
+    if name in (task_names.IMAGE_BUILD, task_names.LAUNCH) and len(values) == 1:
         return _words([(_ONE_ARGUMENT[name], values[0])])
-    if name in (tasknames.MERGE, tasknames.BUILD) and values:
+    if name in (task_names.MERGE, task_names.BUILD) and values:
         return _words([("request", values[0]), ("zone", values[1] if len(values) > 1 else "")])
     return " ".join(values)
 
@@ -65,12 +65,12 @@ class LabelError(ValueError):
 
 # Tasks whose one argument a label names, by the word it is named with.
 _ONE_ARGUMENT = {
-    tasknames.PROCESS_TENANT: "tenant",
-    tasknames.RECONFIGURE: "tenant",
-    tasknames.FORWARD_CONNECTION_EVENTS: "connection",
-    tasknames.MERGE: "request",
-    tasknames.IMAGE_BUILD: "image",
-    tasknames.LAUNCH: "node_request",
+    task_names.PROCESS_TENANT: "tenant",
+    task_names.RECONFIGURE: "tenant",
+    task_names.FORWARD_CONNECTION_EVENTS: "connection",
+    task_names.MERGE: "request",
+    task_names.IMAGE_BUILD: "image",
+    task_names.LAUNCH: "node_request",
 }
 
 
@@ -87,14 +87,14 @@ def arguments(name: str, label: str) -> tuple[list[Any], dict[str, Any]]:
             raise LabelError(f"{name}: the label {label!r} names no {key}")
         return words[key]
 
-    if name == tasknames.PROCESS_PIPELINE:
+    if name == task_names.PROCESS_PIPELINE:
         return [need("tenant"), need("pipeline")], {}
     if name in _ONE_ARGUMENT:
         return [need(_ONE_ARGUMENT[name])], {}
-    if name == tasknames.BUILD:
+    if name == task_names.BUILD:
         zone = words.get("zone")
         return [need("request")], ({"zone": zone} if zone else {})
-    if name in (tasknames.SWEEP, tasknames.ROUNDTRIP):
+    if name in (task_names.SWEEP, task_names.ROUNDTRIP):
         return [], {}
     raise LabelError(f"{name}: not a task Sluice can send again")
 

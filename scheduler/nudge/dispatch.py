@@ -3,9 +3,9 @@
 A nudge names what to look at (a tenant and pipeline, a request uuid);
 secrets and parameters never travel through the broker. With a plain
 ``redis://`` broker, a send Celery adds nothing to is pushed by Sluice
-itself: over a connection the process keeps (:mod:`scheduler.fastsend`),
+itself: over a connection the process keeps (:mod:`scheduler.nudge.kept_connection`),
 or, from a short-lived command, over a fresh socket without importing
-Celery (:mod:`scheduler.quicksend`).
+Celery (:mod:`scheduler.nudge.fresh_socket`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from scheduler import quicksend, tasklabels, tasknames
-from scheduler.errors import SluiceError
+from scheduler.nudge import fresh_socket, task_labels, task_names
 from scheduler.settings import exposure
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings, TLSSettings
@@ -22,10 +21,6 @@ from scheduler.zk.job_requests import JobRequest
 
 if TYPE_CHECKING:
     from celery import Celery
-
-
-class DispatchError(SluiceError, ValueError):
-    """A nudge that cannot be sent as asked (an invalid zone name)."""
 
 
 @functools.cache
@@ -69,7 +64,7 @@ def check_broker(settings: Settings | None = None, timeout: int = 2) -> None:
         raise exposure.broker_error(url, exc) from None
 
 
-# What a send may ask and still go the fast way (scheduler/fastsend.py): the
+# What a send may ask and still go the fast way (scheduler/nudge/kept_connection.py): the
 # rest (countdown, eta, expires, priority, headers, links, retry policy...)
 # only Celery honours.
 FAST_OPTIONS = frozenset({"queue", "kwargs", "argsrepr"})
@@ -80,15 +75,15 @@ def send(
 ) -> Any:
     """Send task ``name`` with identifier arguments; returns its AsyncResult.
 
-    ``label`` says what the task is about (:mod:`scheduler.tasklabels`); Flower
+    ``label`` says what the task is about (:mod:`scheduler.nudge.task_labels`); Flower
     shows it as the task's arguments. Without one it is made from the arguments.
     With a plain ``redis://`` broker and no option but ``queue`` and
     ``kwargs``, the message is pushed over the process's kept connection
-    (:mod:`scheduler.fastsend`, no ``task-sent`` event); otherwise, or if
+    (:mod:`scheduler.nudge.kept_connection`, no ``task-sent`` event); otherwise, or if
     that fails, Celery sends it.
     """
     settings = settings or load_settings()
-    options.setdefault("argsrepr", label or tasklabels.label(name, args))
+    options.setdefault("argsrepr", label or task_labels.label(name, args))
     app = client_app(settings)
     result = _send_fast(app, settings, name, list(args), options)
     if result is None:
@@ -109,8 +104,8 @@ def _send_through_celery(app: Celery, name: str, args: list[Any], options: dict[
 def _send_fast(
     app: Celery, settings: Settings, name: str, args: list[Any], options: dict[str, Any]
 ) -> Any:
-    """The AsyncResult of a send :mod:`scheduler.fastsend` made; None if Celery must."""
-    queue = options.get("queue") or tasknames.queue_of(name)
+    """The AsyncResult of a send over the kept connection; None if Celery must send it."""
+    queue = options.get("queue") or task_names.queue_of(name)
     kwargs = options.get("kwargs") or {}
     if not (
         settings.broker.fast_send
@@ -120,10 +115,10 @@ def _send_fast(
         and isinstance(options["argsrepr"], str)
     ):
         return None
-    from scheduler import fastsend  # redis-py: not for the commands that never send
+    from scheduler.nudge import kept_connection  # redis-py: not for the commands that never send
 
     label: str = options["argsrepr"]
-    return fastsend.send(
+    return kept_connection.send(
         app, settings.broker_url, name, args, kwargs=kwargs, queue=queue, label=label
     )
 
@@ -132,15 +127,15 @@ def send_quickly(name: str, *args: str, settings: Settings | None = None) -> str
     """Send task ``name`` from a short-lived command; returns the task id.
 
     Pushes the message itself when the broker is a plain Redis URL (no
-    Celery import, see :mod:`scheduler.quicksend`), through Celery otherwise,
+    Celery import, see :mod:`scheduler.nudge.fresh_socket`), through Celery otherwise,
     if that fails, or with ``broker.fast_send`` off.
     """
     settings = settings or load_settings()
-    queue = tasknames.queue_of(name)
-    label = tasklabels.label(name, args)
+    queue = task_names.queue_of(name)
+    label = task_labels.label(name, args)
     task_id = None
     if settings.broker.fast_send:
-        task_id = quicksend.send(settings.broker_url, name, list(args), queue, label)
+        task_id = fresh_socket.send(settings.broker_url, name, list(args), queue, label)
     if task_id is None:  # not for the fast path either: Celery
         options = {"queue": queue, "argsrepr": label}
         task_id = str(_send_through_celery(client_app(settings), name, list(args), options).id)
@@ -148,19 +143,7 @@ def send_quickly(name: str, *args: str, settings: Settings | None = None) -> str
 
 
 # ---------------------------------------------------------------- builds and merges
-# By task name (scheduler.tasknames), so senders never import tasks/.
-
-EXECUTOR_QUEUE = "executor"
-
-
-def executor_queue_name(zone: str | None = None) -> str:
-    """The Celery queue of a zone's executors: ``executor`` or ``executor.<zone>``."""
-    if zone is None:
-        return EXECUTOR_QUEUE
-    if not zone or any(c.isspace() or c == "," for c in zone):
-        # A worker names its queues as a comma-separated -Q list.
-        raise DispatchError(f"invalid executor zone {zone!r}")
-    return f"{EXECUTOR_QUEUE}.{zone}"
+# By task name (scheduler.nudge.task_names), so senders never import tasks/.
 
 
 def send_build(
@@ -177,18 +160,18 @@ def send_build(
     """
     kwargs = {"zone": zone} if zone is not None else {}
     return send(
-        tasknames.BUILD,
+        task_names.BUILD,
         request_uuid,
         settings=settings,
-        label=label or tasklabels.label(tasknames.BUILD, [request_uuid, zone]),
+        label=label or task_labels.label(task_names.BUILD, [request_uuid, zone]),
         kwargs=kwargs,
-        queue=executor_queue_name(zone),
+        queue=task_names.executor_queue_name(zone),
     )
 
 
 def send_merge(request_uuid: str, *, settings: Settings | None = None, label: str = "") -> Any:
     """Nudge a merger to run the merge request ``request_uuid`` (queue ``merger``)."""
-    return send(tasknames.MERGE, request_uuid, settings=settings, label=label, queue="merger")
+    return send(task_names.MERGE, request_uuid, settings=settings, label=label, queue="merger")
 
 
 def queued_messages(queue: str, *, settings: Settings | None = None) -> int:
@@ -221,14 +204,14 @@ def notify_pipeline(
     delayed nudge (a build's start) runs only if the result queue still
     holds events when it arrives (``if_results``). An immediate one is not
     sent while another nudge of the pipeline waits to start
-    (:mod:`scheduler.pendingnudge`): that one's pass reads this event.
+    (:mod:`scheduler.nudge.pending_marks`): that one's pass reads this event.
     """
     if not (request.tenant and request.pipeline and request.result_queue):
         return
     settings = settings or load_settings()
     if delay > 0:
         send(
-            tasknames.PROCESS_PIPELINE,
+            task_names.PROCESS_PIPELINE,
             request.tenant,
             request.pipeline,
             settings=settings,
@@ -236,7 +219,7 @@ def notify_pipeline(
             countdown=delay,
         )
         return
-    from scheduler import pendingnudge  # redis-py: only workers notify
+    from scheduler.nudge import pending_marks  # redis-py: only workers notify
 
-    if pendingnudge.should_send(settings, request.tenant, request.pipeline):
-        send(tasknames.PROCESS_PIPELINE, request.tenant, request.pipeline, settings=settings)
+    if pending_marks.should_send(settings, request.tenant, request.pipeline):
+        send(task_names.PROCESS_PIPELINE, request.tenant, request.pipeline, settings=settings)

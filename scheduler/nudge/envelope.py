@@ -8,6 +8,10 @@ would write: a task message of Celery's protocol 2 (headers, a JSON body
 base64-encoded, the properties with their delivery info). Nothing here
 does I/O: it says where a plain ``redis://`` broker is
 (:func:`redis_target`) and what the bytes are; its callers push them.
+
+The layout is Celery's and kombu's, not ours, and neither promises to
+keep it: :data:`MESSAGE_FORMAT_OF` names the releases it was checked
+against.
 """
 
 from __future__ import annotations
@@ -17,9 +21,30 @@ import json
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 from urllib.parse import unquote, urlsplit
+
+MESSAGE_FORMAT_OF: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
+    {"celery": ("5.7", "5.8"), "kombu": ("5.7", "5.8")}
+)
+"""The releases whose message layout this module writes: ``(lowest, highest excluded)``.
+
+Checked against Celery 5.7's protocol-2 task message (the headers and body
+``celery/app/amqp.py``'s ``as_task_v2`` makes for ``send_task``) and kombu
+5.7's Redis envelope (``transport/virtual/base.py``: ``prepare_message``;
+``basic_publish``, the base64 body) and its queue lists and event fanout channels
+(``transport/redis.py``: ``_put``, ``_put_fanout``). A new kombu or Celery
+must be checked against that protocol-2 message layout before a range is
+widened: compare what it writes with :func:`task_message`,
+:func:`event_message` and :func:`envelope`, run the fast-send tests (a
+real worker must read what this module writes, and Flower its events),
+then move the ``celery`` and ``kombu`` bounds of ``pyproject.toml`` with it.
+``tests/foundation/test_message_format_versions.py`` holds the installed
+releases and ``pyproject.toml``'s bounds to this range.
+"""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler import reconfiguration, scope
+from scheduler import reconfiguration, scope, testhooks
 from scheduler.manager import events as ev
 from scheduler.manager import settling
 from scheduler.manager.base import PipelineManager
@@ -38,7 +38,7 @@ from scheduler.model.change import Change
 from scheduler.model.item import PipelineState
 from scheduler.model.results import Result
 from scheduler.nudge import task_labels, task_names
-from scheduler.processing import quiet, testhooks
+from scheduler.processing import quiet
 from scheduler.processing.coalesce import run_exclusive
 from scheduler.processing.decoding import EventDecoder, PushOutcome, push_request_uuid
 from scheduler.processing.environment import Environment, NewRequest

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.stack import process
-from scheduler.processing.testhooks import HOLD_BEFORE_COMMIT
+from scheduler.testhooks import HOLD_BEFORE_COMMIT
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.job_requests import JobRequestQueue

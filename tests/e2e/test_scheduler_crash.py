@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 from cli.stack.process import is_alive
-from scheduler.processing.testhooks import HOLD_BEFORE_COMMIT
+from scheduler.testhooks import HOLD_BEFORE_COMMIT
 from tests.e2e.system import SluiceSystem
 from tests.e2e.test_check_behaviours import APP, CONFIG, MAIN_YAML
 from tests.fixtures.waiting import wait_until

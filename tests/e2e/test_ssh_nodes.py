@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.processing import testhooks
+from scheduler import testhooks
 from scheduler.settings.nodes import NodeSettings
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState

@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scheduler import testhooks
 from scheduler.errors import SluiceError
-from scheduler.processing import testhooks
 from workers.launcher.addresses import AddressPool, Lease, ip, read_lease, remove_netns
 from workers.launcher.errors import LaunchError
 from workers.launcher.sshd import sshd_argv, write_sshd_folder

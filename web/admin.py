@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from scheduler import management
-from scheduler.management.refs import list_refs
+from scheduler.drivers.git.refs import list_refs
 from scheduler.model.change import Change
 from scheduler.wire.events import Promote
 from scheduler.zk.autoholds import AutoholdError, AutoholdStore

@@ -11,10 +11,10 @@ from http import HTTPStatus
 from starlette.responses import JSONResponse
 
 from scheduler.drivers import ForgeError
+from scheduler.drivers.git.refs import RefError
 from scheduler.errors import SluiceError
 from scheduler.layouts.errors import NoLayoutError, TenantNotFoundError, UnknownPipelineError
 from scheduler.management import ManagementError, NoAnswerError, NotInPipelineError
-from scheduler.management.refs import RefError
 from scheduler.reporting.errors import DatabaseUnavailableError
 from scheduler.settings.exposure import BrokerError
 from scheduler.zk.errors import ZooKeeperUnavailableError

@@ -13,9 +13,9 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from scheduler.drivers.git.refs import list_refs, resolve
 from scheduler.errors import SluiceError
 from scheduler.layouts import NoLayoutError, TenantLayouts
-from scheduler.management.refs import list_refs, resolve
 from scheduler.model.change import Change
 from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import Settings

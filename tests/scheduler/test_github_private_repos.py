@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.drivers.git.refs import RefError, list_refs
+from scheduler.drivers.github.credentials import remote_env
 from scheduler.settings.sections import ConnectionSettings
 from tests.fixtures.fake_github import FakeGitHub, github_with_a_pull
 from workers.merger.cache import RepoCache
-from workers.merger.credentials import remote_env
 from workers.merger.errors import MergerError
 from workers.merger.repo import Repo
 
@@ -73,3 +74,14 @@ def test_only_https_remotes_get_the_token(tmp_path: Path) -> None:
     assert remote_env(secure, "org/app", {})["GIT_CONFIG_VALUE_0"] == (
         "Authorization: Basic eC1hY2Nlc3MtdG9rZW46dA=="  # x-access-token:t
     )
+
+
+def test_sluice_enqueue_lists_a_private_repository_s_refs_with_the_token(
+    forge: FakeGitHub, tmp_path: Path
+) -> None:
+    """``sluice enqueue`` checks a ref with ``ls-remote`` before it enqueues: with the token."""
+    pem = forge.make_app(tmp_path / "app.pem")
+    with pytest.raises(RefError, match="repository unreachable"):
+        list_refs(github(forge, tmp_path), "org/app")  # no credential: GitHub refuses
+    refs = list_refs(github(forge, tmp_path, app_id=7, app_key=str(pem)), "org/app")
+    assert {"refs/heads/main", "refs/heads/fix"} <= set(refs)

@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from scheduler.drivers.github.credentials import remote_env
 from scheduler.settings.sections import ConnectionSettings, Settings
 from scheduler.zk.retry import RetryPolicy
-from workers.merger.credentials import remote_env
 from workers.merger.errors import (
     CorruptRepoError,
     GitCommandError,

@@ -23,8 +23,8 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from scheduler.drivers.git.refs import RefError, list_refs
 from scheduler.layouts.state import LayoutState
-from scheduler.management.refs import RefError, list_refs
 from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.events import TriggerEvent
 from scheduler.zk import paths, stored

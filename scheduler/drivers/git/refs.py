@@ -1,8 +1,8 @@
-"""Resolving refs of a git connection's repositories (``git ls-remote``), for management.
+"""Resolving refs of a connection's repositories (``git ls-remote``).
 
-``sluice enqueue`` checks that the ref and target branch exist before it
-enqueues anything, so a typo is an error at once rather than a merge
-failure later. Works for every baseurl kind (local path, file://, ssh,
+The git driver's poller lists them; ``sluice enqueue`` checks that the ref
+and target branch exist before it enqueues anything, so a typo is an error
+at once rather than a merge failure later. Works for every baseurl kind (local path, file://, ssh,
 https) because ``ls-remote`` does.
 """
 
@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 
+from scheduler.drivers.github.credentials import remote_env
 from scheduler.errors import SluiceError
 from scheduler.settings.sections import ConnectionSettings
 
@@ -31,15 +32,21 @@ def _git_env() -> dict[str, str]:
 def list_refs(
     connection: ConnectionSettings, project: str, timeout: float = 30.0
 ) -> dict[str, str]:
-    """Every ref of the project's repository and its commit."""
+    """Every ref of the project's repository and its commit.
+
+    A GitHub connection's private repository is asked with the connection's
+    token (:func:`scheduler.drivers.github.credentials.remote_env`).
+    """
     url = connection.project_url(project)
+    env = _git_env()
+    env.update(remote_env(connection, project, env))
     try:
         done = subprocess.run(
             ["git", "ls-remote", "--", url],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=_git_env(),
+            env=env,
             check=False,
         )
     except subprocess.TimeoutExpired:

@@ -2,8 +2,9 @@
 
 GitHub serves a private repository over https to a git client that shows a
 token as basic auth's password: a GitHub App's installation token as
-``x-access-token:<token>`` (or the connection's ``api_token``). The merger's
-git processes that talk to such a connection's remote get that header from
+``x-access-token:<token>`` (or the connection's ``api_token``). Every git
+process that talks to such a connection's remote (the merger's fetches,
+``sluice enqueue``'s ``ls-remote``) gets that header from
 :func:`remote_env`: git's configuration passed in the environment
 (``GIT_CONFIG_COUNT``, ``GIT_CONFIG_KEY_<n>``, ``GIT_CONFIG_VALUE_<n>``),
 ``http.<baseurl>/.extraHeader``, so the header goes to the connection's

@@ -10,7 +10,7 @@ import pytest
 from cli.stack.local import LocalStack
 from scheduler.errors import SettingsError
 from scheduler.settings.load import parse_settings
-from tests.foundation.test_image_settings import EXAMPLE as IMAGES
+from tests.foundation.test_settings_images import EXAMPLE as IMAGES
 
 EXAMPLE = """\
 nodes:

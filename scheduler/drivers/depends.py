@@ -7,17 +7,24 @@ merged ones, and returns the rest deepest first, each as a change mapping
 with its state (what pipeline requirements look at). A chain that comes
 back to the change itself is a cycle, recorded by the change needing itself
 (the pipeline reports it as an error, unless its queue allows circular
-dependencies).
+dependencies). A URL the forge answers 404 for names no change: as in
+Zuul, it is no dependency.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.drivers import ForgeError
+
+log = logging.getLogger(__name__)
+
 MAX_DEPTH = 10
+NOT_FOUND = 404
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,13 @@ def needs_of(
             if dep in seen or depth >= MAX_DEPTH:
                 continue
             seen.add(dep)
-            dependency = fetch(*dep)
+            try:
+                dependency = fetch(*dep)
+            except ForgeError as exc:
+                if exc.status != NOT_FOUND:
+                    raise
+                log.info("Depends-On %s %d of %s %d names nothing: %s", *dep, project, number, exc)
+                continue
             if dependency.merged:
                 continue
             visit(dependency.description, depth + 1)

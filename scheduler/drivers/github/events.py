@@ -22,18 +22,14 @@ git parents' candidates) only when it has commits besides its head.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from scheduler.drivers import ForgeError, depends, field
+from scheduler.drivers import depends, field
 from scheduler.drivers.github.api import is_repository
 from scheduler.wire.events import MalformedEventError, TriggerEvent
 
-log = logging.getLogger(__name__)
-
-NOT_FOUND = 404
 STORED = frozenset(
     {"push", "pull_request", "issue_comment", "pull_request_review", "status", "check_run"}
 )
@@ -202,14 +198,7 @@ def needs_of(api: Any, project: str, number: int, body: str) -> list[dict[str, A
     def fetch(dep_project: str, dep_number: int) -> depends.Found:
         if not is_repository(dep_project):
             raise MalformedEventError(f"Depends-On names {dep_project!r}, no GitHub repository")
-        try:
-            pull = api.pull(dep_project, dep_number)
-        except ForgeError as exc:
-            if exc.status != NOT_FOUND:
-                raise
-            # as Zuul: a URL naming no pull request is no dependency
-            log.info("Depends-On %s#%d of %s#%d: %s", dep_project, dep_number, project, number, exc)
-            return depends.Found(True, "", {})
+        pull = api.pull(dep_project, dep_number)
         change = _dependency(api, dep_project, dep_number, pull)
         return depends.Found(bool(pull.get("merged")), str(pull.get("body") or ""), change)
 

@@ -23,18 +23,14 @@ reads nothing (its state is final).
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from scheduler.drivers import ForgeError, depends, field
+from scheduler.drivers import depends, field
 from scheduler.wire.events import MalformedEventError, TriggerEvent
 
-log = logging.getLogger(__name__)
-
-NOT_FOUND = 404
 STORED = frozenset({"Push Hook", "Tag Push Hook", "Merge Request Hook", "Note Hook"})
 ZERO = "0" * 40
 HEADS = "refs/heads/"
@@ -135,14 +131,7 @@ def needs_of(api: Any, project: str, iid: int, description: str) -> list[dict[st
     def fetch(dep_project: str, dep_iid: int) -> depends.Found:
         if not PROJECT_PATH.fullmatch(dep_project):
             raise MalformedEventError(f"Depends-On names {dep_project!r}, no GitLab project")
-        try:
-            mr = api.merge_request(dep_project, dep_iid)
-        except ForgeError as exc:
-            if exc.status != NOT_FOUND:
-                raise
-            # as Zuul: a URL naming no merge request is no dependency
-            log.info("Depends-On %s!%d of %s!%d: %s", dep_project, dep_iid, project, iid, exc)
-            return depends.Found(True, "", {})
+        mr = api.merge_request(dep_project, dep_iid)
         change = _dependency(api, dep_project, dep_iid, mr)
         return depends.Found(mr.get("state") == "merged", str(mr.get("description") or ""), change)
 

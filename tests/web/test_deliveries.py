@@ -27,17 +27,9 @@ from tests.fixtures.fake_github import FakeGitHub, Pull
 from tests.fixtures.fake_gitlab import FakeGitLab
 from tests.fixtures.waiting import wait_until
 from tests.web.server import WEB_CONFIG, WebServer, start_web, token
+from tests.web.test_github_journey import TENANT
 
 SECRET = "deliveries-webhook-secret"
-TENANT = """
-- tenant:
-    name: demo
-    source:
-      local:
-        config-projects: [config]
-      github:
-        untrusted-projects: [org/app]
-"""
 CONFIG = {
     "zuul.d/pipelines.yaml": r"""
         - pipeline:

@@ -1,7 +1,8 @@
 """Parked changes: a tenant's changes waiting for a dependency to enter a pipeline.
 
 One znode per change under ``/events/tenant/<t>/parked/<change key>``
-holding ``{key, event, pipelines, since}``: the change's latest trigger
+holding ``{key, event, pipelines, since}`` (a stored object:
+:mod:`scheduler.zk.stored`'s schema-versioned JSON): the change's latest trigger
 event and the pipelines it waits for. What parks a change, and what lets it
 in, is :mod:`scheduler.processing.behind`'s; this is only where it is kept.
 """
@@ -9,7 +10,6 @@ in, is :mod:`scheduler.processing.behind`'s; this is only where it is kept.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -18,8 +18,9 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from scheduler.zk import paths
+from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.errors import DecodeError
 
 log = logging.getLogger(__name__)
 
@@ -37,21 +38,16 @@ class Park:
     since: float = field(default_factory=time.time)
 
     def to_bytes(self) -> bytes:
-        data = {
-            "key": self.key,
-            "event": self.event,
-            "pipelines": self.pipelines,
-            "since": self.since,
-        }
-        return json.dumps(data, sort_keys=True).encode()
+        data = {"key": self.key, "event": self.event, "pipelines": self.pipelines}
+        return stored.encode({**data, "since": self.since})
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> Park | None:
         try:
-            data = json.loads(raw)
+            data = stored.decode(raw)
             pipelines = [str(p) for p in data["pipelines"]]
             return cls(str(data["key"]), dict(data["event"]), pipelines, float(data["since"]))
-        except (ValueError, KeyError, TypeError):
+        except (DecodeError, KeyError, TypeError, ValueError):
             return None
 
 

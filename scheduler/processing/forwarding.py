@@ -458,10 +458,11 @@ def _route_trigger(
     verdicts = routing.verdicts(tenant, described)
     pipelines = [name for name, verdict in verdicts.items() if verdict == ENQUEUE]
     pipelines += behind.after_event(routing, parked, tenant, described, verdicts)
+    payload = _enqueue(routing, tenant, trigger, event.id) if pipelines else {}
     for pipeline in pipelines:
         root = paths.pipeline_trigger_queue(tenant, pipeline)
         targets[root] = pipeline
-        routed.append((root, _enqueue(routing, tenant, trigger, event.id)))
+        routed.append((root, payload))
         for waiting in behind.behind(routing, parked, tenant, described, pipeline):
             try:
                 queued = decode_as(waiting, TriggerEvent)

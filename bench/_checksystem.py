@@ -19,10 +19,10 @@ from cli.stack.workers import EXECUTOR_CONCURRENCY
 from scheduler.model.change import Change
 from scheduler.nudge import dispatch, task_names
 from scheduler.settings.load import load_settings
+from scheduler.stores.management import wait_for_result
 from scheduler.zk import paths
 from scheduler.zk.client import connect
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.management import wait_for_result
 from tests.fixtures.waiting import wait_until
 
 MAIN_YAML = """

@@ -46,9 +46,9 @@ from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.settings.sections import ZooKeeperSettings
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from workers.claims import Delivery
 from workers.executor import BuildSpec, RunnerOptions, forkserver
 from workers.executor.service import execute_request

@@ -54,12 +54,13 @@ from scheduler.model.item import QueueItem
 from scheduler.processing import pipeline as processing
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state.store import PipelineStore
+from scheduler.stores import timings
+from scheduler.stores.job_requests import JobRequestQueue, JobResult
+from scheduler.stores.ledger import TxnLedger
 from scheduler.zk import context as zk_context
-from scheduler.zk import paths, timings
+from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequestQueue, JobResult
-from scheduler.zk.ledger import TxnLedger
 from tests.scheduler.world import Formats
 
 TENANT = "bench"

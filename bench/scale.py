@@ -55,6 +55,8 @@ from scheduler.processing.environment import Environment, Nudge
 from scheduler.processing.pipeline import process_pipeline
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings
+from scheduler.stores.job_requests import JobRequestQueue
+from scheduler.stores.management import wait_for_result
 from scheduler.sweep import SweepReport, SweepStep, run_sweep, scheduler_steps, standard_steps
 from scheduler.views import idle
 from scheduler.wire.events import TriggerEvent
@@ -63,8 +65,6 @@ from scheduler.zk.client import RequestCount, ZooKeeperClient, connect
 from scheduler.zk.context import MAX_TRANSACTION_BYTES, Transaction
 from scheduler.zk.errors import DataTooLargeError
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequestQueue
-from scheduler.zk.management import wait_for_result
 from tasks.runtime import build
 from tests.fixtures.waiting import wait_until
 

@@ -69,9 +69,9 @@ from gate_depth import gate_depth, print_rows
 from cli.stack.workers import EXECUTOR_CONCURRENCY
 from scheduler.nudge import task_names
 from scheduler.settings.load import load_settings
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue
 from scheduler.zk import paths, trace
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from scheduler.zk.trace import TRACE_ENV
 from tests.fixtures.waiting import wait_until
 

@@ -7,7 +7,7 @@ ops/s for:
 * lock acquire+release (:func:`scheduler.zk.locks.acquire`, the kazoo ``Lock`` algorithm),
 * claim+release (:func:`scheduler.zk.locks.claim`, one create),
 * request lifecycle: submit, claim, complete, read result
-  (:class:`scheduler.zk.job_requests.JobRequestQueue`),
+  (:class:`scheduler.stores.job_requests.JobRequestQueue`),
 
 each beside raw kazoo create+delete (two round trips) measured in
 alternating slices of the same run, and their ratio. Not run in CI:
@@ -27,10 +27,10 @@ from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.settings.sections import ZooKeeperSettings
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 
 # A benchmark killed from outside leaves no ZooKeeper behind.
 process.children_die_with_parent()

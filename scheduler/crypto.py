@@ -12,7 +12,7 @@ decrypts here and what :func:`encrypt_pkcs1_oaep` writes decrypts in Zuul:
   encrypted on its own and base64 encoded: a secret is a list of chunks.
 
 Private keys leave this module only as PKCS#8 PEM encrypted with a
-password (:func:`private_pem`); :mod:`scheduler.zk.keystore` stores that
+password (:func:`private_pem`); :mod:`scheduler.stores.keystore` stores that
 form in ZooKeeper, so ZooKeeper never holds a usable private key.
 """
 

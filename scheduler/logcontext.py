@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from types import MappingProxyType
 
-from scheduler.zk.job_requests import JobRequest
+from scheduler.stores.job_requests import JobRequest
 
 # The ids a log line can carry, in the order a JSON line lists them.
 FIELDS = ("tenant", "pipeline", "item", "buildset", "build", "request", "job")

@@ -30,14 +30,15 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from scheduler.state.store import PipelineStore
+from scheduler.stores import inventory, timings
+from scheduler.stores.components import all_components
+from scheduler.stores.job_requests import JobRequestQueue
+from scheduler.stores.semaphores import SemaphoreNode
 from scheduler.sweep import sweep_totals
-from scheduler.zk import inventory, paths, timings
+from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.components import all_components
 from scheduler.zk.context import LockContext
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequestQueue
-from scheduler.zk.semaphores import SemaphoreNode
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A tenant's project keys, as the faces ask for them (``sluice encrypt``, the ``.pub`` endpoint).
 
 A project's key pair belongs to the project of a connection, not to a
-tenant (:mod:`scheduler.zk.keystore`): the tenant only says which
+tenant (:mod:`scheduler.stores.keystore`): the tenant only says which
 connection its project ``name`` comes from, read from the tenant's layout
 state (no layout is built).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from scheduler.errors import SluiceError
 from scheduler.layouts import NoLayoutError, TenantLayouts
 from scheduler.settings.sections import Settings
+from scheduler.stores.keystore import KeyStore
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.keystore import KeyStore
 
 
 class UnknownProjectError(SluiceError):

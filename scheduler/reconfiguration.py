@@ -51,11 +51,12 @@ from scheduler.layouts.reconfigure import (
 )
 from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import Settings
+from scheduler.stores import config_cache as cc
+from scheduler.stores import inventory
 from scheduler.wire import merger as wire
 from scheduler.wire.events import MalformedEventError, ReconfigureEvent, decode_as
 from scheduler.wire.merge_requests import merge_and_wait
-from scheduler.zk import config_cache as cc
-from scheduler.zk import flags, inventory, paths, stored
+from scheduler.zk import flags, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, OpFailedError, Transaction
 from scheduler.zk.errors import NoDataError

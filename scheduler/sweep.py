@@ -46,15 +46,16 @@ from scheduler.nudge import dispatch, task_labels, task_names
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings.sections import Settings
 from scheduler.state.store import PipelineStore
+from scheduler.stores import deliveries, inventory, parked
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue
+from scheduler.stores.nodes import NodeStore
+from scheduler.stores.semaphores import SemaphoreNode
 from scheduler.views import idle
-from scheduler.zk import deliveries, inventory, locks, parked, paths, stored
+from scheduler.zk import locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import NoDataError, ZooKeeperError
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue
-from scheduler.zk.nodes import NodeStore
-from scheduler.zk.semaphores import SemaphoreNode
 
 log = logging.getLogger(__name__)
 

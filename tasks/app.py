@@ -8,7 +8,7 @@ from celery import Celery
 from celery.signals import worker_process_shutdown
 
 from scheduler import processlocal
-from scheduler.zk import timings
+from scheduler.stores import timings
 from tasks import consumer, profiling
 from workers import bootsteps
 from workers.gatherers import GatherersStep

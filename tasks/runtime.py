@@ -28,7 +28,7 @@ from scheduler.reporting import LogReporter, ReporterSet, SqlReporter, open_data
 from scheduler.reporting.estimates import JobEstimates
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings
-from scheduler.zk.autoholds import AutoholdIndex
+from scheduler.stores.autoholds import AutoholdIndex
 from scheduler.zk.client import process_client
 from workers.merger.cache import RepoCache
 

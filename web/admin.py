@@ -18,8 +18,8 @@ from typing import Any
 from scheduler import management
 from scheduler.drivers.git.refs import list_refs
 from scheduler.model.change import Change
+from scheduler.stores.autoholds import AutoholdError, AutoholdStore
 from scheduler.wire.events import Promote
-from scheduler.zk.autoholds import AutoholdError, AutoholdStore
 from web.context import WebContext
 from web.endpoints import NAME, PROJECT, Call, Param
 from web.errors import ApiError

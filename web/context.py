@@ -26,9 +26,9 @@ from scheduler.reporting.queries import format_time
 from scheduler.settings.exposure import BrokerError
 from scheduler.settings.sections import Settings
 from scheduler.state.store import PipelineStore
-from scheduler.zk import inventory
+from scheduler.stores import inventory
+from scheduler.stores.keystore import KeyStore
 from scheduler.zk.client import ZooKeeperClient, process_client
-from scheduler.zk.keystore import KeyStore
 from web.auth import Authenticators
 from web.errors import ApiError
 

@@ -12,9 +12,9 @@ from starlette.responses import Response
 from scheduler.project_keys import UnknownProjectError, project_connection
 from scheduler.reporting import queries
 from scheduler.reporting.results import BuildResult
+from scheduler.stores.autoholds import AutoholdRequest, AutoholdStore
+from scheduler.stores.components import all_components
 from scheduler.views.deliveries import delivery_rows
-from scheduler.zk.autoholds import AutoholdRequest, AutoholdStore
-from scheduler.zk.components import all_components
 from web import shapes
 from web.auth import allows
 from web.context import WebContext

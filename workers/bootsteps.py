@@ -36,8 +36,8 @@ from celery import bootsteps
 
 from scheduler import processlocal
 from scheduler.settings.load import load_settings
+from scheduler.stores.components import Component, register
 from scheduler.zk import client as zk_client
-from scheduler.zk.components import Component, register
 from scheduler.zk.errors import ZooKeeperError
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from scheduler.stores.job_requests import ClaimedRequest, JobRequestQueue
 from scheduler.zk.client import WATCHDOG_FRACTION, ConnectionState, ZooKeeperClient
 from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
-from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
 from scheduler.zk.retry import OUTAGE
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from scheduler.zk.job_requests import JobRequest
+from scheduler.stores.job_requests import JobRequest
 from workers.later import call_later
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ def autohold(ctx: click.Context) -> None:
 @clear_errors
 def add(*, tenant: str, project: str, job: str, ref: str, reason: str, count: int) -> None:
     """Hold the workspace of the next COUNT failing builds of JOB; prints the request id."""
-    from scheduler.zk.autoholds import AutoholdError, AutoholdStore
+    from scheduler.stores.autoholds import AutoholdError, AutoholdStore
 
     with zookeeper() as client:
         try:
@@ -50,7 +50,7 @@ def add(*, tenant: str, project: str, job: str, ref: str, reason: str, count: in
 @clear_errors
 def list_requests(as_json: bool = False) -> None:
     """Autohold requests with the builds held for them."""
-    from scheduler.zk.autoholds import AutoholdStore
+    from scheduler.stores.autoholds import AutoholdStore
 
     with zookeeper() as client:
         requests = AutoholdStore(client).list()
@@ -73,7 +73,7 @@ def list_requests(as_json: bool = False) -> None:
 @clear_errors
 def delete(request_id: str) -> None:
     """Delete the autohold request REQUEST_ID (held workspaces stay on disk)."""
-    from scheduler.zk.autoholds import AutoholdStore
+    from scheduler.stores.autoholds import AutoholdStore
 
     with zookeeper() as client:
         if not AutoholdStore(client).delete(request_id):

@@ -27,7 +27,7 @@ def _age(since: object) -> str:
 @clear_errors
 def components(kind: str | None, as_json: bool) -> None:
     """Registered processes: kind, host, pid, queues, state, version and age."""
-    from scheduler.zk.components import all_components, list_components
+    from scheduler.stores.components import all_components, list_components
 
     with zookeeper() as client:
         found = list_components(client, kind) if kind else all_components(client)

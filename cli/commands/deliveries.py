@@ -84,7 +84,7 @@ def retry(connection: str, delivery: str) -> None:
     """Put the set-aside DELIVERY back into CONNECTION's queue, to be translated again."""
     from scheduler.errors import SluiceError
     from scheduler.nudge import dispatch, task_names
-    from scheduler.zk.deliveries import SetAsideStore
+    from scheduler.stores.deliveries import SetAsideStore
 
     conf = settings()
     with zookeeper(conf) as client:
@@ -103,7 +103,7 @@ def retry(connection: str, delivery: str) -> None:
 @clear_errors
 def discard(connection: str, delivery: str) -> None:
     """Forget the set-aside DELIVERY of CONNECTION."""
-    from scheduler.zk.deliveries import SetAsideStore
+    from scheduler.stores.deliveries import SetAsideStore
 
     with zookeeper() as client:
         SetAsideStore(client, connection).discard(delivery)

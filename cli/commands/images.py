@@ -27,7 +27,7 @@ def image() -> None:
 def build(name: str) -> None:
     """Build image NAME now, off its schedule (raises its request-build flag)."""
     from scheduler.nudge import dispatch, task_names
-    from scheduler.zk.images import ImageStore
+    from scheduler.stores.images import ImageStore
 
     conf = settings()
     if conf.images.image(name) is None:
@@ -49,7 +49,7 @@ def _when(seconds: float) -> str:
 
 
 def _listing(names: tuple[str, ...]) -> list[dict[str, Any]]:
-    from scheduler.zk.images import ImageStore
+    from scheduler.stores.images import ImageStore
 
     conf = settings()
     with zookeeper(conf) as client:
@@ -113,7 +113,7 @@ def list_images(names: tuple[str, ...], as_json: bool = False) -> None:
 @clear_errors
 def delete(name: str, build_id: str) -> None:
     """Delete build BUILD_ID of image NAME (its state becomes delete; its builder removes it)."""
-    from scheduler.zk.images import ImageBuildState, ImageStore, ImageStoreError
+    from scheduler.stores.images import ImageBuildState, ImageStore, ImageStoreError
 
     with zookeeper() as client:
         store = ImageStore(client)

@@ -32,7 +32,7 @@ def pubkey() -> None:
 
 
 def _listing() -> dict[str, list[dict[str, Any]]]:
-    from scheduler.zk.nodes import NodeStore
+    from scheduler.stores.nodes import NodeStore
 
     with zookeeper() as client:
         store = NodeStore(client)

@@ -17,7 +17,7 @@ from scheduler.reconfiguration import (
     tenant_names,
 )
 from scheduler.settings.sections import Settings
-from scheduler.zk import config_cache
+from scheduler.stores import config_cache
 from scheduler.zk.client import connect
 
 # How long `stack up` waits for the tenants' first layouts.

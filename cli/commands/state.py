@@ -12,9 +12,9 @@ import click
 
 from cli.commands.common import clear_errors, settings
 from scheduler.state.store import PipelineStore
+from scheduler.stores import inventory
 from scheduler.views import status as status_view
 from scheduler.views.idle import pending_work
-from scheduler.zk import inventory
 from scheduler.zk.client import ZooKeeperClient, connect
 
 

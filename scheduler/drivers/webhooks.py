@@ -13,7 +13,7 @@ A translation that fails because the forge was unavailable
 is tried again later, at most :attr:`DeliveryRetry.attempts` times with
 exponential back-off (the connection's ``delivery_attempts`` and
 ``delivery_backoff`` options, :func:`retry_policy`); any other failure sets
-the delivery aside with its reason (:mod:`scheduler.zk.deliveries`).
+the delivery aside with its reason (:mod:`scheduler.stores.deliveries`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from scheduler.drivers import ForgeError
 from scheduler.drivers.github import events as github
 from scheduler.drivers.gitlab import events as gitlab
 from scheduler.settings.sections import ConnectionSettings
+from scheduler.stores import deliveries
 from scheduler.wire.events import MalformedEventError, TriggerEvent
-from scheduler.zk import deliveries
 from scheduler.zk.client import ZooKeeperClient
 
 WEBHOOK = "webhook"

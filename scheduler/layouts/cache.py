@@ -39,8 +39,8 @@ from scheduler.layouts.triggers import (
     requirements_verdict,
     verdicts,
 )
+from scheduler.stores import config_cache as cc
 from scheduler.wire.events import TriggerEvent
-from scheduler.zk import config_cache as cc
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
 

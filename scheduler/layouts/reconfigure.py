@@ -44,7 +44,7 @@ from scheduler.config.reconfigure import BranchKey
 from scheduler.layouts.errors import LockTimeoutError, TenantNotFoundError
 from scheduler.layouts.state import KeptInfo, LayoutState, state_data
 from scheduler.settings.sections import Settings
-from scheduler.zk import config_cache as cc
+from scheduler.stores import config_cache as cc
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext

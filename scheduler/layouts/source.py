@@ -5,7 +5,7 @@
 pipeline it returns the pipeline's manager (by its ``manager`` setting),
 configured from the current layout (:class:`~scheduler.layouts.cache.TenantLayouts`,
 validated against ZooKeeper on every ``open``), and a
-:class:`~scheduler.zk.ledger.TxnLedger` with the layout's
+:class:`~scheduler.stores.ledger.TxnLedger` with the layout's
 semaphore maxima.
 
 The manager's settings come from the layout (:func:`pipeline_settings`):
@@ -60,10 +60,10 @@ from scheduler.model.nodeset import (
     nodeset_groups,
     nodeset_nodes,
 )
+from scheduler.stores.ledger import TxnLedger
 from scheduler.wire.merger import split_config_files_key
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.ledger import TxnLedger
 
 
 def job_info(job: FrozenJob, graph: JobGraph) -> JobInfo:

@@ -4,7 +4,7 @@ A layout state (``layout/<tenant>``, written by :mod:`scheduler.layouts.reconfig
 holds everything a process needs to rebuild the tenant's layout from
 ZooKeeper alone: the tenant's definition from ``main.yaml`` (so no process
 depends on its local copy of the file), the exact files of every branch
-(``sources``, kept by :mod:`scheduler.zk.config_cache`), the layout's
+(``sources``, kept by :mod:`scheduler.stores.config_cache`), the layout's
 content hash to check the rebuild against, its uuid and ltime, and the
 errors of the configuration it was built from.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.config import Layout, LayoutResult, Tenant, TenantProject, UnparsedBranch
-from scheduler.zk.config_cache import LayoutStateRecord, SourceRef
+from scheduler.stores.config_cache import LayoutStateRecord, SourceRef
 
 # 1: initial (2026-11).
 STATE_SCHEMA = 1

@@ -19,11 +19,11 @@ from scheduler.layouts import NoLayoutError, TenantLayouts
 from scheduler.model.change import Change
 from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import Settings
+from scheduler.stores.management import wait_for_result
 from scheduler.wire.events import Dequeue, Enqueue, Promote
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.management import wait_for_result
 
 
 class ManagementError(SluiceError):

@@ -17,7 +17,7 @@ from scheduler.nudge import fresh_socket, task_labels, task_names
 from scheduler.settings import exposure
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings, TLSSettings
-from scheduler.zk.job_requests import JobRequest
+from scheduler.stores.job_requests import JobRequest
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.nudge import task_names
-from scheduler.zk.job_requests import JobRequest
+from scheduler.stores.job_requests import JobRequest
 
 
 def _words(pairs: Sequence[tuple[str, Any]]) -> str:

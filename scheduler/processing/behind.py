@@ -14,8 +14,8 @@ What the forge said last about the parked change decides: each later event
 of the change parks it again with its new state (a new patchset, a
 withdrawn approval), or takes it out of a pipeline whose requirements it
 no longer meets, or enqueues it if its dependencies now meet them. A park
-older than :data:`scheduler.zk.parked.RETENTION` is forgotten (the sweep's
-``parked-changes`` step). The parks are kept by :mod:`scheduler.zk.parked`.
+older than :data:`scheduler.stores.parked.RETENTION` is forgotten (the sweep's
+``parked-changes`` step). The parks are kept by :mod:`scheduler.stores.parked`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from scheduler.layouts.triggers import ENQUEUE, WAIT
-from scheduler.zk.parked import Park, Parked
+from scheduler.stores.parked import Park, Parked
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from functools import partial
 from scheduler.manager import events as ev
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.processing.environment import Environment
+from scheduler.stores.job_requests import JobRequestQueue, RequestEvent, RequestMessage
+from scheduler.stores.node_records import NodeRequestMessage, NodeRequestState
+from scheduler.stores.nodes import NodeStore
 from scheduler.wire import events as wire_events
 from scheduler.zk import paths
 from scheduler.zk.event_queue import Event
-from scheduler.zk.job_requests import JobRequestQueue, RequestEvent, RequestMessage
-from scheduler.zk.node_records import NodeRequestMessage, NodeRequestState
-from scheduler.zk.nodes import NodeStore
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from scheduler.manager.events import MergeOutcome
 from scheduler.manager.intents import BuildIntent, MergeIntent
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
+from scheduler.stores.job_requests import JobRequest, JobResult
+from scheduler.stores.ledger import TxnLedger
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.job_requests import JobRequest, JobResult
-from scheduler.zk.ledger import TxnLedger
 
 log = logging.getLogger(__name__)
 

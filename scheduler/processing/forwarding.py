@@ -10,7 +10,7 @@ The connection hop is the front door's last step and nothing a delivery
 holds may stall it: each event is routed, deferred (its forge was
 unavailable: the connection's deferred queue, tried again after a back-off
 by this hop) or set aside with its reason
-(:class:`~scheduler.zk.deliveries.SetAsideStore`), in the transaction that
+(:class:`~scheduler.stores.deliveries.SetAsideStore`), in the transaction that
 acknowledges it; only ZooKeeper's own failures abort the hop.
 
 Each hop runs under its queue's lock and commits, per batch, the puts into
@@ -36,6 +36,8 @@ from scheduler.layouts.triggers import ENQUEUE
 from scheduler.nudge import task_names
 from scheduler.processing import behind
 from scheduler.processing.environment import Nudge
+from scheduler.stores import deliveries
+from scheduler.stores.parked import Parked
 from scheduler.wire.events import (
     Dequeue,
     Enqueue,
@@ -45,7 +47,7 @@ from scheduler.wire.events import (
     decode_as,
     decode_management,
 )
-from scheduler.zk import deliveries, locks, paths, stored
+from scheduler.zk import locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import MAX_TRANSACTION_BYTES, Transaction
 from scheduler.zk.errors import (
@@ -55,7 +57,6 @@ from scheduler.zk.errors import (
     ZooKeeperUnavailableError,
 )
 from scheduler.zk.event_queue import Event, EventQueue, commit_creating_parents
-from scheduler.zk.parked import Parked
 
 log = logging.getLogger(__name__)
 

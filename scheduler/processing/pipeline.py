@@ -44,14 +44,15 @@ from scheduler.processing.decoding import EventDecoder, PushOutcome, push_reques
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state import codec
 from scheduler.state.store import PipelineStore
-from scheduler.zk import flags, locks, multiread, paths, paths_nodepool, stored, timings
+from scheduler.stores import timings
+from scheduler.stores.job_requests import JobRequestQueue
+from scheduler.stores.ledger import TxnLedger
+from scheduler.stores.node_records import PipelineRequestor
+from scheduler.stores.nodes import NodeStore
+from scheduler.zk import flags, locks, multiread, paths, paths_nodepool, stored
 from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.doctree import DocTree
 from scheduler.zk.event_queue import Event, EventQueue
-from scheduler.zk.job_requests import JobRequestQueue
-from scheduler.zk.ledger import TxnLedger
-from scheduler.zk.node_records import PipelineRequestor
-from scheduler.zk.nodes import NodeStore
 
 log = logging.getLogger(__name__)
 

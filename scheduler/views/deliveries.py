@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.zk import deliveries, inventory, paths
+from scheduler.stores import deliveries, inventory
+from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
 

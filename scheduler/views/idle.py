@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from scheduler.state import codec
-from scheduler.zk import doctree, flags, inventory, paths, sharding, stored
+from scheduler.stores import inventory
+from scheduler.stores.job_requests import JobRequestQueue
+from scheduler.zk import doctree, flags, paths, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequestQueue
 from scheduler.zk.multiread import Children, Data, Read, Stat, read_many
 
 
@@ -84,7 +85,7 @@ def pending_work(client: ZooKeeperClient) -> list[str]:
     (:mod:`scheduler.zk.multiread`): the inventories' listings; each tenant's
     pipelines and queues' stats; then every pipeline's queues' stats, flags
     and document (not its items) and every request queue's counts (requests
-    minus result markers, :meth:`~scheduler.zk.job_requests.JobRequestQueue.active_count`).
+    minus result markers, :meth:`~scheduler.stores.job_requests.JobRequestQueue.active_count`).
     """
     connections_root, zones_root = paths.connection_events_root(), inventory.executor_zones_root()
     listed = read_many(

@@ -17,9 +17,9 @@ a queue.
 * ``reconfigure``: :class:`ReconfigureEvent`, put by a pipeline pass or the
   sweep, read by ``sluice.merger.reconfigure``;
 * ``request-started``, ``-paused``, ``-completed``:
-  :class:`~scheduler.zk.job_requests.RequestMessage`, put by the job request
+  :class:`~scheduler.stores.job_requests.RequestMessage`, put by the job request
   queues, read by the pipeline pass;
-* ``node-request``: :class:`~scheduler.zk.node_records.NodeRequestMessage`, put by a
+* ``node-request``: :class:`~scheduler.stores.node_records.NodeRequestMessage`, put by a
   launcher (in the transaction that fulfils or fails a node request a
   pipeline job made), read by the pipeline pass.
 
@@ -35,8 +35,12 @@ from typing import Any, TypeVar
 
 from scheduler.manager.events import Dequeue, Enqueue, MalformedEventError, Promote
 from scheduler.model.change import Change
-from scheduler.zk.job_requests import JobResult, RequestEvent, RequestMessage
-from scheduler.zk.node_records import FINAL_REQUEST_STATES, NODE_REQUEST_EVENT, NodeRequestMessage
+from scheduler.stores.job_requests import JobResult, RequestEvent, RequestMessage
+from scheduler.stores.node_records import (
+    FINAL_REQUEST_STATES,
+    NODE_REQUEST_EVENT,
+    NodeRequestMessage,
+)
 
 __all__ = [
     "Dequeue",

@@ -9,8 +9,8 @@ Two kinds of submitter:
 
 * **a pipeline pass** creates its merge requests in its own fenced
   transaction: :func:`new_request` gives the
-  :class:`~scheduler.zk.job_requests.JobRequest` and the params for
-  :meth:`~scheduler.zk.job_requests.JobRequestQueue.submit_ops`; after the
+  :class:`~scheduler.stores.job_requests.JobRequest` and the params for
+  :meth:`~scheduler.stores.job_requests.JobRequestQueue.submit_ops`; after the
   commit it sends ``sluice.merger.run`` with the request's uuid, and the
   ``request-completed`` event in its result queue tells it when to read the
   result (:func:`read_result`);
@@ -39,6 +39,7 @@ from typing import Any
 
 from scheduler.nudge import dispatch
 from scheduler.settings.sections import Settings
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue, JobResult
 from scheduler.wire.merger import (
     InvalidRecordError,
     JobKind,
@@ -51,7 +52,6 @@ from scheduler.wire.merger import (
 )
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue, JobResult
 
 # Merges run ahead of builds when both wait (lower runs first).
 MERGE_PRECEDENCE = 100

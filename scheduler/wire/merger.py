@@ -12,7 +12,7 @@ project that targets one branch; a *project state* maps every branch of a
 project to a commit; *config files* are the Zuul/Sluice YAML files of one
 project-branch, path -> text.
 
-A merge request in ZooKeeper (the merger queue of :mod:`scheduler.zk.job_requests`)
+A merge request in ZooKeeper (the merger queue of :mod:`scheduler.stores.job_requests`)
 carries, in this format:
 
 * **params** ``{"kind": <JobKind>, "job": <the job's to_dict()>}``

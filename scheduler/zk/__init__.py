@@ -1,13 +1,16 @@
-"""The ZooKeeper model layer: the only package that imports kazoo.
+"""The kazoo layer: the only package that speaks ZooKeeper's protocol.
 
-Everything else talks to ZooKeeper through the typed objects and recipes
-here; every path is built by :mod:`scheduler.zk.paths` (Nodepool's subtree
-by :mod:`scheduler.zk.paths_nodepool`). One recipe per module:
-:mod:`~scheduler.zk.client` (connection, deadlines, watchdog),
+Recipes, not records: :mod:`~scheduler.zk.client` (connection, deadlines,
+watchdog; what it needs to connect is :mod:`~scheduler.zk.endpoint`),
 :mod:`~scheduler.zk.context` (lock contexts, fenced transactions),
-:mod:`~scheduler.zk.sharding` and :mod:`~scheduler.zk.stored` (objects of
-any size), :mod:`~scheduler.zk.event_queue`, :mod:`~scheduler.zk.locks`,
-:mod:`~scheduler.zk.semaphores`,
-:mod:`~scheduler.zk.job_requests`, :mod:`~scheduler.zk.components` and
-:mod:`~scheduler.zk.ltime`. docs/zookeeper.md describes the tree and the API.
+:mod:`~scheduler.zk.locks`, :mod:`~scheduler.zk.sharding`,
+:mod:`~scheduler.zk.stored` and :mod:`~scheduler.zk.doctree` (objects and
+trees of objects of any size), :mod:`~scheduler.zk.event_queue`,
+:mod:`~scheduler.zk.multiread`, :mod:`~scheduler.zk.flags`,
+:mod:`~scheduler.zk.members`, :mod:`~scheduler.zk.ltime`,
+:mod:`~scheduler.zk.acls`, and every path of the tree
+(:mod:`~scheduler.zk.paths`, Nodepool's in :mod:`~scheduler.zk.paths_nodepool`).
+It imports nothing of Sluice but the floor (:mod:`scheduler.errors`,
+:mod:`scheduler.processlocal`); the records kept on it are in
+:mod:`scheduler.stores`. docs/zookeeper.md describes the tree and the API.
 """

@@ -176,7 +176,7 @@ def sweep_stats() -> str:
 
 
 def timings_root() -> str:
-    """Histograms of durations observed by many processes (``scheduler/zk/timings.py``)."""
+    """Histograms of durations observed by many processes (``scheduler/stores/timings.py``)."""
     return "/stats/timings"
 
 
@@ -206,7 +206,7 @@ def component_prefix(kind: str, hostname: str) -> str:
 
 
 def keystorage(connection: str, project: str) -> str:
-    """A project's secrets key pair, its private key encrypted (``scheduler/zk/keystore.py``)."""
+    """A project's secrets key pair, its private key encrypted (``stores/keystore.py``)."""
     return join("keystorage", *_s(connection, project), "secrets")
 
 
@@ -562,7 +562,7 @@ def pipelines_root(tenant: str) -> str:
 
 
 # ---------------------------------------------------------------- config cache by connection
-# The config cache as implemented (scheduler/zk/config_cache.py): one level
+# The config cache as implemented (scheduler/stores/config_cache.py): one level
 # per connection, so two connections may hold projects of the same name.
 
 

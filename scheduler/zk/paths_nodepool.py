@@ -2,8 +2,8 @@
 
 The rest of the tree is built in :mod:`scheduler.zk.paths`, whose
 :func:`~scheduler.zk.paths.segment` encodes every outside name here too.
-These are the paths of ``scheduler/zk/nodes.py`` (node requests and nodes,
-seed 000's ``nodepool/requests`` model), ``scheduler/zk/images.py`` (image
+These are the paths of ``scheduler/stores/nodes.py`` (node requests and nodes,
+seed 000's ``nodepool/requests`` model), ``scheduler/stores/images.py`` (image
 builds and uploads, seed 004), the launchers' locks and elections, and the
 seed's new-style ``nodeset``/``nodes``/``images`` paths that stay unused
 (docs/zookeeper.md, departure 29).
@@ -58,7 +58,7 @@ def image_upload(image: str, build_uuid: str, endpoint: str) -> str:
 # ---------------------------------------------------------------- images (seed 004)
 # Nodepool's image builds as the seed describes them: builds are sequence
 # nodes under ``builds/`` beside the build lock, uploads are sequence nodes
-# per provider under their build (``scheduler/zk/images.py``, docs/nodes.md).
+# per provider under their build (``scheduler/stores/images.py``, docs/nodes.md).
 
 
 def images_root() -> str:
@@ -108,7 +108,7 @@ def provider_upload(image: str, build_id: str, provider: str, upload_id: str) ->
 
 # ---------------------------------------------------------------- node requests and nodes
 # Nodepool's node requests and nodes as seed 000 maps ``nodepool/requests``
-# (``scheduler/zk/nodes.py``, docs/nodes.md): requests are sequence nodes
+# (``scheduler/stores/nodes.py``, docs/nodes.md): requests are sequence nodes
 # named ``<priority>-<seq>``, locked through a side channel so a requestor
 # may delete a request whatever its lock; a node's lock is its own child.
 

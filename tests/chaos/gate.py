@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.stack import process
+from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.testhooks import HOLD_BEFORE_COMMIT
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.job_requests import JobRequestQueue
 from tests.e2e.system import SluiceSystem
 from tests.e2e.test_gate import CONFIG, MAIN_YAML
 from tests.fixtures.waiting import wait_until

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from scheduler.settings.nodes import NodeSettings
+from scheduler.stores.images import ImageBuildState, ImageStore
+from scheduler.stores.node_records import NodeState
+from scheduler.stores.nodes import NodeStore
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.images import ImageBuildState, ImageStore
-from scheduler.zk.node_records import NodeState
-from scheduler.zk.nodes import NodeStore
 from tests.e2e.system import CHECK_CONFIG, NODE_NETWORK, TENANT_YAML, SluiceSystem
 from tests.fixtures.services import missing_service
 from tests.fixtures.waiting import wait_until

@@ -23,8 +23,8 @@ import pytest
 from cli.stack.process import is_alive
 from scheduler.nudge import dispatch, task_names
 from scheduler.settings.load import load_settings
+from scheduler.stores.images import ImageBuild, ImageBuildState, ImageStore, ImageUpload
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore, ImageUpload
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import WorkerProcess

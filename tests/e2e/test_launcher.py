@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from scheduler.settings.nodes import NodeSettings
+from scheduler.stores.images import ImageBuildState, ImageStore, ImageUploadState
+from scheduler.stores.node_records import NodeRequest, NodeRequestState, NodeState
+from scheduler.stores.nodes import NodeStore
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
-from scheduler.zk.node_records import NodeRequest, NodeRequestState, NodeState
-from scheduler.zk.nodes import NodeStore
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import WorkerProcess

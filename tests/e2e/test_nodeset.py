@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from scheduler.stores.nodes import NodeStore
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.nodes import NodeStore
 from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 from tests.fixtures.waiting import wait_until
 

@@ -28,10 +28,10 @@ import pytest
 
 from scheduler import testhooks
 from scheduler.settings.nodes import NodeSettings
+from scheduler.stores.images import ImageBuildState, ImageStore, ImageUploadState
+from scheduler.stores.node_records import NodeRequest, NodeRequestState
+from scheduler.stores.nodes import NodeStore
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.images import ImageBuildState, ImageStore, ImageUploadState
-from scheduler.zk.node_records import NodeRequest, NodeRequestState
-from scheduler.zk.nodes import NodeStore
 from tests.e2e.system import CHECK_CONFIG, NODE_NETWORK, TENANT_YAML, SluiceSystem
 from tests.fixtures.services import missing_service
 from tests.fixtures.sshd import SshHost, ssh_options

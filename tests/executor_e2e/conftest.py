@@ -12,10 +12,10 @@ import pytest
 from cli.stack import process, workers
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from tests.executor.conftest import git_env  # noqa: F401  (autouse: git without user config)
 from tests.executor.helpers import Repo
 from tests.fixtures.services import ZooKeeperTarget

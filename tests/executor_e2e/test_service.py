@@ -19,6 +19,8 @@ import pytest
 
 import celeryconfig
 from scheduler.nudge.task_names import DispatchError, executor_queue_name
+from scheduler.stores import inventory
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue, RequestEvent, RequestState
 from scheduler.sweep import (
     SweepReport,
     SweepStep,
@@ -28,10 +30,9 @@ from scheduler.sweep import (
     standard_steps,
     sweep_totals,
 )
-from scheduler.zk import inventory, locks, paths
+from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient, attach, connect
 from scheduler.zk.context import LockContext
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue, RequestEvent, RequestState
 from tests.executor.helpers import Repo, make_spec
 from tests.executor_e2e.conftest import Builds
 from tests.fixtures.services import ZooKeeperTarget, session_watches

@@ -88,15 +88,12 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# The ZooKeeper layer imports nothing of the project but these leaves
-# (the error tree, the settings it connects with, process-local values,
-# the key pairs that the keystore stores encrypted).
+# The kazoo layer imports nothing of the project but the floor's leaves
+# (the error tree, process-local values).
 ZK_MAY_IMPORT = (
     "scheduler.zk",
     "scheduler.errors",
-    "scheduler.settings",
     "scheduler.processlocal",
-    "scheduler.crypto",
 )
 
 MODULES = _modules()
@@ -150,7 +147,7 @@ def _breaks(rule: str, source: str, target: str) -> bool:
         inside = source.startswith("scheduler.zk")
         return inside and target in MODULES and not target.startswith(ZK_MAY_IMPORT)
     if rule == "kazoo":
-        return top_target == "kazoo" and not source.startswith("scheduler.zk")
+        return top_target == "kazoo" and not source.startswith(("scheduler.zk", "scheduler.stores"))
     if rule == "faces":
         # nothing imports the faces (tasks/, web/, cli/) but the face itself,
         # and the command that serves a face (`sluice web` runs web.app)
@@ -167,11 +164,8 @@ def test_zookeeper_layer_is_a_leaf() -> None:
 
 
 def test_what_the_zookeeper_layer_may_import_are_leaves() -> None:
-    leaves = [name for name in MODULES if name.startswith(ZK_MAY_IMPORT[1:])]
-    assert set(leaves) > SETTINGS_LEAVES
-    for leaf in leaves:
-        allowed = {"scheduler.errors"} | (SETTINGS_LEAVES if leaf in SETTINGS_LEAVES else set())
-        assert {t for t in EDGES[leaf] if t in MODULES} <= allowed, leaf
+    for leaf in ZK_MAY_IMPORT[1:]:
+        assert {t for t in EDGES[leaf] if t in MODULES} == set(), leaf
 
 
 def test_only_the_zookeeper_layer_imports_kazoo() -> None:

@@ -17,8 +17,8 @@ from cli.stack.process import free_port
 from scheduler.nudge import dispatch, kept_connection, pending_marks
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings
+from scheduler.stores.job_requests import JobRequest
 from scheduler.zk import paths
-from scheduler.zk.job_requests import JobRequest
 
 QUEUE = "scheduler"
 

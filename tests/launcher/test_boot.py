@@ -26,8 +26,8 @@ from typing import cast
 import pytest
 
 from scheduler.settings.nodes import NodeProviderSettings, NodeSettings
+from scheduler.stores.node_records import Node
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.node_records import Node
 from tests.fixtures.services import missing_service
 from tests.fixtures.sshd import ssh_options
 from tests.fixtures.waiting import wait_until
@@ -258,7 +258,7 @@ import socket, sys, time
 from pathlib import Path
 from typing import cast
 from scheduler.settings.nodes import NodeProviderSettings, NodeSettings
-from scheduler.zk.node_records import Node
+from scheduler.stores.node_records import Node
 from workers.launcher.addresses import AddressPool
 from workers.launcher.providers import LocalProvider
 tmp, image = Path(sys.argv[1]), sys.argv[2]

@@ -6,7 +6,7 @@ Local nodes are booted for real in test_boot.py.
 from __future__ import annotations
 
 from scheduler.settings.nodes import NodeProviderSettings, StaticHostSettings
-from scheduler.zk.node_records import Node
+from scheduler.stores.node_records import Node
 from workers.launcher.providers import StaticProvider
 
 HOSTS = NodeProviderSettings(

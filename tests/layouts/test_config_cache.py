@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from scheduler.zk import config_cache as cc
+from scheduler.stores import config_cache as cc
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext

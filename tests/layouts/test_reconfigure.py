@@ -20,7 +20,7 @@ from scheduler.layouts import (
     tenant_from_dict,
     tenant_to_dict,
 )
-from scheduler.zk import config_cache as cc
+from scheduler.stores import config_cache as cc
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.errors import LockLostError, ZooKeeperError

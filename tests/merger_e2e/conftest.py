@@ -24,12 +24,12 @@ from cli.stack import process, workers
 from scheduler.nudge import dispatch
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import ConnectionSettings, Settings
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue
 from scheduler.wire.merge_requests import merger_queue, submit_merge_job
 from scheduler.wire.merger import MergerJob, job_kind
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue
 from tests.fixtures.services import ZooKeeperTarget
 from tests.fixtures.workers import ServiceEnvironment, WorkerFactory, WorkerProcess
 from tests.merger.gitrepos import Remotes

@@ -16,6 +16,7 @@ import redis
 
 from cli.stack.process import is_alive
 from scheduler.settings.sections import ConnectionSettings
+from scheduler.stores.job_requests import RequestEvent, RequestState
 from scheduler.wire.merge_requests import merge_and_wait, read_result, wait_for_merge_result
 from scheduler.wire.merger import (
     LOST,
@@ -33,7 +34,6 @@ from scheduler.wire.merger import (
     Status,
 )
 from scheduler.zk import paths
-from scheduler.zk.job_requests import RequestEvent, RequestState
 from tests.fixtures.published import Published
 from tests.fixtures.waiting import wait_until
 from tests.fixtures.workers import WorkerFactory

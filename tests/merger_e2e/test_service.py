@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.settings.sections import Settings
+from scheduler.stores.job_requests import JobRequest, RequestState
 from scheduler.sweep import run_sweep, standard_steps
 from scheduler.wire.merge_requests import (
     new_request,
@@ -34,7 +35,6 @@ from scheduler.wire.merger import (
 )
 from scheduler.zk.client import ZooKeeperClient, attach, connect
 from scheduler.zk.context import Transaction
-from scheduler.zk.job_requests import JobRequest, RequestState
 from tests.merger.gitrepos import Remotes
 from tests.merger_e2e.conftest import RESULTS, Merges
 from workers.claims import Delivery

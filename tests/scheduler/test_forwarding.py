@@ -10,7 +10,8 @@ import pytest
 
 from scheduler.nudge import task_names
 from scheduler.processing import forwarding
-from scheduler.zk import locks, parked, paths
+from scheduler.stores import parked
+from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
 

@@ -18,10 +18,10 @@ from scheduler.model.build import JobInfo
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
 from scheduler.processing.environment import Environment, NewRequest
+from scheduler.stores.job_requests import JobRequest, JobResult
+from scheduler.stores.ledger import TxnLedger
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.job_requests import JobRequest, JobResult
-from scheduler.zk.ledger import TxnLedger
 from tests.fixtures.services import ZooKeeperTarget
 from tests.scheduler.gate_harness import GateLayout
 from tests.scheduler.world import Formats, World

@@ -25,13 +25,13 @@ from scheduler.model.nodeset import (
 )
 from scheduler.model.results import Result
 from scheduler.nudge import task_names
+from scheduler.stores.ledger import TxnLedger
+from scheduler.stores.node_records import Node, NodeRequestState
+from scheduler.stores.nodes import NodeStore
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.ledger import TxnLedger
-from scheduler.zk.node_records import Node, NodeRequestState
-from scheduler.zk.nodes import NodeStore
 from tests.scheduler.world import World
 
 UBUNTU = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.nudge import task_labels, task_names
-from scheduler.zk.job_requests import JobRequest
+from scheduler.stores.job_requests import JobRequest
 
 
 def test_a_build_says_tenant_pipeline_project_change_job_and_attempt() -> None:

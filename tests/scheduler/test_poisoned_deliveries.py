@@ -19,9 +19,10 @@ from scheduler import sweep
 from scheduler.drivers import ForgeError
 from scheduler.drivers.webhooks import DeliveryRetry, is_transient
 from scheduler.processing import forwarding
+from scheduler.stores import deliveries
 from scheduler.views.deliveries import delivery_rows
 from scheduler.wire.events import MalformedEventError, TriggerEvent
-from scheduler.zk import deliveries, paths
+from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
 from tests.scheduler.test_forwarding import Nudges, Routing, payloads, recorder

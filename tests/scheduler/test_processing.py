@@ -11,10 +11,10 @@ from scheduler.model.build import JobInfo
 from scheduler.model.results import Result
 from scheduler.nudge import task_names
 from scheduler.processing import pipeline as processing
+from scheduler.stores.ledger import TxnLedger
+from scheduler.stores.semaphores import SemaphoreNode
 from scheduler.zk import flags, locks, paths, stored
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.ledger import TxnLedger
-from scheduler.zk.semaphores import SemaphoreNode
 from tests.scheduler.world import PIPELINE, TENANT, World
 
 

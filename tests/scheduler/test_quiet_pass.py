@@ -14,10 +14,10 @@ from scheduler.model.item import BuildSet, PipelineState, PushState, QueueItem
 from scheduler.model.results import Result
 from scheduler.processing import pipeline as processing
 from scheduler.processing import quiet
+from scheduler.stores.ledger import TxnLedger
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.context import Transaction
-from scheduler.zk.ledger import TxnLedger
 from tests.fixtures.services import ZooKeeperTarget
 from tests.scheduler.test_processing import SemaphoreLayout
 from tests.scheduler.world import PIPELINE, TENANT, World

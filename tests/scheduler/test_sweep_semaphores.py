@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from scheduler.model.item import PipelineState
 from scheduler.state.store import PipelineStore
+from scheduler.stores.ledger import TxnLedger
+from scheduler.stores.semaphores import SemaphoreNode
 from scheduler.sweep import release_leaked_semaphores, wake_semaphore_waiters
 from scheduler.zk import locks, paths
 from scheduler.zk.client import connect
 from scheduler.zk.context import Transaction
-from scheduler.zk.ledger import TxnLedger
-from scheduler.zk.semaphores import SemaphoreNode
 from tests.fixtures.services import ZooKeeperTarget
 from tests.scheduler.test_state_store import sample_state
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from scheduler.model.change import Change
+from scheduler.stores.job_requests import RequestEvent
 from scheduler.wire.events import (
     Dequeue,
     Enqueue,
@@ -21,7 +22,6 @@ from scheduler.wire.events import (
     decode_as,
     decode_management,
 )
-from scheduler.zk.job_requests import RequestEvent
 
 CHANGE = Change("git", "app", "main", "refs/changes/1", "c" * 40)
 

@@ -19,11 +19,11 @@ from scheduler.model.results import Result
 from scheduler.processing import pipeline as processing
 from scheduler.processing.environment import BuildOutcome, Environment, ItemReporter, NewRequest
 from scheduler.state.store import PipelineStore
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue, JobResult
+from scheduler.stores.ledger import TxnLedger
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue, JobResult
-from scheduler.zk.ledger import TxnLedger
 from tests.fixtures.services import ZooKeeperTarget
 
 TENANT, PIPELINE = "t", "check"

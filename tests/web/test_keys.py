@@ -14,8 +14,8 @@ import pytest
 from scheduler import crypto
 from scheduler.layouts import reconfigure_tenant
 from scheduler.settings.load import load_settings
+from scheduler.stores.keystore import KeyStore
 from scheduler.zk.client import ZooKeeperClient, connect
-from scheduler.zk.keystore import KeyStore
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.secret_yaml import secret_chunks
 from tests.web.server import KEYSTORE_PASSWORD, WebServer, start_web

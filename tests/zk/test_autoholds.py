@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from scheduler.zk.autoholds import AutoholdIndex, AutoholdStore
+from scheduler.stores.autoholds import AutoholdIndex, AutoholdStore
 from scheduler.zk.client import ZooKeeperClient
 
 

@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Callable
 
-from scheduler.zk import components
+from scheduler.stores import components
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.ltime import ltime
 from tests.fixtures.waiting import wait_until

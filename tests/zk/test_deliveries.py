@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from scheduler.zk import deliveries, paths
+from scheduler.stores import deliveries
+from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import Transaction
 from scheduler.zk.event_queue import EventQueue

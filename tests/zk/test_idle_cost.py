@@ -10,11 +10,11 @@ document. Counted with the client's own request counter.
 
 from __future__ import annotations
 
+from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.views.idle import pending_work
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequestQueue
 from tests.zk.test_job_requests import RESULTS, new_request
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.settings.images import DiskImageSettings, ImageProviderSettings, ImageSettings
+from scheduler.stores.images import ImageBuild, ImageBuildState, ImageStore
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore
 from workers.images.builder import (
     ImageBuilder,
     build_due,

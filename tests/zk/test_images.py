@@ -6,16 +6,16 @@ from collections.abc import Callable
 
 import pytest
 
-from scheduler.zk import paths_nodepool, stored
-from scheduler.zk.client import ZooKeeperClient, attach
-from scheduler.zk.errors import FencedWriteError, LockLostError
-from scheduler.zk.images import (
+from scheduler.stores.images import (
     ImageBuild,
     ImageBuildState,
     ImageStore,
     ImageStoreError,
     ImageUploadState,
 )
+from scheduler.zk import paths_nodepool, stored
+from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.errors import FencedWriteError, LockLostError
 from tests.fixtures.waiting import wait_until
 
 

@@ -11,17 +11,18 @@ from typing import Any
 
 import pytest
 
-from scheduler.zk import job_requests, paths
-from scheduler.zk.client import ZooKeeperClient, attach
-from scheduler.zk.context import Transaction
-from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
-from scheduler.zk.event_queue import EventQueue, commit_creating_parents
-from scheduler.zk.job_requests import (
+from scheduler.stores import job_requests
+from scheduler.stores.job_requests import (
     JobRequest,
     JobRequestQueue,
     RequestEvent,
     RequestState,
 )
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.context import Transaction
+from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
+from scheduler.zk.event_queue import EventQueue, commit_creating_parents
 from tests.fixtures.services import ZooKeeperTarget, session_watches
 from tests.fixtures.waiting import wait_until
 from tests.zk.conftest import Script

@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives import serialization
 
 from scheduler import crypto
 from scheduler.crypto import KeystoreError
+from scheduler.stores.keystore import KeyStore
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.keystore import KeyStore
 
 PASSWORD = "a keystore password"
 

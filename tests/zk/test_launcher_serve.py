@@ -7,12 +7,12 @@ from pathlib import Path
 
 from scheduler.settings.load import parse_settings
 from scheduler.settings.sections import Settings
+from scheduler.stores.node_records import Node, NodeRequestState, NodeState, PipelineRequestor
+from scheduler.stores.nodes import NodeStore
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.node_records import Node, NodeRequestState, NodeState, PipelineRequestor
-from scheduler.zk.nodes import NodeStore
 from tests.fixtures.waiting import wait_until
 from workers.launcher.launcher import Launcher, RequestNudges
 

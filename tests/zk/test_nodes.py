@@ -8,15 +8,7 @@ import pytest
 import redis
 
 from scheduler.settings.load import load_settings
-from scheduler.sweep import node_steps
-from scheduler.wire.events import decode
-from scheduler.zk import paths, paths_nodepool, stored
-from scheduler.zk.client import ZooKeeperClient, attach
-from scheduler.zk.context import OpFailedError, Transaction
-from scheduler.zk.errors import FencedWriteError, LockLostError
-from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.locks import HeldLock
-from scheduler.zk.node_records import (
+from scheduler.stores.node_records import (
     Node,
     NodeRequest,
     NodeRequestMessage,
@@ -25,7 +17,15 @@ from scheduler.zk.node_records import (
     NodeStoreError,
     PipelineRequestor,
 )
-from scheduler.zk.nodes import NodeStore
+from scheduler.stores.nodes import NodeStore
+from scheduler.sweep import node_steps
+from scheduler.wire.events import decode
+from scheduler.zk import paths, paths_nodepool, stored
+from scheduler.zk.client import ZooKeeperClient, attach
+from scheduler.zk.context import OpFailedError, Transaction
+from scheduler.zk.errors import FencedWriteError, LockLostError
+from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.locks import HeldLock
 from tests.fixtures.waiting import wait_until
 
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
+from scheduler.stores.semaphores import SemaphoreNode
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import LockLostError
-from scheduler.zk.semaphores import SemaphoreNode
 
 
 def test_acquire_release_and_max_from_the_caller(zk: ZooKeeperClient) -> None:

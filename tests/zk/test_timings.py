@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from scheduler.zk import timings
+from scheduler.stores import timings
 from scheduler.zk.client import ZooKeeperClient
 from tests.fixtures.waiting import wait_until
 

@@ -31,13 +31,14 @@ from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.errors import SluiceError, StackError
 from scheduler.settings.sections import TLSSettings, ZooKeeperAuth, ZooKeeperSettings
-from scheduler.zk import components, locks, paths, stored
+from scheduler.stores import components
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue
+from scheduler.stores.semaphores import SemaphoreNode
+from scheduler.zk import locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError
 from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.job_requests import JobRequest, JobRequestQueue
-from scheduler.zk.semaphores import SemaphoreNode
 from tests.fixtures.services import missing_service
 from tests.fixtures.waiting import wait_until
 from tests.zk.tls_fixture import Pki, PkiError, make_pki

@@ -3,7 +3,7 @@
 The build spec carries each secret still encrypted (``{ENCRYPTED: [chunks]}``
 leaves, RSA-OAEP with its project's key). :func:`decrypt_secrets` turns them
 into plain data with the project's private key, which only a worker holding
-the keystore password can load (:class:`scheduler.zk.keystore.KeyStore`).
+the keystore password can load (:class:`scheduler.stores.keystore.KeyStore`).
 Nothing decrypted is written to ZooKeeper, the broker or the result.
 
 A step that sees secrets (those bound to its playbook when the job was

@@ -63,10 +63,14 @@ from scheduler import logcontext
 from scheduler.model.results import Result
 from scheduler.nudge.task_labels import outcome_label, request_label
 from scheduler.settings.sections import Settings
+from scheduler.stores.autoholds import AutoholdStore
+from scheduler.stores.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
+from scheduler.stores.keystore import KeyStore
+from scheduler.stores.node_records import NodeStoreError
+from scheduler.stores.nodes import HeldNode, NodeStore
 from scheduler.wire.build_result import PHASES, BuildResult, Phase
 from scheduler.wire.build_spec import BuildSpec
 from scheduler.zk import paths
-from scheduler.zk.autoholds import AutoholdStore
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import (
     ConflictError,
@@ -75,10 +79,6 @@ from scheduler.zk.errors import (
     ZooKeeperError,
     ZooKeeperUnavailableError,
 )
-from scheduler.zk.job_requests import ClaimedRequest, JobRequest, JobRequestQueue
-from scheduler.zk.keystore import KeyStore
-from scheduler.zk.node_records import NodeStoreError
-from scheduler.zk.nodes import HeldNode, NodeStore
 from workers import claims, later
 from workers.claims import Delivery, briefly_suspended
 from workers.executor import speculation

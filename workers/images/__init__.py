@@ -5,5 +5,5 @@ A worker that consumes the ``builder`` queue is a builder. Its tick
 bootstep) cleans up its own builds, keeps each image's newest builds,
 uploads and nudges due builds; a build runs as the ``sluice.builder.build``
 task (:mod:`workers.images.builder`). The state is in ZooKeeper
-(:mod:`scheduler.zk.images`); docs/nodes.md explains the whole.
+(:mod:`scheduler.stores.images`); docs/nodes.md explains the whole.
 """

@@ -35,9 +35,9 @@ from typing import Any
 from scheduler.errors import SluiceError
 from scheduler.settings.images import DiskImageSettings, ImageSettings
 from scheduler.settings.sections import Settings
+from scheduler.stores.images import ImageBuild, ImageBuildState, ImageStore, ImageStoreError
 from scheduler.wire.build_result import StepOutcome
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.images import ImageBuild, ImageBuildState, ImageStore, ImageStoreError
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.process import StepLimits, run_step
 from workers.images.uploads import upload_build

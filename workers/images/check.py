@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.settings.images import DiskImageSettings
+from scheduler.stores.images import ImageBuild, ImageBuildState, ImageUploadState
 from scheduler.zk import paths_nodepool
-from scheduler.zk.images import ImageBuild, ImageBuildState, ImageUploadState
 from workers.images.builder import ImageBuilder, build_due, remove_incomplete
 from workers.images.uploads import remove_upload, upload_to
 

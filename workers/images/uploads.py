@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from scheduler.settings.images import ImageProviderSettings, ImageSettings
-from scheduler.zk.images import ImageBuild, ImageStore, ImageUpload, ImageUploadState
+from scheduler.stores.images import ImageBuild, ImageStore, ImageUpload, ImageUploadState
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,6 @@ of its providers and nudges waiting requests; a request is served by the
 providers are :mod:`workers.launcher.providers`; a local node boots through
 :mod:`workers.launcher.boot` (its address from
 :mod:`workers.launcher.addresses`, its sshd from :mod:`workers.launcher.sshd`);
-the state is in ZooKeeper (:mod:`scheduler.zk.nodes`); docs/nodes.md
+the state is in ZooKeeper (:mod:`scheduler.stores.nodes`); docs/nodes.md
 explains the whole.
 """

@@ -37,10 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.settings.sections import Settings
-from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.errors import ZooKeeperError
-from scheduler.zk.locks import HeldLock
-from scheduler.zk.node_records import (
+from scheduler.stores.node_records import (
     FINAL_REQUEST_STATES,
     Node,
     NodeRequest,
@@ -48,7 +45,10 @@ from scheduler.zk.node_records import (
     NodeState,
     NodeStoreError,
 )
-from scheduler.zk.nodes import NodeStore
+from scheduler.stores.nodes import NodeStore
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.errors import ZooKeeperError
+from scheduler.zk.locks import HeldLock
 from workers.launcher.errors import LaunchError
 from workers.launcher.providers import NodeProvider, make_providers
 from workers.nodekey import node_key_path

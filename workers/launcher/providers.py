@@ -32,9 +32,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from scheduler.settings.nodes import NodeProviderSettings, NodeSettings
+from scheduler.stores.images import ImageStore
+from scheduler.stores.node_records import Node
 from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.images import ImageStore
-from scheduler.zk.node_records import Node
 from workers.launcher.addresses import AddressPool
 from workers.launcher.boot import boot_node, shutdown_node
 from workers.launcher.errors import LaunchError

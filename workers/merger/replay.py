@@ -21,11 +21,11 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
+from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.wire import merger as wire
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import DecodeError, NoDataError
-from scheduler.zk.job_requests import JobRequestQueue
 from workers.merger.cache import RepoCache
 from workers.merger.merge import run_merge_job
 

@@ -52,6 +52,8 @@ from scheduler import logcontext
 from scheduler.nudge.task_labels import outcome_label, request_label
 from scheduler.processlocal import ProcessLocal
 from scheduler.settings.sections import Settings
+from scheduler.stores import timings
+from scheduler.stores.job_requests import ClaimedRequest, JobRequestQueue
 from scheduler.wire.merger import (
     Failure,
     InvalidRecordError,
@@ -62,10 +64,9 @@ from scheduler.wire.merger import (
     read_params,
     result_data,
 )
-from scheduler.zk import paths, timings
+from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import DecodeError, NoDataError
-from scheduler.zk.job_requests import ClaimedRequest, JobRequestQueue
 from workers import claims
 from workers.claims import Delivery
 from workers.merger.cache import RepoCache

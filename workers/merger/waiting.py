@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from scheduler.processlocal import ProcessLocal
+from scheduler.stores.job_requests import JobRequestQueue
+from scheduler.stores.request_records import JobRequest, RequestState
 from scheduler.wire.merger import InvalidRecordError, JobKind, MergeChange, MergeJob, read_params
-from scheduler.zk.job_requests import JobRequestQueue
-from scheduler.zk.request_records import JobRequest, RequestState
 from workers.merger.names import source_ref
 
 log = logging.getLogger(__name__)

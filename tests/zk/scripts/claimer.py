@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from scheduler.zk.job_requests import JobRequestQueue
+from scheduler.stores.job_requests import JobRequestQueue
 from tests.zk.scripts._common import client_from_argv, say
 
 client = client_from_argv()

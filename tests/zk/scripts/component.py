@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from scheduler.zk import components
+from scheduler.stores import components
 from tests.zk.scripts._common import client_from_argv, say
 
 client = client_from_argv()

@@ -1,7 +1,7 @@
 """The records of node requests and nodes: their states, the request, the node, the message.
 
-Plain frozen data shared by the request queue (:mod:`scheduler.zk.node_requests`),
-the store (:mod:`scheduler.zk.nodes`), the launchers and executors that serve
+Plain frozen data shared by the request queue (:mod:`scheduler.stores.node_requests`),
+the store (:mod:`scheduler.stores.nodes`), the launchers and executors that serve
 and use nodes, and the pipeline pass that reads a request's outcome
 (:class:`NodeRequestMessage`, ``type: node-request``); no ZooKeeper calls
 here (``path`` only names a record's znode). ``version`` is the znode's

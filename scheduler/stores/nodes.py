@@ -2,17 +2,17 @@
 
 The tree (under the Sluice root)::
 
-    /nodepool/requests/...                       the requests (:mod:`scheduler.zk.node_requests`)
+    /nodepool/requests/...                       the requests (``stores/node_requests``)
     /nodepool/nodes/<id>                         provider, label, state, host, connection, image,
                                                  allocated_to, launcher, state_time
     /nodepool/nodes/<id>/lock                    held by whoever uses the node
     /nodepool/launchers/provider/<p>/lock        held while a launcher allocates on a provider
 
 :class:`NodeStore` is the one API of both: the request queue it is built on
-(:class:`~scheduler.zk.node_requests.NodeRequestQueue`: submit, wait, lock,
+(:class:`~scheduler.stores.node_requests.NodeRequestQueue`: submit, wait, lock,
 the fenced request writes and the pipeline's notification), plus the nodes,
 the requestor's side and the sweep here. The records are
-:mod:`scheduler.zk.node_records`.
+:mod:`scheduler.stores.node_records`.
 
 Guarantees:
 
@@ -51,18 +51,18 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from scheduler.zk import locks, paths_nodepool, stored
-from scheduler.zk.context import EXISTS, OpFailedError
-from scheduler.zk.errors import ConflictError
-from scheduler.zk.locks import HeldLock
-from scheduler.zk.node_records import (
+from scheduler.stores.node_records import (
     Node,
     NodeRequest,
     NodeRequestState,
     NodeState,
     NodeStoreError,
 )
-from scheduler.zk.node_requests import NodeRequestQueue
+from scheduler.stores.node_requests import NodeRequestQueue
+from scheduler.zk import locks, paths_nodepool, stored
+from scheduler.zk.context import EXISTS, OpFailedError
+from scheduler.zk.errors import ConflictError
+from scheduler.zk.locks import HeldLock
 from scheduler.zk.retry import CONFLICT
 
 

@@ -1,6 +1,6 @@
 """The ending side of a job request queue: removal, counts and the sweeps' reads.
 
-:class:`RequestSweeps` is a base of :class:`~scheduler.zk.job_requests.JobRequestQueue`;
+:class:`RequestSweeps` is a base of :class:`~scheduler.stores.job_requests.JobRequestQueue`;
 it holds what the maintenance sweep, the metrics, ``sluice wait --idle`` and
 the submitters' clean-up call, apart from the submit/claim/complete path.
 
@@ -22,10 +22,10 @@ from collections.abc import Iterable
 
 from kazoo.exceptions import NoNodeError
 
+from scheduler.stores.request_records import JobRequest, RequestState
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import OpFailedError, Transaction
-from scheduler.zk.request_records import JobRequest, RequestState
 
 
 class RequestSweeps:

@@ -5,11 +5,11 @@ The tree (under the Sluice root)::
     /nodepool/requests/<priority>-<seq>          requestor, labels, state, nodes, state_time, reason
     /nodepool/requests-lock/<priority>-<seq>     the request's lock (kazoo lock contenders)
 
-:class:`NodeRequestQueue` is a base of :class:`~scheduler.zk.nodes.NodeStore`;
+:class:`NodeRequestQueue` is a base of :class:`~scheduler.stores.nodes.NodeStore`;
 it holds a request's life on its own: submit, read, wait, lock, change,
 delete. The nodes a request is served with, and the sweep's repair, are
-the store's (:mod:`scheduler.zk.nodes`); the records are
-:mod:`scheduler.zk.node_records`.
+the store's (:mod:`scheduler.stores.nodes`); the records are
+:mod:`scheduler.stores.node_records`.
 
 Guarantees:
 
@@ -23,9 +23,9 @@ Guarantees:
   request whatever the lock (Nodepool's ``requests-lock``).
 * A pipeline pass submits its requests with :meth:`NodeRequestQueue.submit_ops`,
   inside its own commit, naming itself in ``notify``
-  (:class:`~scheduler.zk.node_records.PipelineRequestor`). Then the store's
+  (:class:`~scheduler.stores.node_records.PipelineRequestor`). Then the store's
   ``fulfil`` and :meth:`NodeRequestQueue.fail` put a
-  :class:`~scheduler.zk.node_records.NodeRequestMessage` into that
+  :class:`~scheduler.stores.node_records.NodeRequestMessage` into that
   pipeline's result queue in the same fenced transaction as the request's
   new state: the pipeline learns of the outcome exactly when it happens.
 
@@ -45,12 +45,7 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
-from scheduler.zk import locks, paths, paths_nodepool, stored
-from scheduler.zk.client import ZooKeeperClient
-from scheduler.zk.context import OpFailedError, Transaction
-from scheduler.zk.event_queue import EventQueue
-from scheduler.zk.locks import HeldLock
-from scheduler.zk.node_records import (
+from scheduler.stores.node_records import (
     DEFAULT_PRIORITY,
     FINAL_REQUEST_STATES,
     NodeRequest,
@@ -58,6 +53,11 @@ from scheduler.zk.node_records import (
     NodeStoreError,
     PipelineRequestor,
 )
+from scheduler.zk import locks, paths, paths_nodepool, stored
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.context import OpFailedError, Transaction
+from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.locks import HeldLock
 
 
 class NodeRequestQueue:

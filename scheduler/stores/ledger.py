@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scheduler.stores.semaphores import holders_of, waiters_of
 from scheduler.zk import doctree, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import Transaction
-from scheduler.zk.semaphores import holders_of, waiters_of
 
 
 @dataclass

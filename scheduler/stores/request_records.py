@@ -1,6 +1,6 @@
 """The records of a job request queue: states, events, the request and its result.
 
-Plain frozen data shared by the queue (:mod:`scheduler.zk.job_requests`),
+Plain frozen data shared by the queue (:mod:`scheduler.stores.job_requests`),
 its submitters and its workers; no ZooKeeper calls here.
 """
 

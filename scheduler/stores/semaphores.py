@@ -5,7 +5,7 @@ A semaphore at :func:`scheduler.zk.paths.semaphore` (tenant) or
 whose stored object lists its holders (``{"holders": [...]}``; a holder is
 an opaque string such as a build or buildset reference), the pipelines that
 wait for a slot (``"waiters": [[tenant, pipeline], ...]``, kept by the pipeline
-passes, see :mod:`scheduler.zk.ledger`) and the ``max`` the last
+passes, see :mod:`scheduler.stores.ledger`) and the ``max`` the last
 writer knew, so the sweep can tell a waiter that a slot is free.
 
 Guarantees: :meth:`SemaphoreNode.acquire` and :meth:`SemaphoreNode.release` are

@@ -40,7 +40,7 @@ Guarantees:
 * COMPLETED, the result and the result event commit in one transaction:
   the scheduler never sees a completed request without its event, nor an
   event without its result.
-* :meth:`JobRequestQueue.lost_requests` (:mod:`scheduler.zk.request_sweeps`,
+* :meth:`JobRequestQueue.lost_requests` (:mod:`scheduler.stores.request_sweeps`,
   with removal and the counts of requests in flight) finds RUNNING/PAUSED requests with
   no lock (the claimer died: its session expired and took the lock);
   :meth:`JobRequestQueue.recover_lost` completes one with a ``lost``
@@ -64,6 +64,14 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType
 
+from scheduler.stores.request_records import (
+    JobRequest,
+    JobResult,
+    RequestEvent,
+    RequestMessage,
+    RequestState,
+)
+from scheduler.stores.request_sweeps import RequestSweeps
 from scheduler.zk import paths, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import (
@@ -77,14 +85,6 @@ from scheduler.zk.context import (
 from scheduler.zk.errors import DataTooLargeError, NoDataError
 from scheduler.zk.event_queue import EventQueue, commit_creating_parents
 from scheduler.zk.locks import HeldLock
-from scheduler.zk.request_records import (
-    JobRequest,
-    JobResult,
-    RequestEvent,
-    RequestMessage,
-    RequestState,
-)
-from scheduler.zk.request_sweeps import RequestSweeps
 from scheduler.zk.retry import OUTAGE
 
 __all__ = [

@@ -30,6 +30,9 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
 from scheduler.errors import SluiceError
 
+#: The YAML tag of an encrypted secret (Zuul's), and the one key of its plain
+#: JSON form: ``{ENCRYPTED: [base64 ciphertext chunks]}``.
+ENCRYPTED = "!encrypted/pkcs1-oaep"
 DEFAULT_BITS = 4096
 PUBLIC_EXPONENT = 65537
 # OAEP overhead of a SHA-1 hash: two digests and two bytes.

@@ -8,16 +8,21 @@ from celery import Celery
 from celery.signals import worker_process_shutdown
 
 from scheduler import processlocal
+from scheduler.drivers.merging import DriverForges
 from scheduler.stores import timings
 from tasks import consumer, profiling
+from tasks.gathering import GatherersStep
 from workers import bootsteps
-from workers.gatherers import GatherersStep
 from workers.images.loop import ImageBuilderStep
 from workers.launcher.loop import LauncherStep
+from workers.merger import forges
 
 # Channels of a lost broker connection raise a connection error, not an
 # AttributeError that stops the worker (tasks/consumer.py).
 consumer.install()
+# The merger reaches private repositories and merges on forges through the
+# drivers (workers/merger/forges.py).
+forges.install(DriverForges())
 
 # Task events are published over the kept Redis connection (tasks/fastevents.py).
 app = Celery("sluice", events="tasks.fastevents:FastEvents")

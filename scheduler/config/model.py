@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.crypto import ENCRYPTED
+
 MANAGERS = ("independent", "dependent", "serial", "supercedent")
 PRECEDENCES = ("high", "normal", "low")
 # Zuul's built-in job: every tenant has it, it needs no definition, no
@@ -52,11 +54,6 @@ class Playbook:
     branch: str
     trusted: bool
     secrets: tuple[tuple[str, str], ...] = ()
-
-
-#: How an ``!encrypted/pkcs1-oaep`` value is kept in plain JSON: a mapping of
-#: this one key to the list of base64 ciphertext chunks.
-ENCRYPTED = "!encrypted/pkcs1-oaep"
 
 
 @dataclass(frozen=True)

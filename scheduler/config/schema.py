@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.config.errors import ConfigError
-from scheduler.config.model import ENCRYPTED, Encrypted
+from scheduler.config.model import Encrypted
 from scheduler.config.regex import RegexPolicyError, compile_matcher
 from scheduler.config.yamlload import MarkedDict, MarkedList
+from scheduler.crypto import ENCRYPTED
 
 MAX_NAME = 255
 

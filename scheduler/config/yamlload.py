@@ -32,7 +32,8 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from scheduler.config.errors import YamlError
-from scheduler.config.model import ENCRYPTED, Encrypted
+from scheduler.config.model import Encrypted
+from scheduler.crypto import ENCRYPTED
 
 MAX_BYTES = 1_000_000
 MAX_NODES = 100_000

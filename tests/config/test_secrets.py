@@ -15,7 +15,7 @@ from scheduler.config import LayoutResult
 from scheduler.config.errors import NotPermittedError
 from scheduler.config.freeze import FrozenJob
 from scheduler.config.graph import freeze_job_graph
-from scheduler.config.model import ENCRYPTED
+from scheduler.crypto import ENCRYPTED
 from tests.config.builders import BASE, build, dedent
 
 GATE = BASE.replace("    manager: dependent\n", "    manager: dependent\n    post-review: true\n")

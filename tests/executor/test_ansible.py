@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cli.stack.process import free_port
-from scheduler.config.model import ENCRYPTED
+from scheduler.crypto import ENCRYPTED
 from scheduler.wire.build_spec import JobStep
 from tests.executor.helpers import BuildThread, Repo, make_spec, processes_of_build
 from tests.fixtures.sshd import SshHost

@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
 from scheduler import crypto
-from scheduler.config.model import ENCRYPTED
+from scheduler.crypto import ENCRYPTED
 from scheduler.wire.build_spec import BuildSpec, JobStep
 from tests.executor.helpers import Repo, make_spec
 from workers.executor import BaseControl, Result, RunnerOptions, run_build

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.drivers import merging
+from scheduler.drivers.merging import NOT_MERGEABLE, forge_merge
 from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import NOT_FAST_FORWARD, ForgeReport, PushJob, Status
 from tests.e2e.system import Repos
 from tests.fixtures.fake_github import TOKEN, FakeGitHub, Pull
 from tests.fixtures.fake_gitlab import TOKEN as GITLAB_TOKEN
 from tests.fixtures.fake_gitlab import FakeGitLab
-from workers.merger import push
-from workers.merger.push import NOT_MERGEABLE, forge_merge
 
 REPORT = ForgeReport(
     context="demo/gate",
@@ -125,10 +125,10 @@ def test_a_forge_down_for_good_fails_the_merge_with_a_clear_reason(
     github: tuple[FakeGitHub, Pull],
 ) -> None:
     forge, pull = github
-    forge.fault("PUT", "/merge$", 503, times=push.FORGE_TRIES)
+    forge.fault("PUT", "/merge$", 503, times=merging.FORGE_TRIES)
     result = forge_merge(job(pull.sha(forge.repos)), connection(forge), sleep=lambda _: None)
     assert result.failure is not None and result.failure.kind == "forge"
-    assert f"did not answer ({push.FORGE_TRIES} tries)" in result.failure.message
+    assert f"did not answer ({merging.FORGE_TRIES} tries)" in result.failure.message
     assert not forge.merges
 
 

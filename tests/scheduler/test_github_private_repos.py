@@ -15,11 +15,22 @@ import pytest
 
 from scheduler.drivers.git.refs import RefError, list_refs
 from scheduler.drivers.github.credentials import remote_env
+from scheduler.drivers.merging import DriverForges
 from scheduler.settings.sections import ConnectionSettings
 from tests.fixtures.fake_github import FakeGitHub, github_with_a_pull
+from workers.merger import forges
 from workers.merger.cache import RepoCache
 from workers.merger.errors import MergerError
 from workers.merger.repo import Repo
+
+
+@pytest.fixture(autouse=True)
+def drivers() -> Iterator[None]:
+    """The forge drivers in the merger, as the Celery app installs them."""
+    before = forges.installed()
+    forges.install(DriverForges())
+    yield
+    forges.install(before)
 
 
 @pytest.fixture

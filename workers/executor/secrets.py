@@ -1,6 +1,6 @@
 """Secrets on the executor: decrypted just before a build, given per step, kept out of logs.
 
-The build spec carries each secret still encrypted (``{ENCRYPTED: [chunks]}``
+The frozen job carries each secret still encrypted (``{ENCRYPTED: [chunks]}``
 leaves, RSA-OAEP with its project's key). :func:`decrypt_secrets` turns them
 into plain data with the project's private key, which only a worker holding
 the keystore password can load (:class:`scheduler.stores.keystore.KeyStore`).
@@ -23,9 +23,9 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
-from scheduler.config.model import ENCRYPTED
-from scheduler.crypto import KeystoreError, SecretDecryptError, decrypt_pkcs1_oaep
-from scheduler.wire.build_spec import BuildSpec, JobStep
+from scheduler.crypto import ENCRYPTED, KeystoreError, SecretDecryptError, decrypt_pkcs1_oaep
+from scheduler.wire.build_spec import BuildSpec
+from workers.executor.job import Step
 
 MASK = "******"
 # Shorter decrypted values are not masked: masking "1" or "ab" would garble the log.
@@ -41,7 +41,7 @@ class SecretError(Exception):
 def decrypt_secrets(spec: BuildSpec, private_key: PrivateKeys) -> dict[str, Any]:
     """Each secret's key -> its data with every encrypted leaf decrypted (UTF-8 text)."""
     plain: dict[str, Any] = {}
-    for key, secret in spec.secrets.items():
+    for key, secret in spec.job.secrets.items():
         name = secret.get("name", key)
         try:
             rsa = private_key(str(secret["connection"]), str(secret["project"]))
@@ -70,7 +70,7 @@ def _decrypt(value: Any, key: RSAPrivateKey) -> Any:
 def decrypted_strings(spec: BuildSpec, plain: Mapping[str, Any]) -> list[str]:
     """The values that were encrypted, as decrypted: what the log must never show."""
     found: list[str] = []
-    for key, secret in spec.secrets.items():
+    for key, secret in spec.job.secrets.items():
         found.extend(_encrypted_leaves(secret.get("data", {}), plain.get(key)))
     return found
 
@@ -106,7 +106,7 @@ class Redactor:
         return text
 
 
-def step_secrets(step: JobStep, plain: Mapping[str, Any]) -> dict[str, Any]:
+def step_secrets(step: Step, plain: Mapping[str, Any]) -> dict[str, Any]:
     """What one step sees: ``{name: data}`` for the secrets bound to it."""
     return {alias: plain[key] for alias, key in step.secrets if key in plain}
 

@@ -1,7 +1,7 @@
 """The builder's tick: a thread in every worker that consumes the ``builder`` queue.
 
 As the timer and the pollers do in maintenance workers
-(:mod:`workers.gatherers`), the :class:`ImageBuilderStep` bootstep starts a
+(``tasks/gathering.py``), the :class:`ImageBuilderStep` bootstep starts a
 thread with its own ZooKeeper client after the pool has forked. Its first
 check runs at once, so a restarted builder finds its incomplete builds
 within one check (once the dead session's lock has expired), and then

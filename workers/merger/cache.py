@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from scheduler.drivers.github.credentials import remote_env
 from scheduler.settings.sections import ConnectionSettings, Settings
 from scheduler.zk.retry import RetryPolicy
+from workers.merger import forges
 from workers.merger.errors import (
     CorruptRepoError,
     GitCommandError,
@@ -167,7 +167,7 @@ class RepoCache:
         label = f"{connection}/{project}"
         # a private GitHub repository: its token for the git processes that reach the remote
         git = self.git.with_env(
-            **remote_env(self.connections.get(connection), project, self.git.env)
+            **forges.installed().git_env(self.connections.get(connection), project, self.git.env)
         )
         with self._locked(path, label):
             self._ensure(path, url, label, git)

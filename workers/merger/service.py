@@ -69,10 +69,10 @@ from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import DecodeError, NoDataError
 from workers import claims
 from workers.claims import Delivery
+from workers.merger import forges
 from workers.merger.cache import RepoCache
 from workers.merger.dispatch import run_job
 from workers.merger.jobs import delete_job_refs
-from workers.merger.push import FORGES
 from workers.merger.replay import ReplayError, merge_again
 from workers.merger.waiting import FetchBatch, process_memo
 from workers.notify import Notify, no_notify, notify_safely
@@ -239,7 +239,7 @@ def _commit_made_here(
     if job is None:
         return None
     connection = cache.connections.get(job.connection)
-    if connection is None or connection.driver in FORGES:
+    if connection is None or connection.driver in forges.installed().drivers:
         return None  # the engine says what is wrong, or the forge merges the change itself
     present = cache.run(job.connection, job.project, lambda repo: repo.commit_of(job.commit))
     if present is not None or not job.merge_request:

@@ -3,8 +3,8 @@
 Polling needs what a Celery task cannot keep: a session that lives as long
 as the worker, an ephemeral membership node and partition locks held
 between polls. So every worker that consumes the ``maintenance`` queue
-runs one :class:`Gatherers` on a ticker thread (:class:`GatherersStep`, a
-:class:`~workers.ticker.TickerStep`), beside its Celery consumer:
+runs one :class:`Gatherers`, ticked every :data:`TICK` seconds on a thread
+beside its Celery consumer (``tasks/gathering.py``, a worker bootstep):
 
 * **pollers** (seed 002, qdo): for every git connection with a
   ``poll_delay``, the worker is a member under
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,7 +38,6 @@ from scheduler.zk import locks, members, paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import ZooKeeperError
 from scheduler.zk.locks import HeldLock
-from workers.ticker import Ticker, TickerStep
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +144,6 @@ class Gatherers:
         # the layout states the timer last looked at, and their layouts
         self._seen_layouts: tuple[tuple[tuple[str, str, int], ...], list[TenantLayout]] = ((), [])
 
-    def ticker(self) -> Ticker:
-        """The thread that ticks it every :data:`TICK` seconds and closes it at the end."""
-        return Ticker("gatherers", lambda: self.tick(time.time()), TICK, closing=self.close)
-
     def tick(self, now: float) -> None:
         if not self.pollers:
             self.pollers = [
@@ -199,17 +193,3 @@ class Gatherers:
         if self.timer_lock is not None:
             with contextlib.suppress(ZooKeeperError, OSError):
                 self.timer_lock.release()
-
-
-class GatherersStep(TickerStep):
-    """Git pollers and the timer generator, in workers that consume ``maintenance``.
-
-    Its own ZooKeeper client's session holds the member nodes and the locks.
-    """
-
-    label = "Sluice gatherers"
-    queue = "maintenance"
-    name = "gatherers"
-
-    def make_ticker(self, settings: Settings, client: ZooKeeperClient) -> Ticker:
-        return Gatherers(settings, client).ticker()

@@ -1,5 +1,9 @@
 """The house's import rules (docs/architecture.md, "The layers"), checked on the source.
 
+The floors of the brain and what the hands may use are read from the
+tables of docs/architecture.md itself, so the document and the check
+cannot drift apart.
+
 Every import counts: those inside functions (a lazy import that only dodges
 a circle is still a circle) and those under ``if TYPE_CHECKING:`` (a type
 that needs its user's module is a circle of roles too).
@@ -8,6 +12,7 @@ that needs its user's module is a circle of roles too).
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -178,3 +183,82 @@ def test_nothing_imports_the_faces() -> None:
 
 def test_the_scheduler_never_imports_the_workers() -> None:
     assert _offenders("brain") == []
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def _table(first_header: str) -> list[list[str]]:
+    """The rows of the table of docs/architecture.md whose first column is ``first_header``."""
+    lines = ARCHITECTURE.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def _names(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+FLOORS = {room: int(row[0]) for row in _table("floor") for room in _names(row[1])}
+HANDS_MAY_USE = {row[0].strip("`/"): set(_names(row[1])) for row in _table("package")}
+
+
+def _room(module: str) -> str | None:
+    """``scheduler.zk.client`` -> ``zk``; None outside the brain."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "scheduler" and len(parts) > 1 else None
+
+
+def test_every_room_of_the_brain_stands_on_a_floor() -> None:
+    rooms = {_room(m) for m in MODULES} - {None}
+    assert rooms == set(FLOORS), "docs/architecture.md's floors and scheduler/ differ"
+
+
+def _below_floor(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for source, targets in sorted(edges.items()):
+        room = _room(source)
+        if room is None:
+            continue
+        for target in sorted(targets):
+            other = _room(target)
+            if other is not None and other != room and FLOORS[other] >= FLOORS[room]:
+                bad.append(
+                    f"{source} (floor {FLOORS[room]}) imports {target} (floor {FLOORS[other]})"
+                )
+    return bad
+
+
+def _beyond_hands(edges: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{source} imports {target}"
+        for source, targets in sorted(edges.items())
+        if source.split(".")[0] in HANDS_MAY_USE
+        for target in sorted(targets)
+        if (room := _room(target)) is not None and room not in HANDS_MAY_USE[source.split(".")[0]]
+    ]
+
+
+def test_a_room_imports_only_rooms_on_lower_floors() -> None:
+    assert _below_floor({s: {t for t in ts if t in MODULES} for s, ts in EDGES.items()}) == []
+
+
+def test_the_hands_use_only_what_the_architecture_lets_them() -> None:
+    assert set(HANDS_MAY_USE) == {"workers"}
+    for rooms in HANDS_MAY_USE.values():
+        assert rooms <= set(FLOORS)
+    assert _beyond_hands(EDGES) == []
+
+
+def test_the_rules_catch_a_wrong_import() -> None:
+    # a store that imports a manager; two rooms of one floor; a worker that imports a layout
+    assert _below_floor({"scheduler.stores.parked": {"scheduler.manager.base"}})
+    assert _below_floor({"scheduler.layouts.cache": {"scheduler.views.idle"}})
+    assert not _below_floor({"scheduler.manager.base": {"scheduler.stores.parked"}})
+    assert _beyond_hands({"workers.gatherers": {"scheduler.layouts.cache"}})
+    assert not _beyond_hands({"workers.merger.push": {"scheduler.wire.merger"}})

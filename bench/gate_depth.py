@@ -55,8 +55,9 @@ from scheduler.processing import pipeline as processing
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state.store import PipelineStore
 from scheduler.stores import timings
-from scheduler.stores.job_requests import JobRequestQueue, JobResult
+from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.stores.ledger import TxnLedger
+from scheduler.wire.events import JobResult
 from scheduler.zk import context as zk_context
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect

@@ -2,7 +2,8 @@
 
 :func:`merger_fetch` is the ``fetch`` of :func:`scheduler.layouts.reconfigure_tenant`
 for a real system: per project one branch-heads job and one config job,
-run by merger workers (the scheduler never clones a repository itself).
+run by merger workers (the scheduler never clones a repository itself),
+each submitted, nudged and waited for by :func:`merge_and_wait`.
 :func:`reconfigure` does every tenant of ``main.yaml`` (or one): ``sluice
 reconfigure``, the manual trigger.
 
@@ -53,9 +54,9 @@ from scheduler.nudge import dispatch, task_names
 from scheduler.settings.sections import Settings
 from scheduler.stores import config_cache as cc
 from scheduler.stores import inventory
+from scheduler.stores.merge_requests import submit_merge_job, wait_for_merge_result
 from scheduler.wire import merger as wire
 from scheduler.wire.events import MalformedEventError, ReconfigureEvent, decode_as
-from scheduler.wire.merge_requests import merge_and_wait
 from scheduler.zk import flags, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext, OpFailedError, Transaction
@@ -80,6 +81,26 @@ def merger_fetch(client: ZooKeeperClient, settings: Settings, timeout: float = 1
         return merge_and_wait(client, job, timeout, settings=settings)
 
     return fetch_with(run, f"no merger answered within {timeout:.0f}s; is a merger worker running?")
+
+
+def merge_and_wait(
+    client: ZooKeeperClient,
+    job: wire.MergerJob,
+    timeout: float,
+    *,
+    settings: Settings | None = None,
+    tenant: str = "",
+) -> wire.MergerResult | None:
+    """Submit ``job``, nudge a merger, wait for the result and remove the request.
+
+    None if no merger answered within ``timeout`` (the request stays; a
+    merger that takes it later completes it for nobody, and the cleanup
+    removes it).
+    """
+    kind = wire.job_kind(job)
+    request = submit_merge_job(client, kind, job, tenant=tenant, wait=True)
+    dispatch.send_merge(request.uuid, settings=settings)
+    return wait_for_merge_result(client, request.uuid, timeout, kind=kind, remove=True)
 
 
 def fetch_with(run_job: RunJob, unanswered: str = "the merger job was not answered") -> Fetch:

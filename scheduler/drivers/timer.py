@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.layouts import TenantLayout
-from scheduler.manager.events import Enqueue
 from scheduler.model.change import Change
+from scheduler.wire.events import Enqueue
 from scheduler.zk import paths, stored
 from scheduler.zk.errors import NoDataError
 from scheduler.zk.event_queue import EventQueue

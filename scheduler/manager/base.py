@@ -61,6 +61,7 @@ from scheduler.model.item import (
     QueueItem,
 )
 from scheduler.model.results import Result
+from scheduler.wire.events import Dequeue, Enqueue, Promote
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +134,13 @@ class PipelineManager:
 
     def apply(self, state: PipelineState, event: ev.PipelineEvent) -> None:
         """Apply one event to ``state``; stale or duplicate events change nothing."""
-        if isinstance(event, ev.Enqueue):
+        if isinstance(event, Enqueue):
             self.enqueue(state, event.change, event.event_id)
-        elif isinstance(event, ev.Dequeue) and event.current:
+        elif isinstance(event, Dequeue) and event.current:
             self.dequeue_stale(state, event.change, event.current)
-        elif isinstance(event, ev.Dequeue):
+        elif isinstance(event, Dequeue):
             self.dequeue_change(state, event.change)
-        elif isinstance(event, ev.Promote):
+        elif isinstance(event, Promote):
             self.promote(state, event.changes)
         elif isinstance(event, ev.MergeCompleted):
             answers.merge_completed(self, state, event)

@@ -23,10 +23,19 @@ from functools import partial
 from scheduler.manager import events as ev
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.processing.environment import Environment
-from scheduler.stores.job_requests import JobRequestQueue, RequestEvent, RequestMessage
-from scheduler.stores.node_records import NodeRequestMessage, NodeRequestState
+from scheduler.stores.job_requests import JobRequestQueue
+from scheduler.stores.node_records import NodeRequestState
 from scheduler.stores.nodes import NodeStore
 from scheduler.wire import events as wire_events
+from scheduler.wire.events import (
+    Dequeue,
+    Enqueue,
+    MalformedEventError,
+    NodeRequestMessage,
+    Promote,
+    RequestEvent,
+    RequestMessage,
+)
 from scheduler.zk import paths
 from scheduler.zk.event_queue import Event
 
@@ -45,14 +54,14 @@ class EventDecoder:
     def decode(self, state: PipelineState, event: Event) -> ev.PipelineEvent | PushOutcome | None:
         try:
             decoded = wire_events.decode(event.payload)
-        except ev.MalformedEventError as exc:
+        except MalformedEventError as exc:
             log.error("%s: dropping malformed event %s: %s", self.pipeline, event.path, exc)
             return None
         if isinstance(decoded, RequestMessage):
             return self._request_event(state, decoded)
         if isinstance(decoded, NodeRequestMessage):
             return self._nodes_event(state, decoded)
-        if isinstance(decoded, ev.Enqueue | ev.Dequeue | ev.Promote):
+        if isinstance(decoded, Enqueue | Dequeue | Promote):
             return decoded
         log.error("%s: dropping %s, not a pipeline event: %s", self.pipeline, event.path, decoded)
         return None

@@ -19,8 +19,9 @@ from scheduler.manager.events import MergeOutcome
 from scheduler.manager.intents import BuildIntent, MergeIntent
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
-from scheduler.stores.job_requests import JobRequest, JobResult
+from scheduler.stores.job_requests import JobRequest
 from scheduler.stores.ledger import TxnLedger
+from scheduler.wire.events import JobResult
 from scheduler.zk.client import ZooKeeperClient
 
 log = logging.getLogger(__name__)

@@ -22,12 +22,13 @@ from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
 from scheduler.processing.environment import BuildOutcome, NewRequest
-from scheduler.stores.job_requests import JobRequest, JobResult
+from scheduler.stores.job_requests import JobRequest
+from scheduler.stores.merge_requests import new_request
 from scheduler.wire import merger as wire
 from scheduler.wire.build_from_job import spec_for_job
 from scheduler.wire.build_result import BuildResult
 from scheduler.wire.build_spec import BuildSpecError
-from scheduler.wire.merge_requests import new_request
+from scheduler.wire.events import JobResult
 from scheduler.wire.merger import config_files_key
 from scheduler.zk import paths
 

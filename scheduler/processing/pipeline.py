@@ -49,6 +49,7 @@ from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.stores.ledger import TxnLedger
 from scheduler.stores.node_records import PipelineRequestor
 from scheduler.stores.nodes import NodeStore
+from scheduler.wire.events import Dequeue, Enqueue, Promote
 from scheduler.zk import flags, locks, multiread, paths, paths_nodepool, stored
 from scheduler.zk.context import OpFailedError, Transaction
 from scheduler.zk.doctree import DocTree
@@ -344,16 +345,16 @@ class PipelinePass:
         self, state: PipelineState, event: ev.PipelineEvent, affected: list[str]
     ) -> None:
         """The answer to a management event, for whoever waits on its result id."""
-        if not isinstance(event, ev.Enqueue | ev.Dequeue | ev.Promote) or not event.result_id:
+        if not isinstance(event, Enqueue | Dequeue | Promote) or not event.result_id:
             return
         outcome: dict[str, object]
-        if isinstance(event, ev.Enqueue):
+        if isinstance(event, Enqueue):
             live = [i for i in state.find(event.change) if i.change.commit == event.change.commit]
             outcome = {"item": live[0].uuid} if live else {"error": "the change was not enqueued"}
         elif not affected:
             outcome = {"error": "no such item in the pipeline", "reason": "not-found"}
         else:
-            key = "dequeued" if isinstance(event, ev.Dequeue) else "promoted"
+            key = "dequeued" if isinstance(event, Dequeue) else "promoted"
             outcome = {key: affected}
         self.outcomes[event.result_id] = outcome
 
@@ -472,9 +473,9 @@ class PipelinePass:
 
 def _named_items(state: PipelineState, event: ev.PipelineEvent) -> list[str]:
     """The live items a dequeue or promote names (before it is applied)."""
-    if isinstance(event, ev.Dequeue):
+    if isinstance(event, Dequeue):
         changes: tuple[Change, ...] = (event.change,)
-    elif isinstance(event, ev.Promote):
+    elif isinstance(event, Promote):
         changes = event.changes
     else:
         return []

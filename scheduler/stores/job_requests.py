@@ -64,14 +64,9 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType
 
-from scheduler.stores.request_records import (
-    JobRequest,
-    JobResult,
-    RequestEvent,
-    RequestMessage,
-    RequestState,
-)
+from scheduler.stores.request_records import JobRequest, RequestState
 from scheduler.stores.request_sweeps import RequestSweeps
+from scheduler.wire.events import JobResult, RequestEvent, RequestMessage
 from scheduler.zk import paths, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import (
@@ -92,9 +87,6 @@ __all__ = [
     "ClaimedRequest",
     "JobRequest",
     "JobRequestQueue",
-    "JobResult",
-    "RequestEvent",
-    "RequestMessage",
     "RequestState",
 ]
 

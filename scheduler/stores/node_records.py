@@ -1,11 +1,14 @@
-"""The records of node requests and nodes: their states, the request, the node, the message.
+"""The records of node requests and nodes: their states, the request, the node.
 
 Plain frozen data shared by the request queue (:mod:`scheduler.stores.node_requests`),
-the store (:mod:`scheduler.stores.nodes`), the launchers and executors that serve
-and use nodes, and the pipeline pass that reads a request's outcome
-(:class:`NodeRequestMessage`, ``type: node-request``); no ZooKeeper calls
-here (``path`` only names a record's znode). ``version`` is the znode's
-version as read, never stored.
+the store (:mod:`scheduler.stores.nodes`), and the launchers and executors that
+serve and use nodes; no ZooKeeper calls here (``path`` only names a record's
+znode). ``version`` is the znode's version as read, never stored.
+
+The event a finished request puts for the pipeline job that waits
+(``type: node-request``) is a queued event,
+:class:`scheduler.wire.events.NodeRequestMessage`, made by
+:meth:`NodeRequest.message`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.wire.events import NodeRequestMessage
 from scheduler.zk import paths_nodepool
 from scheduler.zk.errors import ZooKeeperError
 
@@ -36,16 +40,13 @@ class NodeState(enum.StrEnum):
     DELETING = "deleting"
 
 
-# Nodes that count against quotas and host capacity: every node not yet removed.
+# The states a request ends in (a node-request event reports one of them:
+# scheduler.wire.events.NODE_REQUEST_OUTCOMES holds their values).
 FINAL_REQUEST_STATES = (NodeRequestState.FULFILLED, NodeRequestState.FAILED)
 
 
 class NodeStoreError(ZooKeeperError):
     """A node or node request that does not exist, or cannot change as asked."""
-
-
-# The event type a fulfilled or failed request puts into its pipeline's result queue.
-NODE_REQUEST_EVENT = "node-request"
 
 
 @dataclass(frozen=True)
@@ -73,35 +74,6 @@ class PipelineRequestor:
         if not all(isinstance(f, str) and f for f in fields):
             return None
         return cls(*(str(f) for f in fields))
-
-
-@dataclass(frozen=True)
-class NodeRequestMessage:
-    """A request's outcome as its pipeline reads it (``type: node-request``).
-
-    ``state`` is ``fulfilled`` or ``failed``; ``reason`` says why it failed
-    (``NODE_FAILURE: ...``). The nodes themselves are read from the request.
-    """
-
-    request: str
-    state: str
-    buildset: str
-    job: str
-    reason: str = ""
-    nodes: tuple[str, ...] = ()
-    time: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": NODE_REQUEST_EVENT,
-            "request": self.request,
-            "state": self.state,
-            "buildset": self.buildset,
-            "job": self.job,
-            "reason": self.reason,
-            "nodes": list(self.nodes),
-            "time": self.time,
-        }
 
 
 @dataclass(frozen=True)

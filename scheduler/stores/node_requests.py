@@ -25,7 +25,7 @@ Guarantees:
   inside its own commit, naming itself in ``notify``
   (:class:`~scheduler.stores.node_records.PipelineRequestor`). Then the store's
   ``fulfil`` and :meth:`NodeRequestQueue.fail` put a
-  :class:`~scheduler.stores.node_records.NodeRequestMessage` into that
+  :class:`~scheduler.wire.events.NodeRequestMessage` into that
   pipeline's result queue in the same fenced transaction as the request's
   new state: the pipeline learns of the outcome exactly when it happens.
 

@@ -1,7 +1,10 @@
-"""The records of a job request queue: states, events, the request and its result.
+"""The records of a job request queue: the request and its states.
 
 Plain frozen data shared by the queue (:mod:`scheduler.stores.job_requests`),
-its submitters and its workers; no ZooKeeper calls here.
+its submitters and its workers; no ZooKeeper calls here. The events a
+request puts into its result queue and the result it completes with
+(``RequestMessage``, ``RequestEvent``, ``JobResult``) are queued events:
+:mod:`scheduler.wire.events`.
 """
 
 from __future__ import annotations
@@ -18,14 +21,6 @@ class RequestState(enum.StrEnum):
     RUNNING = "RUNNING"
     PAUSED = "PAUSED"
     COMPLETED = "COMPLETED"
-
-
-class RequestEvent(enum.StrEnum):
-    """``type`` of the events a queue puts in a request's result queue."""
-
-    STARTED = "request-started"
-    PAUSED = "request-paused"
-    COMPLETED = "request-completed"
 
 
 @dataclass(frozen=True)
@@ -68,54 +63,3 @@ class JobRequest:
 
 
 _STORED_FIELDS = tuple(f.name for f in fields(JobRequest) if f.name != "version")
-
-
-@dataclass(frozen=True)
-class RequestMessage:
-    """The event a request emits into its result queue (``request-started`` ...).
-
-    It names the request; a ``request-completed`` event also carries the
-    result when it is small (``outcome``: the marker's ``completed`` and
-    ``lost`` and the result, committed in the same transaction as the
-    result data), so the scheduler applies it without reading the request
-    queue. A large result is read from the queue (``outcome`` is None).
-    Decoded by :func:`scheduler.wire.events.decode` like every queued event.
-    """
-
-    kind: RequestEvent
-    queue: str
-    request: str
-    buildset: str = ""
-    job: str = ""
-    worker: str = ""
-    outcome: JobResult | None = None
-    # when the event happened (a build's start: its start time in the history)
-    moment: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "type": self.kind.value,
-            "queue": self.queue,
-            "request": self.request,
-            "buildset": self.buildset,
-            "job": self.job,
-        }
-        if self.worker:
-            payload["worker"] = self.worker  # who runs it (build history's executor)
-        if self.moment:
-            payload["time"] = self.moment
-        if self.outcome is not None:
-            payload["outcome"] = {
-                "result": self.outcome.result,
-                "completed": self.outcome.completed,
-                "lost": self.outcome.lost,
-            }
-        return payload
-
-
-@dataclass(frozen=True)
-class JobResult:
-    uuid: str
-    result: dict[str, Any]
-    completed: float
-    lost: bool = False

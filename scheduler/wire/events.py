@@ -11,44 +11,46 @@ a queue.
 * ``ref-updated`` and other forge events: :class:`TriggerEvent`, put by
   drivers, read by the connection and tenant hops
   (``scheduler/processing/forwarding.py``);
-* ``enqueue``, ``dequeue``, ``promote``: :class:`~scheduler.manager.events.Enqueue`
-  and its siblings, put by the ``sluice`` CLI and the tenant hop, read by
-  the pipeline pass;
+* ``enqueue``, ``dequeue``, ``promote``: :class:`Enqueue`, :class:`Dequeue`,
+  :class:`Promote` (the management events), put by the ``sluice`` CLI, the
+  web admin and the tenant hop, read by the pipeline pass;
 * ``reconfigure``: :class:`ReconfigureEvent`, put by a pipeline pass or the
   sweep, read by ``sluice.merger.reconfigure``;
-* ``request-started``, ``-paused``, ``-completed``:
-  :class:`~scheduler.stores.job_requests.RequestMessage`, put by the job request
-  queues, read by the pipeline pass;
-* ``node-request``: :class:`~scheduler.stores.node_records.NodeRequestMessage`, put by a
-  launcher (in the transaction that fulfils or fails a node request a
-  pipeline job made), read by the pipeline pass.
+* ``request-started``, ``-paused``, ``-completed`` (:class:`RequestEvent`):
+  :class:`RequestMessage`, put by the job request queues
+  (:mod:`scheduler.stores.job_requests`, in the transaction that changes
+  the request), read by the pipeline pass; a completion carries the
+  request's :class:`JobResult` when it is small;
+* ``node-request``: :class:`NodeRequestMessage`, put by a launcher (in the
+  transaction that fulfils or fails a node request a pipeline job made),
+  read by the pipeline pass.
 
-The wire form keeps the keys events always had, so events queued by an
-earlier version still decode.
+Data only: nothing here does I/O or imports ``scheduler.stores`` (the
+stores import these classes to put them). The wire form keeps the keys
+events always had, so events queued by an earlier version still decode.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from scheduler.manager.events import Dequeue, Enqueue, MalformedEventError, Promote
+from scheduler.errors import SluiceError
 from scheduler.model.change import Change
-from scheduler.stores.job_requests import JobResult, RequestEvent, RequestMessage
-from scheduler.stores.node_records import (
-    FINAL_REQUEST_STATES,
-    NODE_REQUEST_EVENT,
-    NodeRequestMessage,
-)
 
 __all__ = [
+    "NODE_REQUEST_EVENT",
+    "NODE_REQUEST_OUTCOMES",
     "Dequeue",
     "Enqueue",
+    "JobResult",
     "MalformedEventError",
     "NodeRequestMessage",
     "Promote",
     "ReconfigureEvent",
+    "RequestEvent",
     "RequestMessage",
     "TriggerEvent",
     "WireEvent",
@@ -61,6 +63,174 @@ __all__ = [
 TRIGGER_TYPES = frozenset({"ref-updated", "ref-created", "ref-deleted"})
 # Events of a ref that moved (git, GitHub and GitLab pushes): nothing to merge.
 REF_UPDATES = frozenset({"ref-updated", "push", "gl_push"})
+
+
+class MalformedEventError(SluiceError):
+    """A queued event does not have the shape its type requires."""
+
+
+# ----------------------------------------------------------------- management
+
+
+def _routing(event: Enqueue | Dequeue | Promote) -> dict[str, Any]:
+    """The optional routing fields of a management event, when set."""
+    found = {"pipeline": event.pipeline, "event_id": event.event_id, "result_id": event.result_id}
+    return {key: value for key, value in found.items() if value}
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    change: Change
+    event_id: str = ""
+    # management events from the CLI or API: where to record the outcome
+    result_id: str = ""
+    # the pipeline a management event is for (tenant queues route by it)
+    pipeline: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "enqueue", "change": self.change.to_dict(), **_routing(self)}
+
+
+@dataclass(frozen=True)
+class Dequeue:
+    """Remove the live items of ``change``'s ref (any target branch if it names none).
+
+    ``current``: the forge says the change is now at this commit, targeting
+    ``change.branch``; only the items of another version leave (a new
+    patchset where ``dequeue-on-new-patchset`` holds, or another target
+    branch), each with the reason.
+    """
+
+    change: Change
+    event_id: str = ""
+    result_id: str = ""
+    pipeline: str = ""
+    current: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        found = {"type": "dequeue", "change": self.change.to_dict(), **_routing(self)}
+        if self.current:
+            found["current"] = self.current
+        return found
+
+
+@dataclass(frozen=True)
+class Promote:
+    """Move the items of ``changes`` to the head of their queues, in this order."""
+
+    changes: tuple[Change, ...]
+    event_id: str = ""
+    result_id: str = ""
+    pipeline: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        changes = [change.to_dict() for change in self.changes]
+        return {"type": "promote", "changes": changes, **_routing(self)}
+
+
+# ------------------------------------------------------------- job requests
+
+
+class RequestEvent(enum.StrEnum):
+    """``type`` of the events a job request queue puts in a request's result queue."""
+
+    STARTED = "request-started"
+    PAUSED = "request-paused"
+    COMPLETED = "request-completed"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a job request completed with: the result, when, and whether its worker was lost.
+
+    Read from the request queue (``JobRequestQueue.get_result``) or carried
+    by the ``request-completed`` event (:attr:`RequestMessage.outcome`).
+    """
+
+    uuid: str
+    result: dict[str, Any]
+    completed: float
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class RequestMessage:
+    """The event a request emits into its result queue (``request-started`` ...).
+
+    It names the request; a ``request-completed`` event also carries the
+    result when it is small (``outcome``: the marker's ``completed`` and
+    ``lost`` and the result, committed in the same transaction as the
+    result data), so the scheduler applies it without reading the request
+    queue. A large result is read from the queue (``outcome`` is None).
+    """
+
+    kind: RequestEvent
+    queue: str
+    request: str
+    buildset: str = ""
+    job: str = ""
+    worker: str = ""
+    outcome: JobResult | None = None
+    # when the event happened (a build's start: its start time in the history)
+    moment: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "type": self.kind.value,
+            "queue": self.queue,
+            "request": self.request,
+            "buildset": self.buildset,
+            "job": self.job,
+        }
+        if self.worker:
+            payload["worker"] = self.worker  # who runs it (build history's executor)
+        if self.moment:
+            payload["time"] = self.moment
+        if self.outcome is not None:
+            payload["outcome"] = {
+                "result": self.outcome.result,
+                "completed": self.outcome.completed,
+                "lost": self.outcome.lost,
+            }
+        return payload
+
+
+# ------------------------------------------------------------ node requests
+
+# The event type a fulfilled or failed node request puts into its pipeline's result queue.
+NODE_REQUEST_EVENT = "node-request"
+# The states such an event reports: the final states of a node request
+# (the values of ``scheduler.stores.node_records.FINAL_REQUEST_STATES``).
+NODE_REQUEST_OUTCOMES = frozenset({"fulfilled", "failed"})
+
+
+@dataclass(frozen=True)
+class NodeRequestMessage:
+    """A node request's outcome as its pipeline reads it (``type: node-request``).
+
+    ``state`` is ``fulfilled`` or ``failed``; ``reason`` says why it failed
+    (``NODE_FAILURE: ...``). The nodes themselves are read from the request.
+    """
+
+    request: str
+    state: str
+    buildset: str
+    job: str
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    time: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": NODE_REQUEST_EVENT,
+            "request": self.request,
+            "state": self.state,
+            "buildset": self.buildset,
+            "job": self.job,
+            "reason": self.reason,
+            "nodes": list(self.nodes),
+            "time": self.time,
+        }
 
 
 @dataclass(frozen=True)
@@ -194,7 +364,7 @@ def _request(data: Mapping[str, Any]) -> WireEvent:
 
 def _node_request(data: Mapping[str, Any]) -> WireEvent:
     state = _text(data, "state")
-    if state not in FINAL_REQUEST_STATES:
+    if state not in NODE_REQUEST_OUTCOMES:
         raise MalformedEventError(f"'state' must be fulfilled or failed, got {state!r}")
     nodes = data.get("nodes", [])
     if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):

@@ -18,7 +18,7 @@ carries, in this format:
 * **params** ``{"kind": <JobKind>, "job": <the job's to_dict()>}``
   (:func:`request_params`, read back with :func:`read_params`);
 * **the request node** (built by
-  :func:`scheduler.wire.merge_requests.new_request`): ``job_name`` is the
+  :func:`scheduler.stores.merge_requests.new_request`): ``job_name`` is the
   job's ``job_id`` and ``info`` is ``{"kind": <JobKind>}`` (so the result
   event names the job, and a lost request still tells what it was);
 * **result data** the result's ``to_dict()`` plus ``"kind"``

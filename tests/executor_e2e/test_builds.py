@@ -17,7 +17,8 @@ import redis
 from cli.stack.process import is_alive
 from scheduler.nudge.dispatch import send_build
 from scheduler.nudge.task_names import executor_queue_name
-from scheduler.stores.job_requests import RequestEvent, RequestState
+from scheduler.stores.job_requests import RequestState
+from scheduler.wire.events import RequestEvent
 from tests.executor.helpers import Repo, make_spec, processes_of_build
 from tests.executor_e2e.conftest import SESSION_TIMEOUT, Builds
 from tests.fixtures.published import Published

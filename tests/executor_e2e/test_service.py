@@ -20,7 +20,7 @@ import pytest
 import celeryconfig
 from scheduler.nudge.task_names import DispatchError, executor_queue_name
 from scheduler.stores import inventory
-from scheduler.stores.job_requests import JobRequest, JobRequestQueue, RequestEvent, RequestState
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue, RequestState
 from scheduler.sweep import (
     SweepReport,
     SweepStep,
@@ -30,6 +30,7 @@ from scheduler.sweep import (
     standard_steps,
     sweep_totals,
 )
+from scheduler.wire.events import RequestEvent
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient, attach, connect
 from scheduler.zk.context import LockContext

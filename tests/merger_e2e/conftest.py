@@ -25,7 +25,7 @@ from scheduler.nudge import dispatch
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import ConnectionSettings, Settings
 from scheduler.stores.job_requests import JobRequest, JobRequestQueue
-from scheduler.wire.merge_requests import merger_queue, submit_merge_job
+from scheduler.stores.merge_requests import merger_queue, submit_merge_job
 from scheduler.wire.merger import MergerJob, job_kind
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect

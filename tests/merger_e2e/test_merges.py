@@ -1,7 +1,7 @@
 """Merges as real Celery tasks on real workers, with their state in ZooKeeper.
 
 Every test submits merge requests as the scheduler would
-(``scheduler.wire.merge_requests``), nudges them with
+(``scheduler.stores.merge_requests``), nudges them with
 ``scheduler.nudge.dispatch.send_merge`` (the task ``sluice.merger.run``) and reads
 the results from ZooKeeper.
 """
@@ -15,9 +15,11 @@ from pathlib import Path
 import redis
 
 from cli.stack.process import is_alive
+from scheduler.reconfiguration import merge_and_wait
 from scheduler.settings.sections import ConnectionSettings
-from scheduler.stores.job_requests import RequestEvent, RequestState
-from scheduler.wire.merge_requests import merge_and_wait, read_result, wait_for_merge_result
+from scheduler.stores.job_requests import RequestState
+from scheduler.stores.merge_requests import read_result, wait_for_merge_result
+from scheduler.wire.events import RequestEvent
 from scheduler.wire.merger import (
     LOST,
     BranchHeadsJob,

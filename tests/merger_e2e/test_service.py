@@ -16,13 +16,13 @@ import pytest
 
 from scheduler.settings.sections import Settings
 from scheduler.stores.job_requests import JobRequest, RequestState
-from scheduler.sweep import run_sweep, standard_steps
-from scheduler.wire.merge_requests import (
+from scheduler.stores.merge_requests import (
     new_request,
     read_result,
     submit_merge_job,
     wait_for_merge_result,
 )
+from scheduler.sweep import run_sweep, standard_steps
 from scheduler.wire.merger import (
     LOST,
     BranchHeadsJob,

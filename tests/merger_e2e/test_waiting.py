@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.wire.merge_requests import wait_for_merge_result
+from scheduler.stores.merge_requests import wait_for_merge_result
 from scheduler.wire.merger import (
     BranchHeadsJob,
     MergeChange,

@@ -23,6 +23,7 @@ from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import MergeState, PipelineState, QueueItem
 from scheduler.model.results import Result
+from scheduler.wire.events import Enqueue
 
 
 class GateLayout:
@@ -139,7 +140,7 @@ class Gate:
     def enqueue(self, *refs: str, project: str = "app") -> list[QueueItem]:
         items = []
         for ref in refs:
-            self.run(ev.Enqueue(change(ref, project)))
+            self.run(Enqueue(change(ref, project)))
             items.append(self.item(ref))
         return items
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from scheduler.manager import events as ev
 from scheduler.manager.dependent import DependentManager
 from scheduler.manager.independent import IndependentManager
 from scheduler.manager.settings import PipelineSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.results import Result
+from scheduler.wire.events import Dequeue
 from tests.scheduler.gate_harness import Gate, change
 
 S, F = Result.SUCCESS, Result.FAILURE
@@ -100,7 +100,7 @@ def test_a_change_ahead_dequeued_by_hand_resets_the_items_behind() -> None:
     g.enqueue("A", "B", "C")
     g.merge_all()
     old_b, old_c = build_uuids(g, "B"), build_uuids(g, "C")
-    g.run(ev.Dequeue(change("B")))
+    g.run(Dequeue(change("B")))
     assert g.reported == [("B", Result.DEQUEUED)]
     assert sorted(g.cancels) == sorted(old_b + old_c)
     assert g.merged_on("C") == ("A", "C")
@@ -114,7 +114,7 @@ def test_dequeuing_the_head_retests_the_rest_on_the_branch_tip() -> None:
     g = Gate()
     g.enqueue("A", "B", "C")
     g.merge_all()
-    g.run(ev.Dequeue(change("A")))
+    g.run(Dequeue(change("A")))
     assert g.merged_on("B") == ("B",) and g.merged_on("C") == ("B", "C")
 
 
@@ -217,7 +217,7 @@ def test_a_reset_releases_the_semaphores_of_the_old_buildset() -> None:
     g = Gate([JobInfo("deploy", semaphores=("prod",))], semaphores={"prod": 1})
     g.enqueue("A", "B")
     g.merge_all()
-    g.run(ev.Dequeue(change("A")))
+    g.run(Dequeue(change("A")))
     assert not g.ledger.holders["prod"]
     g.merge_all()
     assert g.running("B") == ["deploy"]
@@ -245,16 +245,16 @@ def test_a_new_patchset_or_target_branch_takes_old_versions_out() -> None:
     g.merge_all()
     old_c = build_uuids(g, "C")
     # B force-pushed during the gate (a synchronize): B leaves, C is tested without it
-    g.run(ev.Dequeue(change("B"), current="c2"))
+    g.run(Dequeue(change("B"), current="c2"))
     assert g.queue() == ["A", "C"] and g.reported == [("B", Result.DEQUEUED)]
     assert "new patchset (c2)" in g.messages["B"]
     assert set(old_c) <= set(g.cancels)
     assert g.merged_on("C") == ("A", "C")
     # the forge repeats what it said, and names A's current commit: nothing moves
-    g.run(ev.Dequeue(change("A"), current="c1"))
+    g.run(Dequeue(change("A"), current="c1"))
     assert g.queue() == ["A", "C"]
     # C retargeted to another branch: it leaves whatever its commit
-    g.run(ev.Dequeue(change("C", branch="stable"), current="c1"))
+    g.run(Dequeue(change("C", branch="stable"), current="c1"))
     assert g.queue() == ["A"] and g.reported[-1] == ("C", Result.DEQUEUED)
     assert "target branch changed from main to stable" in g.messages["C"]
 
@@ -263,5 +263,5 @@ def test_old_versions_stay_without_dequeue_on_new_patchset() -> None:
     settings = PipelineSettings("gate", DependentManager.kind, dequeue_on_new_patchset=False)
     g = Gate(settings=settings)
     g.enqueue("A")
-    g.run(ev.Dequeue(change("A"), current="c2"))
+    g.run(Dequeue(change("A"), current="c2"))
     assert g.queue() == ["A"] and g.reported == []

@@ -18,8 +18,9 @@ from scheduler.model.build import JobInfo
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
 from scheduler.processing.environment import Environment, NewRequest
-from scheduler.stores.job_requests import JobRequest, JobResult
+from scheduler.stores.job_requests import JobRequest
 from scheduler.stores.ledger import TxnLedger
+from scheduler.wire.events import JobResult
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from tests.fixtures.services import ZooKeeperTarget

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from scheduler.manager import events as ev
 from scheduler.manager.dependent import DependentManager
 from scheduler.manager.independent import IndependentManager
 from scheduler.manager.settings import PipelineSettings
 from scheduler.model.change import Change
 from scheduler.model.results import Result
+from scheduler.wire.events import Enqueue
 from tests.scheduler.gate_harness import Gate, change
 
 S, F, E = Result.SUCCESS, Result.FAILURE, Result.ERROR
@@ -19,14 +19,14 @@ def needing(ref: str, *needs: Change, project: str = "app") -> Change:
 
 def test_check_tests_a_change_with_its_dependencies() -> None:
     g = Gate(manager=IndependentManager, settings=PipelineSettings("check", "independent"))
-    g.run(ev.Enqueue(needing("B", change("A"))))
+    g.run(Enqueue(needing("B", change("A"))))
     assert g.merged_on("B") == ("A", "B")  # tested together, the dependency first
     assert [i.change.ref for i in g.state.items.values()] == ["B"]  # only B is an item
 
 
 def test_the_gate_enqueues_a_dependency_ahead_and_merges_it_first() -> None:
     g = Gate(settings=PipelineSettings("gate", "dependent", merge_on_success=True))
-    g.run(ev.Enqueue(needing("B", change("A"))))
+    g.run(Enqueue(needing("B", change("A"))))
     assert g.queue() == ["A", "B"]
     assert g.merged_on("B") == ("A", "B")
     g.merge_all()
@@ -39,13 +39,13 @@ def test_the_gate_enqueues_a_dependency_ahead_and_merges_it_first() -> None:
 def test_a_dependency_already_queued_is_not_enqueued_twice() -> None:
     g = Gate()
     g.enqueue("A")
-    g.run(ev.Enqueue(needing("B", change("A"))))
+    g.run(Enqueue(needing("B", change("A"))))
     assert g.queue() == ["A", "B"]
 
 
 def test_a_change_whose_dependency_fails_is_not_merged() -> None:
     g = Gate(settings=PipelineSettings("gate", "dependent", merge_on_success=True))
-    g.run(ev.Enqueue(needing("B", change("A"))))
+    g.run(Enqueue(needing("B", change("A"))))
     g.merge_all()
     g.finish("A", result=F)
     g.merge_all()  # B is moved onto the branch tip and merged again, without A
@@ -57,7 +57,7 @@ def test_a_change_whose_dependency_fails_is_not_merged() -> None:
 def test_a_change_fails_as_soon_as_its_dependency_fails_behind_the_head() -> None:
     g = Gate(settings=PipelineSettings("gate", "dependent", merge_on_success=True))
     g.enqueue("X")  # ahead of both: keeps A from the head for a while
-    g.run(ev.Enqueue(needing("B", change("A"))))
+    g.run(Enqueue(needing("B", change("A"))))
     assert g.queue() == ["X", "A", "B"]
     g.merge_all()
     g.finish("A", result=F)  # A fails while X is still running
@@ -69,20 +69,20 @@ def test_a_change_fails_as_soon_as_its_dependency_fails_behind_the_head() -> Non
 
 def test_a_cycle_is_an_error_unless_the_queue_allows_it() -> None:
     g = Gate()
-    g.run(ev.Enqueue(needing("A", needing("B"), change("A"))))
+    g.run(Enqueue(needing("A", needing("B"), change("A"))))
     assert g.reported == [("A", E)]
     assert "dependency cycle" in g.messages["A"]
     assert g.merges == []
 
     allowed = PipelineSettings("gate", "dependent", allows_cycles=lambda project, branch: True)
     g = Gate(manager=DependentManager, settings=allowed)
-    g.run(ev.Enqueue(needing("A", needing("B"), change("A"))))
+    g.run(Enqueue(needing("A", needing("B"), change("A"))))
     assert g.reported == []
     assert g.queue() == ["B", "A"]
 
 
 def test_a_dependency_in_another_queue_is_an_error() -> None:
     g = Gate()
-    g.run(ev.Enqueue(needing("B", change("A", project="lib"))))
+    g.run(Enqueue(needing("B", change("A", project="lib"))))
     assert g.reported == [("B", E)]
     assert "not in queue app" in g.messages["B"]

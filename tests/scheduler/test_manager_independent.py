@@ -17,7 +17,7 @@ from scheduler.model.build import BuildState, JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
-from scheduler.wire.events import decode
+from scheduler.wire.events import Dequeue, Enqueue, MalformedEventError, decode
 
 
 class FixedLayout:
@@ -106,7 +106,7 @@ def change(ref: str = "feature", commit: str = "c1") -> Change:
 
 
 def enqueue(h: Harness, c: Change | None = None) -> QueueItem:
-    h.run(ev.Enqueue(c or change()))
+    h.run(Enqueue(c or change()))
     return next(iter(h.state.items.values()))
 
 
@@ -201,7 +201,7 @@ def test_merge_conflict_and_config_error_are_reported_on_the_item() -> None:
 def test_duplicate_enqueue_and_duplicate_results_change_nothing() -> None:
     h = Harness([JobInfo("unit")])
     item = enqueue(h)
-    h.run(ev.Enqueue(change()))
+    h.run(Enqueue(change()))
     assert len(h.state.items) == 1
     h.run(h.merge_ok(item))
     h.run(h.merge_ok(item))  # a redelivered merge result
@@ -218,7 +218,7 @@ def test_new_commit_supersedes_the_queued_item() -> None:
     old = enqueue(h)
     h.run(h.merge_ok(old))
     running = h.take_intents().builds[0].build
-    h.run(ev.Enqueue(change(commit="c2")))
+    h.run(Enqueue(change(commit="c2")))
     intents = h.take_intents()
     assert [c.build for c in intents.cancels] == [running.uuid]
     assert old.dequeued and old.result is Result.DEQUEUED
@@ -232,7 +232,7 @@ def test_dequeue_aborts_builds_and_reports_dequeued() -> None:
     item = enqueue(h)
     h.run(h.merge_ok(item))
     build = h.take_intents().builds[0].build
-    h.run(ev.Dequeue(change()))
+    h.run(Dequeue(change()))
     intents = h.take_intents()
     assert [c.build for c in intents.cancels] == [build.uuid]
     assert item.result is Result.DEQUEUED
@@ -242,7 +242,7 @@ def test_dequeue_aborts_builds_and_reports_dequeued() -> None:
 def test_semaphore_of_one_serialises_two_items() -> None:
     h = Harness([JobInfo("deploy", semaphores=("prod",))], semaphores={"prod": 1})
     first = enqueue(h, change("a"))
-    h.run(ev.Enqueue(change("b")))
+    h.run(Enqueue(change("b")))
     second = next(i for i in h.state.items.values() if i is not first)
     h.run(h.merge_ok(first), h.merge_ok(second))
     started = h.take_intents().builds
@@ -266,7 +266,7 @@ def test_semaphore_of_one_serialises_two_items() -> None:
     ],
 )
 def test_malformed_events_are_named(payload: dict[str, object]) -> None:
-    with pytest.raises(ev.MalformedEventError):
+    with pytest.raises(MalformedEventError):
         decode(payload)
 
 

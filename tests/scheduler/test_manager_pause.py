@@ -8,6 +8,7 @@ from scheduler.model.build import BuildState, JobInfo
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
 from scheduler.views.status import job_state
+from scheduler.wire.events import Dequeue
 from tests.scheduler.gate_harness import Gate
 from tests.scheduler.test_manager_independent import Harness, enqueue
 
@@ -125,7 +126,7 @@ def test_a_paused_job_keeps_its_semaphore_and_is_cancelled_with_its_item() -> No
     item = started_paused(h)
     h.take_intents()
     assert h.ledger.holders["sem"] == {f"{item.buildset.uuid}/compile"}
-    h.run(ev.Dequeue(item.change))
+    h.run(Dequeue(item.change))
     intents = h.take_intents()
     assert build_of(item, "compile") in {c.build for c in intents.cancels}
     assert intents.resumes == []

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.manager import events as ev
 from scheduler.manager.settings import PipelineSettings
 from scheduler.model.results import Result
-from scheduler.wire.events import decode
+from scheduler.wire.events import MalformedEventError, Promote, decode
 from tests.scheduler.gate_harness import Gate, change
 
 S = Result.SUCCESS
@@ -22,7 +21,7 @@ def test_promote_moves_items_to_the_head_in_order_and_restarts_the_queue() -> No
     g.enqueue("A", "B", "C", "D")
     g.merge_all()
     running = all_builds(g, "ABCD")
-    g.run(ev.Promote((change("D"), change("C"))))
+    g.run(Promote((change("D"), change("C"))))
     assert g.queue() == ["D", "C", "A", "B"]
     assert sorted(g.cancels) == running
     assert [g.merged_on(r) for r in "DCAB"] == [
@@ -41,7 +40,7 @@ def test_promoting_the_items_already_at_the_head_restarts_nothing() -> None:
     g = Gate()
     g.enqueue("A", "B", "C")
     g.merge_all()
-    g.run(ev.Promote((change("A"), change("B"))))
+    g.run(Promote((change("A"), change("B"))))
     assert g.queue() == ["A", "B", "C"] and g.cancels == []
 
 
@@ -50,7 +49,7 @@ def test_promote_keeps_the_items_whose_items_ahead_are_unchanged() -> None:
     g.enqueue("A", "B", "C")
     g.merge_all()
     a_builds, others = all_builds(g, "A"), all_builds(g, "BC")
-    g.run(ev.Promote((change("A"), change("C"))))
+    g.run(Promote((change("A"), change("C"))))
     assert g.queue() == ["A", "C", "B"]
     assert sorted(g.cancels) == others and g.running("A") == ["unit"]
     assert not set(a_builds) & set(g.cancels)
@@ -64,9 +63,9 @@ def test_a_promote_event_is_decoded() -> None:
         "result_id": "r1",
     }
     event = decode(payload)
-    assert isinstance(event, ev.Promote) and event.result_id == "r1"
+    assert isinstance(event, Promote) and event.result_id == "r1"
     assert [c.ref for c in event.changes] == ["B"]
-    with pytest.raises(ev.MalformedEventError, match="'changes'"):
+    with pytest.raises(MalformedEventError, match="'changes'"):
         decode({"type": "promote", "changes": []})
 
 
@@ -76,5 +75,5 @@ def test_an_item_being_pushed_stays_at_the_head() -> None:
     g.enqueue("A", "B")
     g.merge_all()
     g.finish("A")
-    g.run(ev.Promote((change("B"),)))
+    g.run(Promote((change("B"),)))
     assert g.queue() == ["A", "B"] and g.cancels == []

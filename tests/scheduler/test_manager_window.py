@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.manager import events as ev
 from scheduler.manager.settings import PipelineSettings
 from scheduler.manager.window import WindowSettings, in_window
 from scheduler.model.results import Result
+from scheduler.wire.events import Enqueue
 from tests.scheduler.gate_harness import Gate, change
 
 S, F = Result.SUCCESS, Result.FAILURE
@@ -97,6 +97,6 @@ def test_a_per_branch_queue_has_one_queue_per_branch() -> None:
         return ("integrated", True)
 
     g = Gate(settings=PipelineSettings("gate", "dependent", queue_for=queue_for))
-    g.run(ev.Enqueue(change("A")), ev.Enqueue(change("B", branch="stable")))
+    g.run(Enqueue(change("A")), Enqueue(change("B", branch="stable")))
     assert g.queue("integrated@main") == ["A"] and g.queue("integrated@stable") == ["B"]
     assert g.merged_on("B") == ("B",)

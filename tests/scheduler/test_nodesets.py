@@ -29,6 +29,7 @@ from scheduler.stores.ledger import TxnLedger
 from scheduler.stores.node_records import Node, NodeRequestState
 from scheduler.stores.nodes import NodeStore
 from scheduler.wire.build_spec import BuildSpec
+from scheduler.wire.events import Dequeue, Enqueue
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
@@ -93,7 +94,7 @@ class Harness:
         return intents
 
     def start(self) -> QueueItem:
-        self.run(ev.Enqueue(Change("local", "app", "main", "feature", "c1")))
+        self.run(Enqueue(Change("local", "app", "main", "feature", "c1")))
         item = next(iter(self.state.items.values()))
         merged = ev.MergeOutcome(ok=True, repo_state={"app": {"main": "abc"}})
         assert item.buildset.merge_request is not None
@@ -130,7 +131,7 @@ def test_nodeset_forms() -> None:
 
 def test_without_node_providers_a_nodeset_changes_nothing() -> None:
     h = Harness(nodes=False)
-    h.run(ev.Enqueue(Change("local", "app", "main", "feature", "c1")))
+    h.run(Enqueue(Change("local", "app", "main", "feature", "c1")))
     item = next(iter(h.state.items.values()))
     assert item.buildset.merge_request is not None
     merged = ev.MergeOutcome(ok=True, repo_state={"app": {"main": "abc"}})
@@ -204,7 +205,7 @@ def test_alternatives_forms() -> None:
 def _with_alternatives() -> tuple[Harness, QueueItem]:
     h = Harness()
     h.manager.layouts = Jobs([JobInfo("on-nodes", spec={"nodeset": CHOICES})])
-    h.run(ev.Enqueue(Change("local", "app", "main", "feature", "c1")))
+    h.run(Enqueue(Change("local", "app", "main", "feature", "c1")))
     item = next(iter(h.state.items.values()))
     merged = ev.MergeOutcome(ok=True, repo_state={"app": {"main": "abc"}})
     assert item.buildset.merge_request is not None
@@ -251,7 +252,7 @@ def test_the_last_alternative_failing_is_a_node_failure() -> None:
 def test_a_dequeued_item_deletes_its_outstanding_node_request() -> None:
     h = Harness()
     item = h.start()
-    intents = h.run(ev.Dequeue(Change("local", "app", "main", "feature", "c1")))
+    intents = h.run(Dequeue(Change("local", "app", "main", "feature", "c1")))
     assert intents.node_deletes == ["200-0000000001"]
     plain = _build(item, "plain")
     assert [c.build for c in intents.cancels] == [plain.uuid], "no executor request to cancel"

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from scheduler.model.change import Change
-from scheduler.stores.job_requests import RequestEvent
 from scheduler.wire.events import (
     Dequeue,
     Enqueue,
@@ -15,6 +14,7 @@ from scheduler.wire.events import (
     NodeRequestMessage,
     Promote,
     ReconfigureEvent,
+    RequestEvent,
     RequestMessage,
     TriggerEvent,
     WireEvent,

@@ -19,8 +19,9 @@ from scheduler.model.results import Result
 from scheduler.processing import pipeline as processing
 from scheduler.processing.environment import BuildOutcome, Environment, ItemReporter, NewRequest
 from scheduler.state.store import PipelineStore
-from scheduler.stores.job_requests import JobRequest, JobRequestQueue, JobResult
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue
 from scheduler.stores.ledger import TxnLedger
+from scheduler.wire.events import JobResult
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue

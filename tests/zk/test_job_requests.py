@@ -12,12 +12,8 @@ from typing import Any
 import pytest
 
 from scheduler.stores import job_requests
-from scheduler.stores.job_requests import (
-    JobRequest,
-    JobRequestQueue,
-    RequestEvent,
-    RequestState,
-)
+from scheduler.stores.job_requests import JobRequest, JobRequestQueue, RequestState
+from scheduler.wire.events import RequestEvent
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction

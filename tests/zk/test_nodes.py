@@ -9,9 +9,9 @@ import redis
 
 from scheduler.settings.load import load_settings
 from scheduler.stores.node_records import (
+    FINAL_REQUEST_STATES,
     Node,
     NodeRequest,
-    NodeRequestMessage,
     NodeRequestState,
     NodeState,
     NodeStoreError,
@@ -19,7 +19,7 @@ from scheduler.stores.node_records import (
 )
 from scheduler.stores.nodes import NodeStore
 from scheduler.sweep import node_steps
-from scheduler.wire.events import decode
+from scheduler.wire.events import NODE_REQUEST_OUTCOMES, NodeRequestMessage, decode
 from scheduler.zk import paths, paths_nodepool, stored
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import OpFailedError, Transaction
@@ -240,6 +240,11 @@ def test_submit_ops_creates_requests_only_with_the_callers_transaction(
     assert store.request(lost) is None
     with pytest.raises(NodeStoreError, match="needs labels"):
         store.submit_ops(Transaction(zk), [], "r")
+
+
+def test_the_node_request_event_reports_exactly_the_final_states() -> None:
+    # the event (scheduler.wire, data only) spells the states the store ends a request in
+    assert {str(state) for state in FINAL_REQUEST_STATES} == NODE_REQUEST_OUTCOMES
 
 
 def test_a_pipeline_gets_its_requests_outcome_in_the_same_transaction(

@@ -1,24 +1,27 @@
-"""The submitter's side of merge requests: create one, nudge it, wait for its result.
+"""The submitter's side of the merger queue: build a merge request, submit it, wait for its result.
 
 The worker's side is ``workers/merger/service.py`` (run by the task
 ``sluice.merger.run``); between the two, ZooKeeper's merger queue
-(:func:`scheduler.zk.paths.merger_queue`) holds the request, its params and
-its result in the formats of :mod:`scheduler.wire.merger`.
+(:func:`scheduler.zk.paths.merger_queue`, a
+:class:`~scheduler.stores.job_requests.JobRequestQueue`) holds the request,
+its params and its result in the formats of :mod:`scheduler.wire.merger`.
 
 Two kinds of submitter:
 
 * **a pipeline pass** creates its merge requests in its own fenced
   transaction: :func:`new_request` gives the
-  :class:`~scheduler.stores.job_requests.JobRequest` and the params for
+  :class:`~scheduler.stores.request_records.JobRequest` and the params for
   :meth:`~scheduler.stores.job_requests.JobRequestQueue.submit_ops`; after the
   commit it sends ``sluice.merger.run`` with the request's uuid, and the
   ``request-completed`` event in its result queue tells it when to read the
   result (:func:`read_result`);
 * **a blocking caller** (reconfiguration reading config at branch heads)
-  uses :func:`submit_merge_job` with ``wait=True``,
-  :func:`scheduler.nudge.dispatch.send_merge`, then :func:`wait_for_merge_result`,
-  woken by a watch on the request's ``results/<uuid>`` marker (no
-  polling); :func:`merge_and_wait` does the three.
+  uses :func:`submit_merge_job` with ``wait=True``, nudges a merger
+  (:func:`scheduler.nudge.dispatch.send_merge`), then
+  :func:`wait_for_merge_result`, woken by a watch on the request's
+  ``results/<uuid>`` marker (no polling); the reconfiguration's
+  ``merge_and_wait`` (:mod:`scheduler.reconfiguration`) does the three.
+  Sending the task is the caller's: a store does not nudge.
 
 A request whose merger died is completed as lost by the sweep; its result
 reads as ``failed`` with a failure of kind ``lost``, and the submitter
@@ -37,9 +40,9 @@ import uuid as uuid_module
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.nudge import dispatch
-from scheduler.settings.sections import Settings
-from scheduler.stores.job_requests import JobRequest, JobRequestQueue, JobResult
+from scheduler.stores.job_requests import JobRequestQueue
+from scheduler.stores.request_records import JobRequest
+from scheduler.wire.events import JobResult
 from scheduler.wire.merger import (
     InvalidRecordError,
     JobKind,
@@ -167,23 +170,3 @@ def wait_for_merge_result(
     if remove:
         queue.remove(request_uuid)
     return typed
-
-
-def merge_and_wait(
-    client: ZooKeeperClient,
-    job: MergerJob,
-    timeout: float,
-    *,
-    settings: Settings | None = None,
-    tenant: str = "",
-) -> MergerResult | None:
-    """Submit ``job``, nudge a merger, wait for the result and remove the request.
-
-    None if no merger answered within ``timeout`` (the request stays; a
-    merger that takes it later completes it for nobody, and the cleanup
-    removes it).
-    """
-    kind = job_kind(job)
-    request = submit_merge_job(client, kind, job, tenant=tenant, wait=True)
-    dispatch.send_merge(request.uuid, settings=settings)
-    return wait_for_merge_result(client, request.uuid, timeout, kind=kind, remove=True)

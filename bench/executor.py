@@ -4,7 +4,8 @@ Starts its own ZooKeeper (Debian's package) on a free port and a small git
 repository whose job is ``run.sh`` running ``true``, then measures in
 alternating slices of the same run:
 
-* **build**: submit a build request (params: the BuildSpec), then
+* **build**: submit a build request (params: a frozen job and its build's
+  context, the BuildSpec), then
   :func:`workers.executor.service.execute_request` (claim, workspace checked
   out from the repository, run ``true`` under the reaper, complete with the
   BuildResult and its events), then read the result: everything a build task
@@ -45,12 +46,14 @@ from _slices import Side
 from cli.stack import process
 from cli.stack.process import free_port
 from cli.stack.zookeeper import ZooKeeperServer
+from scheduler.config.freeze import FrozenJob
+from scheduler.config.model import Playbook
 from scheduler.settings.sections import ZooKeeperSettings
 from scheduler.stores.job_requests import JobRequest, JobRequestQueue
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from workers.claims import Delivery
-from workers.executor import BuildSpec, RunnerOptions, forkserver
+from workers.executor import BuildContext, BuildSpec, RunnerOptions, forkserver
 from workers.executor.service import execute_request
 
 # A benchmark killed from outside leaves no ZooKeeper or Redis behind.
@@ -151,17 +154,15 @@ def build_lifecycle(
 
     def op() -> None:
         build_uuid = uuid.uuid4().hex
+        run = (Playbook("run.sh", "org/project", "main", False),) * steps
         spec = BuildSpec(
-            tenant="bench",
-            pipeline="check",
-            project="org/project",
-            branch="main",
-            ref="",
-            job="noop",
-            build_uuid=build_uuid,
-            run=("run.sh",) * steps,
-            repo_state={"org/project": {"main": commit}},
-            sources={"org/project": str(repo)},
+            FrozenJob("noop", "org/project", "main", "check", run=run),
+            BuildContext(
+                tenant="bench",
+                build_uuid=build_uuid,
+                repo_state={"org/project": {"main": commit}},
+                sources={"org/project": str(repo)},
+            ),
         )
         request = JobRequest(build_uuid, job_name="noop", result_queue=RESULTS)
         queue.submit(request, spec.to_dict())

@@ -63,7 +63,7 @@ from scheduler.config.model import (
     Semaphore,
 )
 from scheduler.config.regex import matches_any
-from scheduler.config.serialize import canonical_json, to_plain
+from scheduler.config.serialize import to_plain
 from scheduler.jsondata import deep_merge
 
 OVERRIDE = (
@@ -89,7 +89,13 @@ FROZEN_SCHEMA = 1
 
 @dataclass(frozen=True)
 class FrozenJob:
-    """Everything needed to run one job for one item; plain data."""
+    """Everything needed to run one job for one item; plain data.
+
+    The one form of a job from freezing to the executor: the buildset keeps
+    its plain form (:meth:`to_dict`), the build request carries that form
+    as it is, and the executor reads it back (:meth:`from_dict`) into a job
+    equal to this one (:mod:`scheduler.wire.build_spec`).
+    """
 
     name: str
     project: str
@@ -123,11 +129,8 @@ class FrozenJob:
     allowed_projects: tuple[str, ...] | None = None
     schema: int = FROZEN_SCHEMA
 
-    def to_json(self) -> str:
-        return canonical_json(self)
-
     def to_dict(self) -> dict[str, Any]:
-        """The plain form (what ``to_json`` writes): the one form from freezing to the spec."""
+        """The plain form: JSON-ready, keys named as in the configuration (``pre-run``)."""
         plain: dict[str, Any] = to_plain(self)
         return plain
 

@@ -10,38 +10,25 @@ one is an error, as is a cycle.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.config.errors import ConfigError, FreezeError
-from scheduler.config.freeze import FROZEN_SCHEMA, FrozenJob, freeze_job
+from scheduler.config.freeze import FrozenJob, freeze_job
 from scheduler.config.layout import Layout
 from scheduler.config.model import JobVariant, ProjectConfig, ProjectPipeline
-from scheduler.config.serialize import canonical_json, content_hash
 
 
 @dataclass(frozen=True)
 class JobGraph:
+    """Not stored as such: each job's plain form is, with what scheduling needs of it."""
+
     project: str
     branch: str
     pipeline: str
     jobs: tuple[FrozenJob, ...] = ()
     # job name -> the names it waits for (soft ones absent are dropped)
     dependencies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    schema: int = FROZEN_SCHEMA
-
-    @classmethod
-    def from_json(cls, text: str) -> JobGraph:
-        data = json.loads(text)
-        return cls(
-            project=data["project"],
-            branch=data["branch"],
-            pipeline=data["pipeline"],
-            jobs=tuple(FrozenJob.from_dict(j) for j in data.get("jobs", ())),
-            dependencies={k: tuple(v) for k, v in data.get("dependencies", {}).items()},
-            schema=data.get("schema", FROZEN_SCHEMA),
-        )
 
     def job(self, name: str) -> FrozenJob | None:
         return next((j for j in self.jobs if j.name == name), None)
@@ -49,12 +36,6 @@ class JobGraph:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(j.name for j in self.jobs)
-
-    def to_json(self) -> str:
-        return canonical_json(self)
-
-    def content_hash(self) -> str:
-        return content_hash(self)
 
 
 def _entries(

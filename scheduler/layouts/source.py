@@ -67,9 +67,8 @@ from scheduler.zk.client import ZooKeeperClient
 
 
 def job_info(job: FrozenJob, graph: JobGraph) -> JobInfo:
-    """What scheduling needs of a frozen job; ``spec`` is its plain form for the executor."""
+    """What scheduling needs of a frozen job; ``spec`` is its plain form, for the executor."""
     soft = {d.name: d.soft for d in job.dependencies}
-    spec = job.to_dict()
     return JobInfo(
         name=job.name,
         dependencies=tuple(
@@ -79,7 +78,7 @@ def job_info(job: FrozenJob, graph: JobGraph) -> JobInfo:
         attempts=job.attempts,
         semaphores=tuple(s.name for s in job.semaphores),
         zone=job.zone,
-        spec=spec,
+        spec=job.to_dict(),
         projects=job.projects_used(),
     )
 

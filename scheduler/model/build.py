@@ -43,7 +43,11 @@ class BuildState(enum.StrEnum):
 
 @dataclass(frozen=True)
 class JobInfo:
-    """What scheduling needs of a frozen job; ``spec`` is the rest, for the executor."""
+    """What scheduling needs of a frozen job; ``spec`` is the job itself, for the executor.
+
+    ``spec`` is the frozen job's own plain form (``FrozenJob.to_dict``):
+    the build request carries it as it is (:mod:`scheduler.wire.build_spec`).
+    """
 
     name: str
     dependencies: tuple[Dependency, ...] = ()

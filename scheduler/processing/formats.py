@@ -6,16 +6,24 @@ objects from is the caller's business (``sources``): on one host it is the
 merger's repo cache, which holds the speculative merge commits. A build
 spec also says how that state was merged, so an executor on another host
 can merge it again (:mod:`workers.executor.speculation`).
+
+A build request carries the frozen job in the form the buildset stores it
+(``JobInfo.spec``, the job's own plain form), copied as it is: the
+scheduler never reads it back. Beside it goes the build's
+:class:`~scheduler.wire.build_spec.BuildContext`: the item's repo state,
+the commits its merge moved and each project's source and connection,
+narrowed to the projects the job uses (``JobInfo.projects``); the parent
+data, the hold, the merge request and the nodes. What the job and its
+context make together (steps, checkouts) the executor decides
+(:mod:`workers.executor.job`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from scheduler.config import FrozenJob
 from scheduler.manager.events import MergeOutcome
 from scheduler.manager.intents import BuildIntent, MergeIntent
 from scheduler.model.change import Change
@@ -25,9 +33,8 @@ from scheduler.processing.environment import BuildOutcome, NewRequest
 from scheduler.stores.job_requests import JobRequest
 from scheduler.stores.merge_requests import new_request
 from scheduler.wire import merger as wire
-from scheduler.wire.build_from_job import spec_for_job
 from scheduler.wire.build_result import BuildResult
-from scheduler.wire.build_spec import BuildSpecError
+from scheduler.wire.build_spec import BuildContext, BuildSpecError, request_params
 from scheduler.wire.events import JobResult
 from scheduler.wire.merger import config_files_key
 from scheduler.zk import paths
@@ -224,35 +231,29 @@ class WireFormats:
                 **({"zone": intent.job.zone} if intent.job.zone else {}),
             ),
         )
-        repo_state = item.buildset.repo_state or {}
-        sources = {
-            project: self.sources(self.connection_of(tenant, project), project)
-            for project in repo_state
-        }
+        buildset = item.buildset
+        # the job's projects missing from the repo state: the executor names them
+        projects = [p for p in intent.job.projects if p in (buildset.repo_state or {})]
+        connections = self._connections(tenant, projects)
         params: dict[str, object]
         try:
-            spec = spec_for_job(
-                FrozenJob.from_dict(intent.job.spec),
+            context = BuildContext(
                 tenant=tenant,
-                ref=item.change.ref,
                 build_uuid=intent.build.uuid,
-                repo_state=repo_state,
-                sources=sources,
+                ref=item.change.ref,
+                repo_state=_narrowed(buildset.repo_state or {}, projects),
+                sources={p: self.sources(c, p) for p, c in connections.items()},
+                base_state=_narrowed(buildset.base_state, projects),
                 parent_data=intent.parent_data,
-                base_state=item.buildset.base_state,
                 hold=self.hold(tenant, item.change.project, intent.job.name, item.change.ref),
-                merge_request=item.buildset.merge_request or "",
-                connections=self._connections(tenant, repo_state),
+                merge_request=buildset.merge_request or "",
+                connections=connections,
+                node_request=intent.build.node_request if intent.build.nodes else "",
+                nodes=tuple(dict(n) for n in intent.build.nodes),
             )
-            if intent.build.nodes:
-                spec = replace(
-                    spec,
-                    node_request=intent.build.node_request,
-                    nodes=tuple(dict(n) for n in intent.build.nodes),
-                )
-            params = spec.to_dict()
+            params = request_params(intent.job.spec, context)
         except BuildSpecError as exc:
-            # The executor answers a spec it cannot read with ERROR: the
+            # The executor answers params it cannot read with ERROR: the
             # build ends with this message instead of the pass failing.
             params = {"invalid": str(exc)}
         root = paths.executor_queue(intent.job.zone or None)
@@ -279,3 +280,8 @@ class WireFormats:
             dict(build.result_data),
             build.log_path,
         )
+
+
+def _narrowed(state: Mapping[str, Mapping[str, str]], projects: Iterable[str]) -> dict[str, Any]:
+    """``{project: {branch: commit}}`` of ``projects`` only (those ``state`` has)."""
+    return {p: dict(state[p]) for p in projects if p in state}

@@ -107,14 +107,6 @@ class BuildResult:
     # Set when the workspace was kept (a hold): where it is.
     held_workspace: str | None = None
 
-    @property
-    def duration(self) -> float:
-        return self.ended_at - self.started_at
-
-    def exit_codes(self, phase: Phase) -> list[int | None]:
-        """The exit codes of one phase's executables, in order."""
-        return [step.exit_code for step in self.steps if step.phase is phase]
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": RESULT_SCHEMA,

@@ -1,15 +1,35 @@
-"""What a build needs to run: the :class:`BuildSpec`.
+"""A build request's params: the frozen job as it was frozen, and its build's context.
 
-The spec is the whole input of :func:`workers.executor.runner.run_build`: a
-frozen, JSON-serializable dataclass that the scheduler writes into the
-build request's ``params`` in ZooKeeper and the executor reads back. It
-carries no secrets yet and no ZooKeeper paths, only plain data.
+A job has one form from freezing to the executor: the
+:class:`~scheduler.config.freeze.FrozenJob`, and its own plain form
+(``FrozenJob.to_dict``). The scheduler stores that plain form with the
+buildset (``JobInfo.spec``) and writes it into the build request as it is,
+without reading it back; the executor reads it with ``FrozenJob.from_dict``
+and holds a job equal to the one frozen. What only the pipeline knows,
+per build, travels beside it as a small record, :class:`BuildContext`:
+the tenant, the ref, the build's uuid, the repo state the merger made, the
+commits the merge moved (trusted steps run from those), where each
+project's commits are, the parent data, the hold, the merge to make again
+elsewhere and the build's nodes.
 
-``to_dict``/``from_dict`` are the persistence contract. ``from_dict``
-validates every field and raises :class:`BuildSpecError` naming the field;
-it accepts the fields of schema 1 (the only schema so far) and ignores
-unknown keys, so a newer scheduler may add optional fields without breaking
-an older executor during an upgrade.
+Why not a spec of its own (schema 1 had one: the job's fields copied into
+a flat record, its playbooks into steps): each copy was a conversion to
+keep in step with the frozen job, and the scheduler parsed the job only to
+write it again. Now the scheduler copies nothing and the executor decides
+what the two make together (:mod:`workers.executor.job`: the steps with
+their commits, the checkouts, the checks); this module is data and its
+(de)serialisation only, no I/O and no policy.
+
+``to_dict``/``from_dict`` are the persistence contract: ``{"schema": 3,
+"job": <FrozenJob.to_dict()>, "context": <BuildContext.to_dict()>}``.
+``from_dict`` checks every field of the context and raises
+:class:`BuildSpecError` naming it; it ignores unknown keys, so a newer
+scheduler may add optional fields. A request of schema 1 (the flat spec of
+an older scheduler) is refused with an error that says so; an executor of
+that version refuses this one the same way (``unsupported schema 3``), so
+during an upgrade such a build ends ``ERROR`` with that message rather than
+crash a worker. ``{"invalid": why}`` is what a scheduler writes when it
+cannot make the params: it is refused with ``why``.
 """
 
 from __future__ import annotations
@@ -20,14 +40,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduler.config.freeze import FROZEN_SCHEMA, FrozenJob
 from scheduler.errors import SluiceError
 
 
 class BuildSpecError(SluiceError):
-    """A build spec (or its JSON form) is malformed."""
+    """A build request's params (or their JSON form) are malformed."""
 
 
-SPEC_SCHEMA = 1
+# The params' schema; a stored object's schema too (scheduler.zk.stored: 3).
+SPEC_SCHEMA = 3
+# The flat spec, one record copying the job's fields (before SPEC_SCHEMA 3).
+FLAT_SPEC_SCHEMA = 1
 
 # A build uuid becomes a folder name: keep it to a safe alphabet.
 _UUID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -35,204 +59,122 @@ _UUID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _COMMIT_PATTERN = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 JsonObject = Mapping[str, Any]
+RepoState = Mapping[str, Mapping[str, str]]
 
 
 @dataclass(frozen=True)
-class JobStep:
-    """One executable of a phase: a path in a project's repository at a branch.
+class BuildContext:
+    """What one build adds to its frozen job: what the pipeline knows, the job does not.
 
-    ``project`` and ``branch`` say where the job's variant that named the
-    executable lives (the ``Playbook`` of a frozen job); ``None`` means the
-    change's project and the branch checked out for it. A step of another
-    project, or of another branch than the one checked out, is run from a
-    checkout of its own (``content/`` in the workspace); its project and
-    branch must be in the repo state.
-    """
-
-    path: str
-    project: str | None = None
-    branch: str | None = None
-    # run from this commit of the branch, not from the repo state's: a trusted
-    # (config-project) step whose branch the item's merge moved runs from the
-    # branch as it was before the speculative changes
-    commit: str | None = None
-    # (name the step sees it under, key in BuildSpec.secrets)
-    secrets: tuple[tuple[str, str], ...] = ()
-    # named by a config project: it runs from a copy no other step of the
-    # build can write (as does every step with secrets; docs/security.md)
-    trusted: bool = False
-
-    @property
-    def protected(self) -> bool:
-        """Whether the step runs from a read-only copy: trusted, or holding a secret."""
-        return self.trusted or bool(self.secrets)
-
-    def to_json_value(self) -> str | dict[str, Any]:
-        """A plain path when it has nothing else, else an object."""
-        if (self.project, self.branch, self.commit, self.secrets, self.trusted) == (
-            None,
-            None,
-            None,
-            (),
-            False,
-        ):
-            return self.path
-        value: dict[str, Any] = {"path": self.path}
-        if self.trusted:
-            value["trusted"] = True
-        if self.secrets:
-            value["secrets"] = dict(self.secrets)
-        if self.project is not None:
-            value["project"] = self.project
-        if self.branch is not None:
-            value["branch"] = self.branch
-        if self.commit is not None:
-            value["commit"] = self.commit
-        return value
-
-    @classmethod
-    def of(cls, value: str | JobStep) -> JobStep:
-        return value if isinstance(value, JobStep) else cls(value)
-
-
-StepLike = str | JobStep
-
-
-@dataclass(frozen=True)
-class BuildSpec:
-    """One build of one job for one pipeline item.
-
-    ``pre_run``/``run``/``post_run`` are the frozen job's phases (already
-    flattened through inheritance): paths of executables relative to the
-    checkout of ``project``, or :class:`JobStep` values naming the project
-    and branch that hold them; :meth:`steps` gives them all as ``JobStep``.
-    ``timeout`` bounds pre-run and run together, and ``post_timeout`` bounds
-    each post-run executable (Zuul's semantics); both are seconds, ``None``
-    means unbounded.
-
-    ``repo_state`` maps each project to ``{branch: commit}`` (from the
-    merger); every project in it is checked out in the workspace. ``sources``
-    maps each project to where its git objects can be fetched: a local path
+    ``repo_state`` maps each project the job uses to ``{branch: commit}``
+    (the item's merge); every project in it is checked out. ``sources``
+    maps each of them to where its git objects can be fetched: a local path
     (the merger's repo cache: objects are shared, no copy) or a URL (the
-    connection's baseurl: the exact commits are fetched). ``checkouts`` may
-    name the branch to check out for a project (Zuul's override-checkout);
-    otherwise the change's ``branch`` is used where the project has it, then
-    the project's only branch.
+    connection's baseurl: the exact commits are fetched).
+
+    ``base_state`` is ``{project: {branch: commit}}`` for the branches the
+    item's merge moved: the commit each had before the speculative changes
+    (a trusted step runs from it, never from the merge).
 
     ``parent_data`` is the result data of the jobs this one depends on,
-    already merged by the scheduler; it is given to the job under its own
-    ``vars`` (job vars win), as Zuul does.
+    already merged by the scheduler.
 
-    ``speculation`` says where the merge that made the repo state is
-    recorded, so an executor without the merger's repo cache can make it
-    again (merges are deterministic): ``{"merge_request": uuid of the
-    item's merge request in the merger queue, "connections": {project:
-    connection}}`` (:mod:`workers.executor.speculation`).
+    ``merge_request`` (the uuid of the item's merge request in the merger
+    queue) and ``connections`` (``{project: connection}``) let an executor
+    without the merger's repo cache make the repo state again (merges are
+    deterministic; :mod:`workers.executor.speculation`).
 
-    ``secrets`` maps a secret's key to ``{connection, project, name, data}``
-    with ``data`` still encrypted (only the executor holds the keystore
-    password); each step's ``secrets`` says which it sees, under what name.
+    ``node_request`` and ``nodes`` (``[{name, id, label, host, connection}]``
+    in the nodeset's order) are the job's nodes, served by a launcher: the
+    executor accepts the request before the build and returns the nodes
+    after it.
     """
 
     tenant: str
-    pipeline: str
-    project: str
-    branch: str
-    ref: str
-    job: str
     build_uuid: str
-    run: tuple[StepLike, ...]
-    repo_state: Mapping[str, Mapping[str, str]]
+    repo_state: RepoState
     sources: Mapping[str, str]
-    pre_run: tuple[StepLike, ...] = ()
-    post_run: tuple[StepLike, ...] = ()
-    timeout: float | None = None
-    post_timeout: float | None = None
-    vars: JsonObject = field(default_factory=dict)
+    ref: str = ""
+    base_state: RepoState = field(default_factory=dict)
     parent_data: JsonObject = field(default_factory=dict)
-    checkouts: Mapping[str, str] = field(default_factory=dict)
     # Keep the workspace if the build fails (an autohold); logs are always kept.
     hold: bool = False
-    secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    speculation: Mapping[str, Any] = field(default_factory=dict)
-    # the job's nodes (a nodeset served by a launcher): the executor accepts
-    # ``node_request`` before the build and returns the nodes after it;
-    # ``nodes`` are [{name, id, label, host, connection}] in the nodeset's order
+    merge_request: str = ""
+    connections: Mapping[str, str] = field(default_factory=dict)
     node_request: str = ""
     nodes: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
 
-    def steps(self, phase: str) -> tuple[JobStep, ...]:
-        """The steps of ``phase`` (``pre-run``, ``run`` or ``post-run``)."""
-        steps = {"pre-run": self.pre_run, "run": self.run, "post-run": self.post_run}[phase]
-        return tuple(JobStep.of(step) for step in steps)
-
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``json.dumps`` works on it as is)."""
-        return {
-            "schema": SPEC_SCHEMA,
+        """A JSON-ready dict (``json.dumps`` works on it as is); empty optional fields left out."""
+        data: dict[str, Any] = {
             "tenant": self.tenant,
-            "pipeline": self.pipeline,
-            "project": self.project,
-            "branch": self.branch,
-            "ref": self.ref,
-            "job": self.job,
             "build_uuid": self.build_uuid,
-            "pre_run": [JobStep.of(s).to_json_value() for s in self.pre_run],
-            "run": [JobStep.of(s).to_json_value() for s in self.run],
-            "post_run": [JobStep.of(s).to_json_value() for s in self.post_run],
-            "timeout": self.timeout,
-            "post_timeout": self.post_timeout,
-            "vars": _plain(self.vars),
-            "parent_data": _plain(self.parent_data),
-            "repo_state": {p: dict(b) for p, b in self.repo_state.items()},
+            "ref": self.ref,
+            "repo_state": _plain(self.repo_state),
             "sources": dict(self.sources),
-            "checkouts": dict(self.checkouts),
-            "hold": self.hold,
-            "secrets": _plain(self.secrets),
-            "speculation": _plain(self.speculation),
-            **({"node_request": self.node_request} if self.node_request else {}),
-            **({"nodes": [_plain(n) for n in self.nodes]} if self.nodes else {}),
         }
+        optional: dict[str, Any] = {
+            "base_state": _plain(self.base_state),
+            "parent_data": _plain(self.parent_data),
+            "hold": self.hold,
+            "merge_request": self.merge_request,
+            "connections": dict(self.connections),
+            "node_request": self.node_request,
+            "nodes": [_plain(n) for n in self.nodes],
+        }
+        data.update({key: value for key, value in optional.items() if value})
+        return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BuildSpec:
-        """Read a spec written by :meth:`to_dict` (any schema up to ours)."""
+    def from_dict(cls, data: Any) -> BuildContext:
         if not isinstance(data, Mapping):
-            raise BuildSpecError(f"build spec: expected an object, got {type(data).__name__}")
-        schema = data.get("schema", SPEC_SCHEMA)
-        if not isinstance(schema, int) or schema > SPEC_SCHEMA or schema < 1:
-            raise BuildSpecError(f"build spec: unsupported schema {schema!r}")
-        reader = _SpecReader(data)
+            raise BuildSpecError(f"build spec: context: expected an object, got {_kind(data)}")
+        reader = _Reader(data)
         return cls(
             tenant=reader.text("tenant"),
-            pipeline=reader.text("pipeline"),
-            project=reader.text("project"),
-            branch=reader.text("branch"),
-            ref=reader.text("ref", ""),
-            job=reader.text("job"),
             build_uuid=reader.text("build_uuid"),
-            pre_run=reader.steps("pre_run"),
-            run=reader.steps("run"),
-            post_run=reader.steps("post_run"),
-            timeout=reader.seconds("timeout"),
-            post_timeout=reader.seconds("post_timeout"),
-            vars=reader.json_object("vars"),
-            parent_data=reader.json_object("parent_data"),
-            repo_state=reader.repo_state(),
+            ref=reader.text("ref", ""),
+            repo_state=reader.repo_state("repo_state", required=True),
             sources=reader.text_map("sources"),
-            checkouts=reader.text_map("checkouts"),
+            base_state=reader.repo_state("base_state"),
+            parent_data=reader.json_object("parent_data"),
             hold=reader.flag("hold"),
-            secrets=reader.json_object("secrets"),
-            speculation=reader.json_object("speculation"),
+            merge_request=reader.text("merge_request", ""),
+            connections=reader.text_map("connections"),
             node_request=reader.text("node_request", ""),
             nodes=reader.nodes(),
         )
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One build of one job for one pipeline item: the build request's params as read."""
+
+    job: FrozenJob
+    context: BuildContext
+
+    def to_dict(self) -> dict[str, Any]:
+        return request_params(self.job.to_dict(), self.context)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BuildSpec:
+        """Read params written by :func:`request_params` (see the module docstring)."""
+        if not isinstance(data, Mapping):
+            raise BuildSpecError(f"build spec: expected an object, got {_kind(data)}")
+        if "invalid" in data:
+            raise BuildSpecError(f"build spec: the scheduler could not make it: {data['invalid']}")
+        schema = data.get("schema")
+        if schema == FLAT_SPEC_SCHEMA:
+            raise BuildSpecError(
+                f"build spec: schema {schema} (a flat spec, written by a scheduler older than "
+                f"this executor) is no longer read; this executor reads schema {SPEC_SCHEMA}"
+            )
+        if schema != SPEC_SCHEMA:
+            raise BuildSpecError(f"build spec: unsupported schema {schema!r}")
+        return cls(_job(data.get("job")), BuildContext.from_dict(data.get("context")))
 
     @classmethod
     def from_json(cls, text: str) -> BuildSpec:
@@ -243,68 +185,47 @@ class BuildSpec:
         return cls.from_dict(data)
 
 
-class _SpecReader:
-    """Typed access to the fields of a spec dict, errors naming the field."""
+def request_params(job: Mapping[str, Any], context: BuildContext) -> dict[str, Any]:
+    """The params of a build request: ``job``, a frozen job's plain form, as it is."""
+    return {"schema": SPEC_SCHEMA, "job": dict(job), "context": context.to_dict()}
+
+
+def _job(data: Any) -> FrozenJob:
+    if not isinstance(data, Mapping):
+        raise BuildSpecError(f"build spec: job: expected an object, got {_kind(data)}")
+    schema = data.get("schema", FROZEN_SCHEMA)
+    if not isinstance(schema, int) or not 1 <= schema <= FROZEN_SCHEMA:
+        raise BuildSpecError(f"build spec: job: unsupported schema {schema!r}")
+    try:
+        job = FrozenJob.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BuildSpecError(f"build spec: job: not a frozen job ({exc!r})") from None
+    for name in ("name", "project", "branch", "pipeline"):
+        if not isinstance(getattr(job, name), str) or not getattr(job, name):
+            raise BuildSpecError(f"build spec: job: {name} must be a non-empty string")
+    return job
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+class _Reader:
+    """Typed access to the fields of a context dict, errors naming the field."""
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         self.data = data
 
     def error(self, key: str, expected: str) -> BuildSpecError:
-        got = type(self.data.get(key)).__name__
-        return BuildSpecError(f"build spec: {key}: expected {expected}, got {got}")
+        return BuildSpecError(
+            f"build spec: {key}: expected {expected}, got {_kind(self.data.get(key))}"
+        )
 
     def text(self, key: str, default: str | None = None) -> str:
         value = self.data.get(key, default)
         if not isinstance(value, str):
             raise self.error(key, "a string")
         return value
-
-    def nodes(self) -> tuple[Mapping[str, Any], ...]:
-        value = self.data.get("nodes", [])
-        if not isinstance(value, list | tuple) or not all(
-            isinstance(n, Mapping) and isinstance(n.get("id"), str) for n in value
-        ):
-            raise self.error("nodes", "a list of {name, id, label, host, connection} objects")
-        return tuple(dict(n) for n in value)
-
-    def steps(self, key: str) -> tuple[StepLike, ...]:
-        value = self.data.get(key, [])
-        if not isinstance(value, list | tuple):
-            raise self.error(key, "a list of paths or {path, project, branch} objects")
-        return tuple(self._step(key, item) for item in value)
-
-    def _step(self, key: str, item: Any) -> StepLike:
-        if isinstance(item, str):
-            return item
-        fields = ("path", "project", "branch", "commit")
-        secrets = item.get("secrets", {}) if isinstance(item, Mapping) else None
-        if (
-            not isinstance(item, Mapping)
-            or not isinstance(item.get("path"), str)
-            or not all(isinstance(item.get(f), str | None) for f in fields)
-            or not isinstance(secrets, Mapping)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in secrets.items())
-            or not isinstance(item.get("trusted", False), bool)
-        ):
-            raise BuildSpecError(
-                f"build spec: {key}: expected a path or {{path, project, branch}}, got {item!r}"
-            )
-        return JobStep(
-            item["path"],
-            item.get("project"),
-            item.get("branch"),
-            item.get("commit"),
-            tuple(secrets.items()),
-            item.get("trusted", False),
-        )
-
-    def seconds(self, key: str) -> float | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.error(key, "a number of seconds or null")
-        return float(value)
 
     def flag(self, key: str) -> bool:
         value = self.data.get(key, False)
@@ -326,20 +247,26 @@ class _SpecReader:
             raise self.error(key, "an object of strings")
         return dict(value)
 
-    def repo_state(self) -> dict[str, dict[str, str]]:
-        value = self.data.get("repo_state")
+    def repo_state(self, key: str, *, required: bool = False) -> dict[str, dict[str, str]]:
+        value = self.data.get(key, None if required else {})
         if not isinstance(value, Mapping):
-            raise self.error("repo_state", "an object {project: {branch: commit}}")
+            raise self.error(key, "an object {project: {branch: commit}}")
         state: dict[str, dict[str, str]] = {}
         for project, branches in value.items():
             if not isinstance(branches, Mapping) or not all(
                 isinstance(b, str) and isinstance(c, str) for b, c in branches.items()
             ):
-                raise BuildSpecError(
-                    f"build spec: repo_state.{project}: expected {{branch: commit}}"
-                )
+                raise BuildSpecError(f"build spec: {key}.{project}: expected {{branch: commit}}")
             state[str(project)] = dict(branches)
         return state
+
+    def nodes(self) -> tuple[Mapping[str, Any], ...]:
+        value = self.data.get("nodes", [])
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(n, Mapping) and isinstance(n.get("id"), str) for n in value
+        ):
+            raise self.error("nodes", "a list of {name, id, label, host, connection} objects")
+        return tuple(dict(n) for n in value)
 
 
 def _plain(value: Any) -> Any:
@@ -351,45 +278,31 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _validate(spec: BuildSpec) -> None:
-    """Checks that need several fields; single fields are checked on reading."""
-    for name in ("tenant", "pipeline", "project", "branch", "job", "build_uuid"):
-        if not getattr(spec, name):
+def _validate(context: BuildContext) -> None:
+    """What the fields must be together; each field's type is checked on reading."""
+    for name in ("tenant", "build_uuid"):
+        if not getattr(context, name):
             raise BuildSpecError(f"build spec: {name} must not be empty")
-    if not _UUID_PATTERN.fullmatch(spec.build_uuid):
-        raise BuildSpecError(f"build spec: build_uuid {spec.build_uuid!r} is not a safe name")
-    for project, branches in spec.repo_state.items():
-        check_project_name(project)
-        for branch, commit in branches.items():
-            if not _COMMIT_PATTERN.fullmatch(commit) or not commit.strip("0"):
-                raise BuildSpecError(
-                    f"build spec: repo_state.{project}.{branch}: {commit!r} is not a commit id"
-                )
-    _validate_secrets(spec)
-    if spec.project not in spec.repo_state:
-        raise BuildSpecError(f"build spec: repo_state has no entry for {spec.project!r}")
-    missing = sorted(set(spec.repo_state) - set(spec.sources))
+    if not _UUID_PATTERN.fullmatch(context.build_uuid):
+        raise BuildSpecError(f"build spec: build_uuid {context.build_uuid!r} is not a safe name")
+    for key in ("repo_state", "base_state"):
+        for project, branches in getattr(context, key).items():
+            _check_project_name(project)
+            for branch, commit in branches.items():
+                if not _COMMIT_PATTERN.fullmatch(commit) or not commit.strip("0"):
+                    raise BuildSpecError(
+                        f"build spec: {key}.{project}.{branch}: {commit!r} is not a commit id"
+                    )
+    missing = sorted(set(context.repo_state) - set(context.sources))
     if missing:
         raise BuildSpecError(f"build spec: sources: no source for {', '.join(missing)}")
-    for key in ("timeout", "post_timeout"):
-        value = getattr(spec, key)
-        if value is not None and value <= 0:
-            raise BuildSpecError(f"build spec: {key} must be positive, got {value}")
     try:
-        json.dumps({"vars": spec.vars, "parent_data": spec.parent_data})
+        json.dumps(context.parent_data)
     except (TypeError, ValueError) as exc:
-        raise BuildSpecError(f"build spec: vars/parent_data are not JSON: {exc}") from None
+        raise BuildSpecError(f"build spec: parent_data is not JSON: {exc}") from None
 
 
-def _validate_secrets(spec: BuildSpec) -> None:
-    for phase in ("pre-run", "run", "post-run"):
-        for step in spec.steps(phase):
-            unknown = sorted(key for _, key in step.secrets if key not in spec.secrets)
-            if unknown:
-                raise BuildSpecError(f"build spec: {phase} {step.path}: no secret {unknown[0]!r}")
-
-
-def check_project_name(name: str) -> None:
+def _check_project_name(name: str) -> None:
     """Refuse a project name that cannot be a relative folder (``..``, ``/x``)."""
     parts = name.split("/")
     if not name or "\0" in name or any(p in ("", ".", "..") for p in parts):

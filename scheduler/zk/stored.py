@@ -47,7 +47,9 @@ from scheduler.zk.errors import DecodeError, NewerSchemaError, NoDataError
 # 1: initial layout (2026-11).
 # 2: the pipeline document lists no queues, its ``queue`` child does (2026-11-27);
 #    only pipeline documents are written with it (scheduler.state.codec).
-SCHEMA_VERSION = 2
+# 3: a build request's params are the frozen job as frozen and its build's
+#    context (2026-12); only those are written with it (scheduler.wire.build_spec).
+SCHEMA_VERSION = 3
 # what an object is written with unless its format needs a newer one
 BASE_SCHEMA = 1
 COMPRESS_THRESHOLD = 16 * 1024

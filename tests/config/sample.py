@@ -6,6 +6,7 @@ import sys
 
 from scheduler.config import LayoutResult, UnparsedBranch, build_layout
 from scheduler.config.graph import freeze_job_graph
+from scheduler.config.serialize import canonical_json
 from tests.config.builders import BASE, dedent, tenant
 
 EXTRA = """
@@ -82,7 +83,7 @@ def render(result: LayoutResult) -> str:
     for branch in ("main", "stable/1"):
         for pipeline in ("check", "gate"):
             graph = freeze_job_graph(result.layout, "app", branch, pipeline, ["src/a.py"])
-            parts.append(graph.to_json())
+            parts.append(canonical_json(graph))
     return "\n".join(parts) + "\n"
 
 

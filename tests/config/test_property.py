@@ -19,6 +19,7 @@ from scheduler.config.graph import freeze_job_graph
 from scheduler.config.jobs import JOB_KEYS
 from scheduler.config.parser import CONFIG_TYPES
 from scheduler.config.pipelines import PIPELINE_KEYS
+from scheduler.config.serialize import canonical_json
 from tests.config.builders import BASE, CONNECTIONS, dedent, tenant
 
 NAMES = ["base", "unit", "check", "gate", "app", "lib", "config", "db", "git", "timer", "github"]
@@ -93,7 +94,7 @@ def _check_result(config_text: str, app_text: str) -> None:
                 except FreezeError as exc:
                     assert str(exc)
                 else:
-                    graph.to_json()
+                    canonical_json(graph)
 
 
 @SETTINGS

@@ -7,13 +7,22 @@ import subprocess
 import threading
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from cli.stack.process import is_alive
-from scheduler.wire.build_spec import JobStep
-from workers.executor import BuildControl, BuildResult, BuildSpec, RunnerOptions, run_build
+from scheduler.config.freeze import FrozenJob
+from scheduler.config.model import Playbook, RequiredProject
+from workers.executor import (
+    BuildContext,
+    BuildControl,
+    BuildResult,
+    BuildSpec,
+    Phase,
+    RunnerOptions,
+    run_build,
+)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -61,35 +70,93 @@ class Repo:
         return git(self.path, "commit-tree", "-m", message, "-p", "HEAD", "HEAD^{tree}")
 
 
+JOB_FIELDS = frozenset(f.name for f in fields(FrozenJob))
+CONTEXT_FIELDS = frozenset(f.name for f in fields(BuildContext))
+
+Steps = tuple[str | Playbook, ...]
+
+
 def make_spec(
     repo: Repo,
     commit: str,
     *,
-    run: tuple[str | JobStep, ...] = ("run.sh",),
+    run: Steps = ("run.sh",),
     project: str = "org/project",
     others: Mapping[str, tuple[str, Mapping[str, str]]] | None = None,
-    **fields: Any,
+    checkouts: Mapping[str, str] | None = None,
+    **values: Any,
 ) -> BuildSpec:
-    """A spec for ``project`` at ``commit`` of ``repo``; ``others``: {name: (source, state)}."""
+    """A build of a frozen job of ``project`` at ``commit`` of ``repo``.
+
+    ``run``, ``pre_run`` and ``post_run`` name steps: a path (a playbook of
+    ``project`` at the repo's branch) or a :class:`Playbook`. ``others``:
+    more projects in the repo state, ``{name: (source, {branch: commit})}``;
+    ``checkouts``: ``{project: branch}``, the job's override-checkouts. The
+    other keywords are fields of the frozen job or of the build's context.
+    """
     repo_state: dict[str, Mapping[str, str]] = {project: {repo.branch: commit}}
     sources = {project: str(repo.path)}
     for name, (source, state) in (others or {}).items():
         repo_state[name] = state
         sources[name] = source
-    values: dict[str, Any] = {
-        "tenant": "tenant-one",
-        "pipeline": "check",
+    unknown = set(values) - JOB_FIELDS - CONTEXT_FIELDS
+    assert not unknown, f"not a field of a frozen job or a build context: {unknown}"
+    job: dict[str, Any] = {
+        "name": "unit-tests",
         "project": project,
         "branch": repo.branch,
-        "ref": "refs/changes/01/1/1",
-        "job": "unit-tests",
-        "build_uuid": uuid.uuid4().hex,
+        "pipeline": "check",
         "run": run,
+        **{k: v for k, v in values.items() if k in JOB_FIELDS},
+    }
+    for phase in ("pre_run", "run", "post_run"):
+        job[phase] = playbooks(job.get(phase, ()), job["project"], job["branch"])
+    if checkouts:
+        job["required_projects"] = tuple(RequiredProject(p, b) for p, b in checkouts.items())
+    context: dict[str, Any] = {
+        "tenant": "tenant-one",
+        "ref": "refs/changes/01/1/1",
+        "build_uuid": uuid.uuid4().hex,
         "repo_state": repo_state,
         "sources": sources,
+        **{k: v for k, v in values.items() if k in CONTEXT_FIELDS},
     }
-    values.update(fields)
-    return BuildSpec(**values)
+    return BuildSpec(FrozenJob(**job), BuildContext(**context))
+
+
+def playbooks(steps: Steps, project: str, branch: str) -> tuple[Playbook, ...]:
+    """Paths as playbooks of ``project`` at ``branch`` (untrusted, no secrets)."""
+    return tuple(
+        step if isinstance(step, Playbook) else Playbook(step, project, branch, False)
+        for step in steps
+    )
+
+
+def playbook(
+    path: str,
+    project: str = "org/project",
+    branch: str = "main",
+    *,
+    trusted: bool = False,
+    secrets: tuple[tuple[str, str], ...] = (),
+) -> Playbook:
+    """A step of a frozen job: ``path`` in ``project`` at ``branch`` (make_spec's defaults)."""
+    return Playbook(path, project, branch, trusted, secrets)
+
+
+def with_job(spec: BuildSpec, **changes: Any) -> BuildSpec:
+    """``spec`` with fields of its frozen job changed."""
+    return replace(spec, job=replace(spec.job, **changes))
+
+
+def with_context(spec: BuildSpec, **changes: Any) -> BuildSpec:
+    """``spec`` with fields of its build's context changed."""
+    return replace(spec, context=replace(spec.context, **changes))
+
+
+def exit_codes(result: BuildResult, phase: Phase) -> list[int | None]:
+    """The exit codes of one phase's executables, in order."""
+    return [step.exit_code for step in result.steps if step.phase is phase]
 
 
 @dataclass

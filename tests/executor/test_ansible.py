@@ -21,8 +21,14 @@ import pytest
 
 from cli.stack.process import free_port
 from scheduler.crypto import ENCRYPTED
-from scheduler.wire.build_spec import JobStep
-from tests.executor.helpers import BuildThread, Repo, make_spec, processes_of_build
+from tests.executor.helpers import (
+    BuildThread,
+    Repo,
+    exit_codes,
+    make_spec,
+    playbook,
+    processes_of_build,
+)
 from tests.fixtures.sshd import SshHost
 from tests.fixtures.waiting import wait_until
 from workers.executor import (
@@ -80,7 +86,7 @@ def test_a_localhost_playbook_passes(repo: Repo, sandboxed: RunnerOptions) -> No
     result = run_build(spec, BaseControl(), sandboxed)
 
     assert result.result is Result.SUCCESS, (result.message, log_of(result.log_path))
-    assert result.exit_codes(Phase.RUN) == [0]
+    assert exit_codes(result, Phase.RUN) == [0]
     text = log_of(result.log_path)
     assert "| pre-run | an executable still runs" in text
     assert "| run | TASK [say hello]" in text
@@ -160,7 +166,7 @@ def test_a_playbook_sees_zuul_job_vars_and_its_secrets_masked(
     spec = make_spec(
         repo,
         repo.commit(),
-        run=(JobStep("playbooks/run.yaml", secrets=(("site", SECRET_KEY),)),),
+        run=(playbook("playbooks/run.yaml", secrets=(("site", SECRET_KEY),)),),
         vars={"colour": "blue"},
         secrets={SECRET_KEY: secret},
     )
@@ -207,7 +213,7 @@ STREAMING = """
 def test_the_log_shows_a_task_before_the_playbook_ends(repo: Repo, options: RunnerOptions) -> None:
     repo.write("playbooks/run.yaml", STREAMING)
     spec = make_spec(repo, repo.commit(), run=("playbooks/run.yaml",))
-    log_file = options.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+    log_file = options.state_dir / "logs" / spec.context.build_uuid / "job-output.txt"
 
     build = BuildThread(spec, BaseControl(), options)
     wait_until(
@@ -347,7 +353,7 @@ def test_a_playbook_that_times_out_is_timed_out_and_leaves_nothing(
     assert result.result is Result.TIMED_OUT, result.message
     assert [s.outcome for s in result.steps] == [StepOutcome.TIMED_OUT]
     assert "TASK [sleep a long time]" in log_of(result.log_path)
-    assert processes_of_build(spec.build_uuid) == []
+    assert processes_of_build(spec.context.build_uuid) == []
 
 
 def test_a_cancelled_playbook_stops_within_two_seconds(repo: Repo, options: RunnerOptions) -> None:
@@ -355,12 +361,12 @@ def test_a_cancelled_playbook_stops_within_two_seconds(repo: Repo, options: Runn
     spec = make_spec(repo, repo.commit(), run=("playbooks/run.yaml",))
     control = LocalControl()
     build = BuildThread(spec, control, options)
-    log_file = options.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+    log_file = options.state_dir / "logs" / spec.context.build_uuid / "job-output.txt"
     wait_until(
         lambda: log_file.exists() and "TASK [sleep a long time]" in log_file.read_text(),
         timeout=60,
     )
-    wait_until(lambda: _sleeping(spec.build_uuid), timeout=30, what="the task's sleep")
+    wait_until(lambda: _sleeping(spec.context.build_uuid), timeout=30, what="the task's sleep")
 
     cancelled_at = time.monotonic()
     control.cancel()
@@ -368,7 +374,7 @@ def test_a_cancelled_playbook_stops_within_two_seconds(repo: Repo, options: Runn
 
     assert time.monotonic() - cancelled_at < 2.0
     assert result.result is Result.ABORTED
-    assert processes_of_build(spec.build_uuid) == []
+    assert processes_of_build(spec.context.build_uuid) == []
 
 
 # A worker in miniature: it starts a build's agent the way the runner does,
@@ -486,7 +492,7 @@ def test_zuul_change_and_patchset_come_from_the_ref(
     repo: Repo, tmp_path: Path, ref: str, change: dict[str, str]
 ) -> None:
     spec = make_spec(repo, repo.commit(), ref=ref)
-    layout = BuildLayout.for_build(tmp_path, spec.build_uuid)
+    layout = BuildLayout.for_build(tmp_path, spec.context.build_uuid)
 
     found = zuul_vars(spec, layout, {"org/project": "main"})
 

@@ -32,7 +32,7 @@ def test_environment_names_the_build(
     assert result.result is Result.SUCCESS, result.message
     log_dir = Path(result.log_path).parent
     env = read_env(log_dir / "env-run")
-    workspace = options.state_dir / "builds" / spec.build_uuid
+    workspace = options.state_dir / "builds" / spec.context.build_uuid
     project_dir = workspace / "src" / "org" / "project"
     assert {k: v for k, v in env.items() if k.startswith("SLUICE_")} == {
         "SLUICE_TENANT": "tenant-one",
@@ -41,7 +41,7 @@ def test_environment_names_the_build(
         "SLUICE_BRANCH": "main",
         "SLUICE_REF": "refs/changes/01/1/1",
         "SLUICE_JOB": "unit-tests",
-        "SLUICE_BUILD": spec.build_uuid,
+        "SLUICE_BUILD": spec.context.build_uuid,
         "SLUICE_PHASE": "run",
         "SLUICE_WORKSPACE": str(workspace),
         "SLUICE_SRC_DIR": str(workspace / "src"),
@@ -99,7 +99,7 @@ def test_result_data_reaches_a_dependent_job(repo: Repo, options: RunnerOptions)
     assert parent.result_data == {"artifact": {"url": "https://logs/x.tar"}, "answer": 42}
 
     child_spec = make_spec(
-        repo, commit, run=("consume.sh",), job="child", parent_data=parent.result_data
+        repo, commit, run=("consume.sh",), name="child", parent_data=parent.result_data
     )
     child = run_build(child_spec, BaseControl(), options)
 

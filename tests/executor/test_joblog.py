@@ -32,7 +32,7 @@ def test_log_is_readable_while_the_build_runs(repo: Repo, options: RunnerOptions
     assert control.started.wait(10)
     assert control.info is not None
     log_file = Path(control.info.log_path)
-    assert log_file == options.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+    assert log_file == options.state_dir / "logs" / spec.context.build_uuid / "job-output.txt"
 
     text = wait_until(
         lambda: log_file.read_text() if "| run | first" in log_file.read_text() else "",
@@ -58,7 +58,9 @@ def test_log_lines_are_stamped_with_phase_markers(repo: Repo, options: RunnerOpt
     lines = Path(result.log_path).read_text().splitlines()
     assert all(re.match(STAMP + r" \| ", line) for line in lines)
     bodies = [line.split(" | ", 1)[1] for line in lines]
-    assert bodies[0].startswith(f"Sluice build {spec.build_uuid}: job unit-tests of org/project")
+    assert bodies[0].startswith(
+        f"Sluice build {spec.context.build_uuid}: job unit-tests of org/project"
+    )
     assert bodies[2:] == [
         "PRE-RUN START: pre.sh",
         "pre-run | preparing",

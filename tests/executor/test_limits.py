@@ -47,7 +47,7 @@ def test_timeout_is_timed_out_and_kills_the_tree(repo: Repo, options: RunnerOpti
     assert result.steps[0].exit_code is None
     assert 1.0 <= result.steps[0].duration < 3.0
     log_dir = Path(result.log_path).parent
-    assert_tree_gone(log_dir, spec.build_uuid)
+    assert_tree_gone(log_dir, spec.context.build_uuid)
     assert (log_dir / "post-ran").exists()  # post-run runs after a timeout (Zuul)
 
 
@@ -72,7 +72,7 @@ def test_cancel_aborts_within_two_seconds_and_kills_the_tree(
     defaults = RunnerOptions(state_dir=options.state_dir)
     control = LocalControl()
     build = BuildThread(spec, control, defaults)
-    log_file = defaults.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+    log_file = defaults.state_dir / "logs" / spec.context.build_uuid / "job-output.txt"
     wait_until(lambda: "leftovers started" in log_file.read_text(), 10, "the job to start")
     # One leftover really left the job's process group (setsid): killpg alone would miss it.
     groups = {os.getpgid(pid) for pid in read_pids(log_file.parent / "pids")}
@@ -86,7 +86,7 @@ def test_cancel_aborts_within_two_seconds_and_kills_the_tree(
     assert took < 2.0, f"cancel took {took:.2f}s"
     assert result.result is Result.ABORTED
     assert result.message == "cancelled during run run.sh"
-    assert_tree_gone(log_file.parent, spec.build_uuid)
+    assert_tree_gone(log_file.parent, spec.context.build_uuid)
     assert not (log_file.parent / "post-ran").exists()  # no post-run after a cancel
     assert control.phases == [Phase.RUN]
 
@@ -99,7 +99,7 @@ def test_leftovers_are_killed_when_the_step_ends(repo: Repo, options: RunnerOpti
     result = run_build(spec, BaseControl(), options)
 
     assert result.result is Result.SUCCESS
-    assert_tree_gone(Path(result.log_path).parent, spec.build_uuid)
+    assert_tree_gone(Path(result.log_path).parent, spec.context.build_uuid)
     assert result.steps[0].duration < 3
 
 
@@ -118,7 +118,7 @@ def test_grandchild_ignoring_sigterm_is_killed(repo: Repo, options: RunnerOption
     result = run_build(spec, BaseControl(), options)
 
     assert result.result is Result.TIMED_OUT
-    assert_tree_gone(Path(result.log_path).parent, spec.build_uuid, expected=1)
+    assert_tree_gone(Path(result.log_path).parent, spec.context.build_uuid, expected=1)
 
 
 def test_cancel_before_start_runs_nothing(repo: Repo, options: RunnerOptions) -> None:
@@ -143,7 +143,7 @@ def test_pause_waits_for_resume_then_runs_post(repo: Repo, options: RunnerOption
     assert control.paused_data == {"zuul": {"pause": True}, "url": "x"}
     time.sleep(0.2)
     assert build.thread.is_alive()
-    post_ran = options.state_dir / "logs" / spec.build_uuid / "post-ran"
+    post_ran = options.state_dir / "logs" / spec.context.build_uuid / "post-ran"
     assert not post_ran.exists()
     control.resume()
     result = build.join()
@@ -177,7 +177,8 @@ def test_two_builds_run_side_by_side_in_one_process(repo: Repo, options: RunnerO
     for build, result in zip(builds, results, strict=True):
         assert result.result is Result.SUCCESS, result.message
         assert any(
-            line.endswith(f"| run | done {build.spec.build_uuid}") for line in result.log_tail
+            line.endswith(f"| run | done {build.spec.context.build_uuid}")
+            for line in result.log_tail
         )
 
 
@@ -205,4 +206,4 @@ def test_cancel_while_preparing_the_workspace(
     assert result.result is Result.ABORTED
     assert result.message == "cancelled while preparing the workspace"
     assert result.steps == ()
-    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
+    assert not (options.state_dir / "builds" / spec.context.build_uuid).exists()

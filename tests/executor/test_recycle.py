@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.wire.build_spec import BuildSpec
-from tests.executor.helpers import Repo, git, make_spec
+from tests.executor.helpers import Repo, git, make_spec, with_context
 from workers.executor import BaseControl, Result, RunnerOptions, run_build
 from workers.executor.environment import write_job_files
 from workers.executor.recycle import remove_orphan_spares, spare_of
@@ -88,8 +88,8 @@ def git_view(checkout: Path) -> list[str]:
 
 def prepare(spec: BuildSpec, options: RunnerOptions, recycle: bool) -> BuildLayout:
     """What a build's preparation writes (runner.prepare_workspace's workspace part)."""
-    layout = BuildLayout.for_build(options.state_dir, spec.build_uuid, options.build_dir)
-    recycled = create_folders(layout, spec.repo_state if recycle else None)
+    layout = BuildLayout.for_build(options.state_dir, spec.context.build_uuid, options.build_dir)
+    recycled = create_folders(layout, spec.context.repo_state if recycle else None)
     checkout_projects(spec, layout, recycled=recycled)
     write_job_files(spec, layout)
     return layout
@@ -155,7 +155,7 @@ def test_a_recycled_workspace_is_the_one_made_anew(
     spec = spec_at(projects, 1)
     recycled = prepare(spec, options, recycle=True)
     assert not spare_of(options.state_dir / "builds").exists()  # taken
-    fresh = prepare(replace(spec, build_uuid="f" * 32), options, recycle=False)
+    fresh = prepare(with_context(spec, build_uuid="f" * 32), options, recycle=False)
 
     assert snapshot(recycled.root) == snapshot(fresh.root)
     for project in projects:

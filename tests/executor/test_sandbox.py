@@ -21,8 +21,7 @@ import pytest
 from scheduler.model.results import Result
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import SandboxLimits
-from scheduler.wire.build_spec import JobStep
-from tests.executor.helpers import Repo, make_spec
+from tests.executor.helpers import Repo, make_spec, playbook, with_job
 from workers.executor import BaseControl, RunnerOptions, run_build, sandbox
 from workers.executor.process import reaper_argv
 from workers.executor.recycle import spare_of
@@ -289,7 +288,7 @@ def test_limits_end_a_step_never_the_runner(repo: Repo, options: RunnerOptions) 
     spec = make_spec(
         repo, repo.commit(), run=("hog.sh",), post_run=("big.sh", "bomb.sh", "after.sh")
     )
-    spec = replace(spec, post_timeout=5.0)
+    spec = with_job(spec, post_timeout=5)
     sandboxed = replace(options, sandbox="bwrap", sandbox_limits=limits)
     result = run_build(spec, BaseControl(), sandboxed)
     outcomes = {step.path: (step.outcome.value, step.exit_code) for step in result.steps}
@@ -388,7 +387,7 @@ def test_a_worker_at_umask_077_still_hands_its_job_what_it_needs(
     repo.script("post.sh", 'touch "$HOME/mine" && echo "trusted home $HOME"')
     commit = repo.commit("the change")
     readable_by_all(repo.path)
-    post = (JobStep("post.sh", trusted=True),)
+    post = (playbook("post.sh", trusted=True),)
     spec = make_spec(repo, commit, post_run=post)
     previous = os.umask(0o077)
     try:
@@ -468,7 +467,7 @@ def test_untrusted_steps_share_the_build_namespaces_a_trusted_step_has_its_own(
     for name in ("first", "later", "trusted"):
         repo.script(f"{name}.sh", PROBE.replace("NAME", name).replace("PORT", port))
     run = ("first.sh", "agent.sh", "later.sh")
-    spec = make_spec(repo, repo.commit(), run=run, post_run=(JobStep("trusted.sh", trusted=True),))
+    spec = make_spec(repo, repo.commit(), run=run, post_run=(playbook("trusted.sh", trusted=True),))
     result = run_build(spec, BaseControl(), replace(options, sandbox="bwrap"))
     text = Path(result.log_path).read_text()
     assert result.result is Result.SUCCESS, text
@@ -479,7 +478,7 @@ def test_untrusted_steps_share_the_build_namespaces_a_trusted_step_has_its_own(
     assert seen["first"] == seen["later"]
     assert seen["first"][0] != seen["trusted"][0] and seen["first"][1] != seen["trusted"][1]
     assert [line[3].split() for line in found] == [
-        ["1000", str(host_uid(spec.build_uuid)), "1"]
+        ["1000", str(host_uid(spec.context.build_uuid)), "1"]
     ] * 3
     for step in ("first", "later", "trusted"):
         assert f"{step} nothing listens" in text and f"{step} no-nested" in text, text

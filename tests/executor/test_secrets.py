@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
 from scheduler import crypto
 from scheduler.crypto import ENCRYPTED
-from scheduler.wire.build_spec import BuildSpec, JobStep
-from tests.executor.helpers import Repo, make_spec
+from scheduler.wire.build_spec import BuildSpec
+from tests.executor.helpers import Repo, make_spec, playbook
 from workers.executor import BaseControl, Result, RunnerOptions, run_build
 from workers.executor.secrets import MASK, SecretError, decrypt_secrets
 
@@ -42,7 +42,7 @@ def secret_spec(repo: Repo, key: RSAPrivateKey, **fields: object) -> BuildSpec:
         repo,
         repo.commit(),
         pre_run=("pre.sh",),
-        run=(JobStep("run.sh", secrets=(("site", KEY),)),),
+        run=(playbook("run.sh", secrets=(("site", KEY),)),),
         secrets={KEY: secret},
         **fields,
     )

@@ -7,98 +7,150 @@ from typing import Any
 
 import pytest
 
+from scheduler.config.freeze import FrozenJob
+from scheduler.config.model import Playbook, RequiredProject
 from scheduler.wire.build_result import StepOutcome, StepRun
-from scheduler.wire.build_spec import JobStep
-from workers.executor import BuildResult, BuildSpec, BuildSpecError, Phase, Result
+from scheduler.wire.build_spec import request_params
+from workers.executor import (
+    BuildContext,
+    BuildResult,
+    BuildSpec,
+    BuildSpecError,
+    Phase,
+    Result,
+)
 
 COMMIT = "a" * 40
 
+JOB = FrozenJob(
+    name="j",
+    project="org/p",
+    branch="main",
+    pipeline="gate",
+    timeout=60,
+    pre_run=(Playbook("ci/pre", "org/config", "main", True),),
+    run=(Playbook("ci/run", "org/p", "main", False, (("site", "org/p@main:creds"),)),),
+    vars={"x": [1, {"y": None}], "unicode": "café"},
+    required_projects=(RequiredProject("org/lib", "stable"),),
+    secrets={"org/p@main:creds": {"connection": "git", "project": "org/p", "data": {"a": 1}}},
+)
 
-def spec_dict(**changes: Any) -> dict[str, Any]:
+
+def context_dict(**changes: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "tenant": "t",
-        "pipeline": "gate",
-        "project": "org/p",
-        "branch": "main",
-        "ref": "refs/heads/main",
-        "job": "j",
         "build_uuid": "0123abcd",
-        "pre_run": ["ci/pre"],
-        "run": ["ci/run", {"path": "run.sh", "project": "org/lib", "branch": "stable"}],
-        "post_run": [],
-        "timeout": 60,
-        "post_timeout": None,
-        "vars": {"x": [1, {"y": None}]},
-        "parent_data": {"p": True},
+        "ref": "refs/heads/main",
         "repo_state": {"org/p": {"main": COMMIT}, "org/lib": {"stable": "b" * 64}},
         "sources": {"org/p": "/cache/org/p", "org/lib": "https://git.example/org/lib"},
-        "checkouts": {"org/lib": "stable"},
-        "hold": False,
+        "base_state": {"org/config": {"main": "c" * 40}},
+        "parent_data": {"p": True},
+        "merge_request": "m-1",
+        "connections": {"org/p": "git", "org/lib": "git"},
     }
     data.update(changes)
     return data
 
 
+def params(**changes: Any) -> dict[str, Any]:
+    return {"schema": 3, "job": JOB.to_dict(), "context": context_dict(**changes)}
+
+
 def test_spec_round_trips_through_json() -> None:
-    spec = BuildSpec.from_dict(spec_dict())
-    assert spec.timeout == 60.0
-    assert spec.run == ("ci/run", JobStep("run.sh", "org/lib", "stable"))
-    assert spec.steps("run") == (JobStep("ci/run"), JobStep("run.sh", "org/lib", "stable"))
+    spec = BuildSpec.from_dict(params())
+    assert spec.job == JOB
+    assert spec.context.parent_data == {"p": True}
 
     again = BuildSpec.from_json(json.dumps(spec.to_dict()))
 
     assert again == spec
-    extra = {"schema": 1, "timeout": 60.0, "secrets": {}, "speculation": {}}
-    assert again.to_dict() == {**spec_dict(), **extra}
-    assert BuildSpec.from_json(spec.to_json()) == spec
+    assert again.to_dict() == params()
 
 
-def test_steps_name_the_secrets_they_see_and_the_spec_keeps_them_encrypted() -> None:
-    secret = {"connection": "git", "project": "org/p", "name": "creds", "data": {"a": 1}}
-    data = spec_dict(
-        run=[{"path": "ci/run", "secrets": {"site": "org/p@main:creds"}}],
-        secrets={"org/p@main:creds": secret},
-    )
-    spec = BuildSpec.from_dict(data)
-    assert spec.steps("run") == (JobStep("ci/run", secrets=(("site", "org/p@main:creds"),)),)
-    assert BuildSpec.from_json(spec.to_json()) == spec
-    with pytest.raises(BuildSpecError, match="run ci/run: no secret 'org/p@main:creds'"):
-        BuildSpec.from_dict({**data, "secrets": {}})
+def test_the_job_travels_in_its_own_plain_form_as_it_is() -> None:
+    plain = JOB.to_dict()
+    context = BuildContext.from_dict(context_dict())
+
+    written = request_params(plain, context)
+
+    assert written["job"] == plain
+    assert BuildSpec.from_dict(json.loads(json.dumps(written))).job == JOB
+
+
+def test_empty_optional_context_fields_are_left_out() -> None:
+    context = BuildContext("t", "u1", {"org/p": {"main": COMMIT}}, {"org/p": "/x"})
+    assert context.to_dict() == {
+        "tenant": "t",
+        "build_uuid": "u1",
+        "ref": "",
+        "repo_state": {"org/p": {"main": COMMIT}},
+        "sources": {"org/p": "/x"},
+    }
+    assert BuildContext.from_dict(context.to_dict()) == context
 
 
 def test_spec_ignores_unknown_keys_of_a_newer_writer() -> None:
-    assert BuildSpec.from_dict(spec_dict(future_field=1)) == BuildSpec.from_dict(spec_dict())
+    newer = params(future_field=1)
+    newer["future"] = True
+    newer["job"] = {**newer["job"], "future-attribute": 1}
+    assert BuildSpec.from_dict(newer) == BuildSpec.from_dict(params())
+
+
+def test_a_flat_spec_of_an_older_scheduler_is_refused_saying_so() -> None:
+    flat = {"schema": 1, "tenant": "t", "job": "j", "run": ["ci/run"], "build_uuid": "u"}
+    with pytest.raises(BuildSpecError, match=r"schema 1 \(a flat spec, written by"):
+        BuildSpec.from_dict(flat)
+
+
+def test_params_the_scheduler_could_not_make_are_refused_with_its_reason() -> None:
+    with pytest.raises(BuildSpecError, match="could not make it: sources: no source for org/lib"):
+        BuildSpec.from_dict({"invalid": "sources: no source for org/lib"})
 
 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"schema": 2}, "unsupported schema 2"),
         ({"tenant": 5}, "tenant: expected a string, got int"),
-        ({"job": ""}, "job must not be empty"),
-        ({"run": "ci/run"}, "run: expected a list of paths or {path, project, branch}"),
-        ({"run": [5]}, "run: expected a path or {path, project, branch}, got 5"),
-        ({"run": [{"project": "x"}]}, "run: expected a path or {path, project, branch}"),
-        ({"timeout": "1h"}, "timeout: expected a number of seconds or null"),
-        ({"timeout": True}, "timeout: expected a number of seconds or null"),
-        ({"timeout": 0}, "timeout must be positive"),
-        ({"vars": []}, "vars: expected an object"),
+        ({"tenant": ""}, "tenant must not be empty"),
         ({"hold": "yes"}, "hold: expected true/false"),
-        ({"repo_state": {"org/lib": {"main": COMMIT}}}, "repo_state has no entry for 'org/p'"),
+        ({"parent_data": []}, "parent_data: expected an object"),
+        ({"repo_state": None}, "repo_state: expected an object {project: {branch: commit}}"),
         ({"repo_state": {"org/p": ["main"]}}, "repo_state.org/p: expected {branch: commit}"),
         ({"repo_state": {"org/p": {"main": "HEAD"}}}, "'HEAD' is not a commit id"),
         ({"repo_state": {"org/p": {"main": "0" * 40}}}, "is not a commit id"),
+        ({"base_state": {"org/config": {"main": "x"}}}, "base_state.org/config.main: 'x'"),
         ({"sources": {"org/p": "/cache/org/p"}}, "sources: no source for org/lib"),
+        ({"connections": {"org/p": 1}}, "connections: expected an object of strings"),
         ({"build_uuid": "../x"}, "build_uuid '../x' is not a safe name"),
+        ({"nodes": [{"name": "n"}]}, "nodes: expected a list of {name, id, label, host"),
         (
-            {"project": "../p", "repo_state": {"../p": {"m": COMMIT}}, "sources": {"../p": "/x"}},
+            {"repo_state": {"../p": {"m": COMMIT}}, "sources": {"../p": "/x"}},
             "project name '../p' is not a safe relative path",
         ),
     ],
 )
-def test_spec_validation_names_the_field(changes: dict[str, Any], message: str) -> None:
+def test_context_validation_names_the_field(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(BuildSpecError, match=r"^build spec: ") as info:
-        BuildSpec.from_dict(spec_dict(**changes))
+        BuildSpec.from_dict(params(**changes))
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "expected an object, got list"),
+        ({**params(), "schema": 4}, "unsupported schema 4"),
+        ({"job": JOB.to_dict(), "context": context_dict()}, "unsupported schema None"),
+        ({**params(), "job": "j"}, "job: expected an object, got str"),
+        ({**params(), "job": {**JOB.to_dict(), "schema": 2}}, "job: unsupported schema 2"),
+        ({**params(), "job": {"name": "j"}}, "job: not a frozen job"),
+        ({**params(), "job": {**JOB.to_dict(), "project": ""}}, "project must be a non-empty"),
+        ({**params(), "context": "c"}, "context: expected an object, got str"),
+    ],
+)
+def test_spec_validation_names_what_is_wrong(data: Any, message: str) -> None:
+    with pytest.raises(BuildSpecError, match=r"^build spec: ") as info:
+        BuildSpec.from_dict(data)
     assert message in str(info.value)
 
 
@@ -125,4 +177,3 @@ def test_result_round_trips_through_json() -> None:
     assert data["result"] == "POST_FAILURE"
     assert data["steps"][0]["phase"] == "run"
     assert BuildResult.from_dict(data) == result
-    assert result.duration == 1.5

@@ -41,19 +41,19 @@ def test_killed_worker_leaves_no_job_processes(
     repo.script("run.sh", 'echo $PPID > "$SLUICE_LOG_DIR/reaper"\n' + LEFTOVERS + "sleep 30")
     spec = make_spec(repo, repo.commit())
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(spec.to_json())
+    spec_file.write_text(json.dumps(spec.to_dict()))
     worker = subprocess.Popen(
         [sys.executable, "-c", RUN_ONE_BUILD, str(spec_file), str(options.state_dir)],
         cwd=ROOT,
     )
     try:
-        log_dir = options.state_dir / "logs" / spec.build_uuid
+        log_dir = options.state_dir / "logs" / spec.context.build_uuid
         wait_until(
             lambda: "leftovers started" in (log_dir / "job-output.txt").read_text(),
             10,
             "the job to start",
         )
-        assert len(processes_of_build(spec.build_uuid)) >= 4
+        assert len(processes_of_build(spec.context.build_uuid)) >= 4
         reaper = int((log_dir / "reaper").read_text())
         zygote = parent_of(reaper)
         assert parent_of(zygote) == worker.pid
@@ -62,7 +62,9 @@ def test_killed_worker_leaves_no_job_processes(
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(5)
 
-        wait_until(lambda: not processes_of_build(spec.build_uuid), 5, "the job's tree to die")
+        wait_until(
+            lambda: not processes_of_build(spec.context.build_uuid), 5, "the job's tree to die"
+        )
         assert not [pid for pid in read_pids(log_dir / "pids") if is_alive(pid)]
         wait_until(lambda: not is_alive(reaper) and not is_alive(zygote), 5, "reaper and zygote")
     finally:
@@ -71,9 +73,9 @@ def test_killed_worker_leaves_no_job_processes(
             worker.wait()
 
     # The next start of the worker removes what the dead one left.
-    assert remove_stale_workspaces(options.state_dir, keep=set()) == [spec.build_uuid]
-    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
-    assert (options.state_dir / "logs" / spec.build_uuid / "job-output.txt").exists()
+    assert remove_stale_workspaces(options.state_dir, keep=set()) == [spec.context.build_uuid]
+    assert not (options.state_dir / "builds" / spec.context.build_uuid).exists()
+    assert (options.state_dir / "logs" / spec.context.build_uuid / "job-output.txt").exists()
 
 
 def test_command_line_runs_a_spec_and_sigint_cancels(
@@ -82,7 +84,7 @@ def test_command_line_runs_a_spec_and_sigint_cancels(
     repo.script("run.sh", "echo ready\nsleep 30")
     spec = make_spec(repo, repo.commit())
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(spec.to_json())
+    spec_file.write_text(json.dumps(spec.to_dict()))
     command = [sys.executable, "-m", "workers.executor", str(spec_file)]
     cli = subprocess.Popen(
         [*command, "--state-dir", str(options.state_dir)],
@@ -92,7 +94,7 @@ def test_command_line_runs_a_spec_and_sigint_cancels(
         text=True,
     )
     try:
-        log_file = options.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+        log_file = options.state_dir / "logs" / spec.context.build_uuid / "job-output.txt"
         wait_until(lambda: "| run | ready" in log_file.read_text(), 10, "the job to start")
         cli.send_signal(signal.SIGINT)
         out, err = cli.communicate(timeout=10)
@@ -104,4 +106,4 @@ def test_command_line_runs_a_spec_and_sigint_cancels(
     assert cli.returncode == 1
     assert json.loads(out)["result"] == "ABORTED"
     assert f"log: {log_file}" in err
-    assert processes_of_build(spec.build_uuid) == []
+    assert processes_of_build(spec.context.build_uuid) == []

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.wire.build_spec import JobStep
-from tests.executor.helpers import Repo, git, make_spec
+from scheduler.config.model import Playbook
+from tests.executor.helpers import Repo, git, make_spec, playbook
 from workers.executor import BaseControl, LocalControl, Result, RunnerOptions, run_build
 from workers.executor.recycle import spare_of
 from workers.executor.workspace import loose_commits
@@ -102,7 +102,7 @@ def test_workspace_removed_after_build_logs_kept(repo: Repo, options: RunnerOpti
 
     assert control.info is not None
     workspace = Path(control.info.workspace)
-    assert workspace == options.state_dir / "builds" / spec.build_uuid
+    assert workspace == options.state_dir / "builds" / spec.context.build_uuid
     assert not workspace.exists()
     assert result.held_workspace is None
     assert Path(result.log_path).is_file()
@@ -116,7 +116,7 @@ def test_workspace_kept_when_held_and_failed(repo: Repo, options: RunnerOptions)
     result = run_build(spec, BaseControl(), options)
 
     assert result.result is Result.FAILURE
-    assert result.held_workspace == str(options.state_dir / "builds" / spec.build_uuid)
+    assert result.held_workspace == str(options.state_dir / "builds" / spec.context.build_uuid)
     assert (Path(result.held_workspace) / "src/org/project/out").read_text() == "made\n"
 
 
@@ -127,7 +127,7 @@ def test_a_held_build_that_succeeds_is_cleaned_up(repo: Repo, options: RunnerOpt
     result = run_build(spec, BaseControl(), options)
 
     assert result.result is Result.SUCCESS and result.held_workspace is None
-    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
+    assert not (options.state_dir / "builds" / spec.context.build_uuid).exists()
 
 
 def test_read_only_leftovers_are_removed(repo: Repo, options: RunnerOptions) -> None:
@@ -136,7 +136,7 @@ def test_read_only_leftovers_are_removed(repo: Repo, options: RunnerOptions) -> 
 
     run_build(spec, BaseControl(), options)
 
-    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
+    assert not (options.state_dir / "builds" / spec.context.build_uuid).exists()
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,7 @@ def test_refused_paths_are_error_and_nothing_runs(
     assert message in result.message
     assert result.steps == ()
     assert not (Path(result.log_path).parent / "ran").exists()
-    assert not (options.state_dir / "builds" / spec.build_uuid).exists()
+    assert not (options.state_dir / "builds" / spec.context.build_uuid).exists()
 
 
 def test_symlink_inside_the_repository_is_fine(repo: Repo, options: RunnerOptions) -> None:
@@ -197,7 +197,8 @@ def test_ambiguous_branch_is_error_naming_the_fix(
 
     assert result.result is Result.ERROR
     assert result.message == (
-        "org/lib: repo state has no branch 'main' and several others (a, b); name one in checkouts"
+        "org/lib: repo state has no branch 'main' and several others (a, b); "
+        "name one with override-checkout"
     )
 
 
@@ -218,15 +219,15 @@ def test_steps_from_another_project_and_branch(
         repo,
         commit,
         others={"org/config": (str(config.path), state)},
-        pre_run=(JobStep("ci/base-pre.sh", project="org/config"),),
-        post_run=(JobStep("ci/old-post.sh", project="org/config", branch="legacy"),),
+        pre_run=(playbook("ci/base-pre.sh", "org/config"),),
+        post_run=(playbook("ci/old-post.sh", "org/config", "legacy"),),
     )
 
     result = run_build(spec, BaseControl(), options)
 
     assert result.result is Result.SUCCESS, result.message
     log_dir = Path(result.log_path).parent
-    project_dir = options.state_dir / "builds" / spec.build_uuid / "src" / "org" / "project"
+    project_dir = options.state_dir / "builds" / spec.context.build_uuid / "src" / "org" / "project"
     assert (log_dir / "pre").read_text() == f"base pre in {project_dir}\n"
     assert (log_dir / "post").read_text() == "legacy post\n"
     assert [s.project for s in result.steps] == ["org/config", "org/project", "org/config"]
@@ -235,12 +236,15 @@ def test_steps_from_another_project_and_branch(
 @pytest.mark.parametrize(
     ("step", "message"),
     [
-        (JobStep("run.sh", project="org/other"), "project org/other is not in the repo state"),
-        (JobStep("run.sh", branch="nope"), "org/project has no branch 'nope' in the repo state"),
+        (playbook("run.sh", "org/other"), "job unit-tests: repo state lacks org/other"),
+        (
+            playbook("run.sh", branch="nope"),
+            "run: run.sh: org/project has no branch 'nope' in the repo state",
+        ),
     ],
 )
 def test_step_outside_the_repo_state_is_refused(
-    repo: Repo, options: RunnerOptions, step: JobStep, message: str
+    repo: Repo, options: RunnerOptions, step: Playbook, message: str
 ) -> None:
     repo.script("run.sh", "true")
     spec = make_spec(repo, repo.commit(), run=(step,))
@@ -248,7 +252,7 @@ def test_step_outside_the_repo_state_is_refused(
     result = run_build(spec, BaseControl(), options)
 
     assert result.result is Result.ERROR
-    assert result.message == f"run: run.sh: {message}"
+    assert result.message == message
 
 
 @pytest.mark.parametrize("share", [True, False], ids=["shared-objects", "fetched-objects"])
@@ -339,11 +343,11 @@ def test_a_build_dir_outside_the_state_dir_holds_the_workspace(
 
     assert result.result is Result.SUCCESS, result.message
     log_dir = Path(result.log_path).parent
-    assert log_dir == options.state_dir / "logs" / spec.build_uuid
+    assert log_dir == options.state_dir / "logs" / spec.context.build_uuid
     assert (log_dir / "cwd").read_text().strip() == str(
-        builds / spec.build_uuid / "src/org/project"
+        builds / spec.context.build_uuid / "src/org/project"
     )
-    assert (log_dir / "builds").read_text().split() == [spec.build_uuid]
+    assert (log_dir / "builds").read_text().split() == [spec.context.build_uuid]
     # put aside as the process's spare for its next build (recycle.py)
     assert [path.name for path in builds.iterdir()] == [spare_of(builds).name]
     assert not (options.state_dir / "builds").exists()

@@ -138,7 +138,7 @@ def test_zuul_pause_pauses_the_build_after_run(repo: Repo, sandboxed: RunnerOpti
 
     assert control.paused.wait(60), "the build did not pause"
     assert control.paused_data == {"registry": "127.0.0.1:5000", "zuul": {"pause": True}}
-    post = sandboxed.state_dir / "logs" / spec.build_uuid / "post"
+    post = sandboxed.state_dir / "logs" / spec.context.build_uuid / "post"
     assert not post.exists()  # post-run waits for the resume
     control.resume()
     result = build.join(timeout=60)

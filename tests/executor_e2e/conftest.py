@@ -61,10 +61,10 @@ class Builds:
     def submit(self, spec: BuildSpec, zone: str | None = None) -> JobRequest:
         request = JobRequest(
             uuid=uuid.uuid4().hex,
-            tenant=spec.tenant,
-            pipeline=spec.pipeline,
+            tenant=spec.context.tenant,
+            pipeline=spec.job.pipeline,
             buildset_uuid="buildset-1",
-            job_name=spec.job,
+            job_name=spec.job.name,
             result_queue=RESULTS,
         )
         return self.queue(zone).submit(request, spec.to_dict())

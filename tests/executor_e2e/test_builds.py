@@ -7,7 +7,6 @@ BuildSpec of a real script in a real git repository), nudges it with
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +18,7 @@ from scheduler.nudge.dispatch import send_build
 from scheduler.nudge.task_names import executor_queue_name
 from scheduler.stores.job_requests import RequestState
 from scheduler.wire.events import RequestEvent
-from tests.executor.helpers import Repo, make_spec, processes_of_build
+from tests.executor.helpers import Repo, make_spec, processes_of_build, with_context
 from tests.executor_e2e.conftest import SESSION_TIMEOUT, Builds
 from tests.fixtures.published import Published
 from tests.fixtures.waiting import wait_until
@@ -77,7 +76,7 @@ def test_a_build_runs_and_reports_started_then_completed(
     result = builds.queue().wait_for_result(request.uuid, 60)
     assert result is not None and not result.lost
     assert result.result["result"] == "SUCCESS", result.result
-    assert result.result["build_uuid"] == spec.build_uuid
+    assert result.result["build_uuid"] == spec.context.build_uuid
     assert any("hello from the job" in line for line in result.result["log_tail"])
     assert builds.events() == [(STARTED, request.uuid), (COMPLETED, request.uuid)]
     final = builds.queue().get(request.uuid)
@@ -134,7 +133,7 @@ def test_cancel_stops_a_running_build_within_two_seconds(
     celery_workers.start([executor_queue_name()])
     request = builds.submit(spec)
     send_build(request.uuid, settings=builds.settings)
-    log = job_log(test_environment, spec.build_uuid)
+    log = job_log(test_environment, spec.context.build_uuid)
     wait_until(lambda: log_says(log, "| run | started"), 60, "the job to start")
 
     asked = time.monotonic()
@@ -144,7 +143,9 @@ def test_cancel_stops_a_running_build_within_two_seconds(
 
     assert result is not None and result.result["result"] == "ABORTED", result
     assert elapsed < 2.0, f"cancel took {elapsed:.2f}s"
-    wait_until(lambda: not processes_of_build(spec.build_uuid), 5, "the job's tree to be gone")
+    wait_until(
+        lambda: not processes_of_build(spec.context.build_uuid), 5, "the job's tree to be gone"
+    )
 
 
 def test_a_killed_worker_is_found_lost_and_attempt_two_runs_on_the_other(
@@ -182,10 +183,10 @@ sleep 60
     assert lost is not None and lost.lost and lost.result == {"result": "LOST"}, lost
     # Session timeout + one sweep interval, plus slack for a loaded machine.
     assert detected < SESSION_TIMEOUT + SWEEP_INTERVAL + 3.0, f"lost after {detected:.1f}s"
-    wait_until(lambda: not processes_of_build(spec.build_uuid), 10, "the job's tree to die")
+    wait_until(lambda: not processes_of_build(spec.context.build_uuid), 10, "the job's tree to die")
 
     # The scheduler's part: attempt 2 is a new request.
-    retry_spec = dataclasses.replace(spec, build_uuid=uuid.uuid4().hex)
+    retry_spec = with_context(spec, build_uuid=uuid.uuid4().hex)
     second = builds.submit(retry_spec)
     send_build(second.uuid, settings=builds.settings)
     done = builds.queue().wait_for_result(second.uuid, 60)

@@ -149,7 +149,7 @@ def test_a_lost_session_stops_the_build_and_the_sweep_records_it_lost(
     request = builds.submit(spec)
     queue = JobRequestQueue(short_session_client, paths.executor_queue())
     build = InThread(lambda: execute_request(queue, request.uuid, "worker-1", options))
-    log = options.state_dir / "logs" / spec.build_uuid / "job-output.txt"
+    log = options.state_dir / "logs" / spec.context.build_uuid / "job-output.txt"
     wait_until(lambda: log.exists() and "| run | started" in log.read_text(), 30, "the job")
 
     # A real server-side expiry: a second client on the same session, closed.

@@ -348,20 +348,17 @@ def test_a_dequeue_deletes_the_waiting_request(world: World) -> None:
 
 
 def test_a_build_spec_carries_its_nodes() -> None:
+    job = {"name": "on-nodes", "project": "app", "branch": "main", "pipeline": "check"}
     base = {
         "tenant": "t",
-        "pipeline": "check",
-        "project": "app",
-        "branch": "main",
-        "job": "on-nodes",
         "build_uuid": "b1",
-        "run": ["ci/run.sh"],
         "repo_state": {"app": {"main": "a" * 40}},
         "sources": {"app": "/srv/git/app"},
     }
-    plain = BuildSpec.from_dict(base)
-    assert "nodes" not in plain.to_dict() and "node_request" not in plain.to_dict()
+    plain = BuildSpec.from_dict({"schema": 3, "job": job, "context": base})
+    assert "nodes" not in plain.context.to_dict() and "node_request" not in plain.context.to_dict()
     node = {"name": "n1", "id": "0000000001", "label": "ubuntu", "host": "h1", "connection": {}}
-    spec = BuildSpec.from_dict({**base, "node_request": "200-0000000001", "nodes": [node]})
+    context = {**base, "node_request": "200-0000000001", "nodes": [node]}
+    spec = BuildSpec.from_dict({"schema": 3, "job": job, "context": context})
     assert BuildSpec.from_dict(spec.to_dict()) == spec
-    assert spec.node_request == "200-0000000001" and spec.nodes == (node,)
+    assert spec.context.node_request == "200-0000000001" and spec.context.nodes == (node,)

@@ -10,8 +10,10 @@ plain Python that tests drive directly.
 
 Modules, one job each:
 
-* :mod:`~scheduler.wire.build_spec`: the build spec and its JSON form;
-  :mod:`~scheduler.wire.build_from_job` makes one from a frozen job.
+* :mod:`~scheduler.wire.build_spec`: the build spec (the frozen job as
+  frozen, and its build's context) and its JSON form;
+  :mod:`~workers.executor.job` what the two make together: the steps,
+  the checkouts, the checks.
 * :mod:`~scheduler.wire.build_result`: result codes, steps, the build result.
 * :mod:`~workers.executor.control`: the control hooks (a protocol and two
   implementations).
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 from scheduler.model.results import Result
 from scheduler.wire.build_result import BuildResult, Phase, StepOutcome, StepRun
-from scheduler.wire.build_spec import BuildSpec, JobStep
+from scheduler.wire.build_spec import BuildContext, BuildSpec
 from workers.executor.control import BaseControl, BuildControl, LocalControl, StartedInfo
 from workers.executor.errors import (
     BuildSpecError,
@@ -48,12 +50,12 @@ from workers.executor.runner import RunnerOptions, run_build
 
 __all__ = [
     "BaseControl",
+    "BuildContext",
     "BuildControl",
     "BuildResult",
     "BuildSpec",
     "BuildSpecError",
     "ExecutorError",
-    "JobStep",
     "LocalControl",
     "Phase",
     "RefusedError",

@@ -1,8 +1,9 @@
 """Run one build from a spec file, outside Celery and ZooKeeper (for debugging).
 
-``python -m workers.executor SPEC.json [--state-dir DIR]`` runs the build,
-streams nothing (follow the log path printed on stderr), and prints the
-result as JSON on stdout. Ctrl-C (or SIGTERM) cancels the build, which then
+``python -m workers.executor SPEC.json [--state-dir DIR]`` runs the build
+whose params (a build request's: ``BuildSpec.to_dict()`` as JSON) are in
+``SPEC.json``, streams nothing (follow the log path printed on stderr), and
+prints the result as JSON on stdout. Ctrl-C (or SIGTERM) cancels the build, which then
 ends ``ABORTED`` with its process tree gone. Exit status: 0 for SUCCESS,
 1 for any other result, 2 for an unreadable spec.
 """
@@ -31,7 +32,7 @@ class _CliControl(LocalControl):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers.executor", description=__doc__)
-    parser.add_argument("spec", type=Path, help="a BuildSpec as JSON")
+    parser.add_argument("spec", type=Path, help="a build request's params as JSON")
     parser.add_argument("--state-dir", type=Path, default=Path(".sluice"))
     args = parser.parse_args(argv)
     try:

@@ -71,37 +71,38 @@ def job_environment(
     source = os.environ if environ is None else environ
     env = {name: source[name] for name in pass_env if name in source}
     env.setdefault("PATH", os.defpath)
+    job, context = spec.job, spec.context
     env.update(
         HOME=str(layout.home_dir),
         TMPDIR=str(layout.tmp_dir),
-        SLUICE_TENANT=spec.tenant,
-        SLUICE_PIPELINE=spec.pipeline,
-        SLUICE_PROJECT=spec.project,
-        SLUICE_BRANCH=spec.branch,
-        SLUICE_REF=spec.ref,
-        SLUICE_JOB=spec.job,
-        SLUICE_BUILD=spec.build_uuid,
+        SLUICE_TENANT=context.tenant,
+        SLUICE_PIPELINE=job.pipeline,
+        SLUICE_PROJECT=job.project,
+        SLUICE_BRANCH=job.branch,
+        SLUICE_REF=context.ref,
+        SLUICE_JOB=job.name,
+        SLUICE_BUILD=context.build_uuid,
         SLUICE_PHASE=phase.value,
         SLUICE_WORKSPACE=str(layout.root),
         SLUICE_SRC_DIR=str(layout.src_dir),
-        SLUICE_PROJECT_DIR=str(layout.project_dir(spec.project)),
+        SLUICE_PROJECT_DIR=str(layout.project_dir(job.project)),
         SLUICE_LOG_DIR=str(layout.log_dir),
         SLUICE_VARS_FILE=str(layout.vars_file),
         SLUICE_RESULT_FILE=str(layout.result_file),
     )
     if phase is Phase.POST_RUN:
         env["SLUICE_SUCCESS"] = "true" if success else "false"
-    if spec.nodes:
+    if context.nodes:
         env["SLUICE_NODES"] = json.dumps(
-            [{k: node.get(k, "") for k in ("name", "label", "host")} for node in spec.nodes]
+            [{k: node.get(k, "") for k in ("name", "label", "host")} for node in context.nodes]
         )
     return env
 
 
 def job_vars(spec: BuildSpec) -> dict[str, Any]:
     """Parent data (without its ``zuul`` key) overlaid with the job's own vars."""
-    parent = {k: v for k, v in spec.parent_data.items() if k != "zuul"}
-    return deep_merge(parent, spec.vars)
+    parent = {k: v for k, v in spec.context.parent_data.items() if k != "zuul"}
+    return deep_merge(parent, spec.job.vars)
 
 
 def write_job_files(spec: BuildSpec, layout: BuildLayout) -> None:
@@ -110,8 +111,8 @@ def write_job_files(spec: BuildSpec, layout: BuildLayout) -> None:
     text = json.dumps(job_vars(spec), indent=2, sort_keys=True) + "\n"
     write_over(layout.vars_file, text.encode())
     write_over(layout.result_file, b"")
-    if spec.nodes:
-        nodes = [dict(node) for node in spec.nodes]
+    if spec.context.nodes:
+        nodes = [dict(node) for node in spec.context.nodes]
         (layout.root / "nodes.json").write_text(json.dumps(nodes, indent=2, sort_keys=True) + "\n")
 
 

@@ -91,16 +91,17 @@ def project_vars(name: str, checkout: str | None = None) -> dict[str, Any]:
 
 
 def zuul_vars(spec: BuildSpec, layout: BuildLayout, chosen: Mapping[str, str]) -> dict[str, Any]:
-    """The ``zuul`` variable: Zuul's names for what the spec knows."""
+    """The ``zuul`` variable: Zuul's names for what the job and its build's context know."""
+    job, context = spec.job, spec.context
     found: dict[str, Any] = {
-        "tenant": spec.tenant,
-        "pipeline": spec.pipeline,
-        "job": spec.job,
-        "build": spec.build_uuid,
-        "branch": spec.branch,
-        "ref": spec.ref,
-        "project": project_vars(spec.project),
-        "projects": {name: project_vars(name, chosen.get(name)) for name in spec.repo_state},
+        "tenant": context.tenant,
+        "pipeline": job.pipeline,
+        "job": job.name,
+        "build": context.build_uuid,
+        "branch": job.branch,
+        "ref": context.ref,
+        "project": project_vars(job.project),
+        "projects": {name: project_vars(name, chosen.get(name)) for name in context.repo_state},
         "executor": {
             "hostname": socket.gethostname(),
             "work_root": str(layout.root),
@@ -110,14 +111,14 @@ def zuul_vars(spec: BuildSpec, layout: BuildLayout, chosen: Mapping[str, str]) -
         },
     }
     for pattern in _CHANGE_REFS:
-        match = pattern.fullmatch(spec.ref)
+        match = pattern.fullmatch(context.ref)
         if match is not None:
             found.update({k: v for k, v in match.groupdict().items() if v is not None})
             break
-    if spec.timeout is not None:
-        found["timeout"] = spec.timeout
-    if spec.post_timeout is not None:
-        found["post_timeout"] = spec.post_timeout
+    if job.timeout is not None:
+        found["timeout"] = job.timeout
+    if job.post_timeout is not None:
+        found["post_timeout"] = job.post_timeout
     return found
 
 
@@ -234,7 +235,8 @@ class AnsibleSetup:
 
     def _write(self, spec: BuildSpec, layout: BuildLayout, chosen: Mapping[str, str]) -> None:
         hosts = inventory_file(layout)
-        hosts.write_text(yaml.safe_dump(inventory(spec.nodes, job_vars(spec)), sort_keys=True))
+        nodes = inventory(spec.context.nodes, job_vars(spec))
+        hosts.write_text(yaml.safe_dump(nodes, sort_keys=True))
         localhost = {
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,

@@ -38,7 +38,7 @@ from scheduler.errors import SettingsError
 from scheduler.model.results import Result
 from scheduler.settings.sections import ConnectionSettings, SandboxLimits, Settings
 from scheduler.wire.build_result import PHASES, BuildResult, Phase, StepOutcome, StepRun
-from scheduler.wire.build_spec import BuildSpec, JobStep
+from scheduler.wire.build_spec import BuildSpec, BuildSpecError
 from workers.executor.control import BuildControl, StartedInfo
 from workers.executor.environment import (
     DEFAULT_PASS_ENV,
@@ -54,6 +54,7 @@ from workers.executor.errors import (
     ResultDataError,
     WorkspaceError,
 )
+from workers.executor.job import Step, check, steps
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.playbooks import AnsibleSetup, is_playbook
 from workers.executor.process import StepLimits, cancel_requested, run_step
@@ -186,7 +187,7 @@ class BuildRun:
 
     def __post_init__(self) -> None:
         self.layout = BuildLayout.for_build(
-            self.options.state_dir, self.spec.build_uuid, self.options.build_dir
+            self.options.state_dir, self.spec.context.build_uuid, self.options.build_dir
         )
         self.redact = Redactor(decrypted_strings(self.spec, self.secrets))
 
@@ -210,8 +211,8 @@ class BuildRun:
     def prepare_workspace(self) -> None:
         """Folders, log, checkouts, job files, executables resolved; then ``on_started``."""
         began = time.monotonic()
-        spec = self.spec
-        recycle_for = spec.repo_state if self.options.recycle_workspaces else None
+        spec, job, context = self.spec, self.spec.job, self.spec.context
+        recycle_for = context.repo_state if self.options.recycle_workspaces else None
         recycled = create_folders(self.layout, recycle_for)
         self.job_log = JobLog(
             self.layout.log_file,
@@ -220,8 +221,8 @@ class BuildRun:
             redact=self.redact if self.redact.pieces else None,
         )
         self._mark(
-            f"Sluice build {spec.build_uuid}: job {spec.job} of {spec.project} "
-            f"({spec.branch}, {spec.ref or 'no ref'}) in {spec.tenant}/{spec.pipeline}"
+            f"Sluice build {context.build_uuid}: job {job.name} of {job.project} "
+            f"({job.branch}, {context.ref or 'no ref'}) in {context.tenant}/{job.pipeline}"
         )
         share = self.options.share_objects
         chosen = checkout_projects(
@@ -230,7 +231,7 @@ class BuildRun:
         write_job_files(spec, self.layout)
         self._resolve_executables(StepLocator(spec, self.layout, chosen, share=share))
         uid = self._prepare_sandbox()
-        if any(is_playbook(s.path) for phase in PHASES for s in spec.steps(phase.value)):
+        if any(is_playbook(s.path) for phase in PHASES for s in steps(spec, phase)):
             self.ansible = AnsibleSetup.prepare(
                 spec,
                 self.layout,
@@ -243,7 +244,7 @@ class BuildRun:
             self.sandbox = self._trusted_kept(self.sandbox)
         self._mark(f"Workspace {self.layout.root} ready in {time.monotonic() - began:.2f}s")
         info = StartedInfo(
-            build_uuid=spec.build_uuid,
+            build_uuid=context.build_uuid,
             workspace=str(self.layout.root),
             project_dir=str(self.project_dir),
             log_path=str(self.layout.log_file),
@@ -253,7 +254,8 @@ class BuildRun:
 
     def run_phases(self) -> Outcome:
         """Pre-run, run, (pause,) post-run, with Zuul's result rules."""
-        deadline = None if self.spec.timeout is None else time.monotonic() + self.spec.timeout
+        timeout = self.spec.job.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         outcome = self._run_main_phases(lambda: deadline)
         if outcome.code is Result.ABORTED:
             return outcome
@@ -276,8 +278,8 @@ class BuildRun:
         if self.options.sandbox != "bwrap":
             return None
         require_user_namespaces()
-        uid = host_uid(self.spec.build_uuid)
-        sources = [Path(s) for s in self.spec.sources.values() if "://" not in s]
+        uid = host_uid(self.spec.context.build_uuid)
+        sources = [Path(s) for s in self.spec.context.sources.values() if "://" not in s]
         self.sandbox = Sandbox(
             self.layout,
             uid,
@@ -302,7 +304,7 @@ class BuildRun:
             read_only.append(content)
         return replace(sandbox, read_only=tuple(read_only), writable=writable)
 
-    def _sandbox(self, job_step: JobStep, own: Path | None) -> list[str]:
+    def _sandbox(self, job_step: Step, own: Path | None) -> list[str]:
         """The sandbox prefix of one step (``own``: a trusted step's own folder)."""
         if self.sandbox is None:
             return []
@@ -313,10 +315,10 @@ class BuildRun:
     def _host_network(self) -> bool:
         """Whether the build's steps share the host's network (``executor.sandbox_network``)."""
         return self.options.sandbox_network == "host" or (
-            self.options.sandbox_network == "nodes" and bool(self.spec.nodes)
+            self.options.sandbox_network == "nodes" and bool(self.spec.context.nodes)
         )
 
-    def _namespaces(self, job_step: JobStep) -> tuple[int, ...]:
+    def _namespaces(self, job_step: Step) -> tuple[int, ...]:
         """The build's namespaces for an untrusted sandboxed step (made at the first); () else.
 
         A protected step (trusted, or holding a secret) gets namespaces of
@@ -339,15 +341,15 @@ class BuildRun:
         keep_going: bool = False,
     ) -> _PhaseEnd:
         """Run a phase's executables in order; stop at the first failure unless ``keep_going``."""
-        steps = self.spec.steps(phase.value)
+        phase_steps = steps(self.spec, phase)
         end = _PhaseEnd()
-        if not steps:
+        if not phase_steps:
             return end
         _call_hook("on_phase", self.control.on_phase, phase)
         env = job_environment(
             self.spec, self.layout, phase, success=success, pass_env=self.options.pass_env
         )
-        for index, job_step in enumerate(steps):
+        for index, job_step in enumerate(phase_steps):
             step = self.run_one(phase, index, job_step, env, deadline())
             if step.outcome is StepOutcome.ABORTED:
                 return _PhaseEnd(step.outcome, step)
@@ -361,7 +363,7 @@ class BuildRun:
         self,
         phase: Phase,
         index: int,
-        job_step: JobStep,
+        job_step: Step,
         env: dict[str, str],
         deadline: float | None,
     ) -> StepRun:
@@ -409,7 +411,7 @@ class BuildRun:
                 if own is not None:
                     remove_tree(own)
             exit_, outcome = ended.exit_code, ended.outcome
-        project = job_step.project or self.spec.project
+        project = job_step.project
         duration = time.monotonic() - began
         step = StepRun(phase, path, outcome, exit_, started, duration, project=project)
         self.steps.append(step)
@@ -419,7 +421,7 @@ class BuildRun:
         return step
 
     def _command(
-        self, job_step: JobStep, target: Path, env: dict[str, str]
+        self, job_step: Step, target: Path, env: dict[str, str]
     ) -> tuple[Path, list[str], dict[str, str]]:
         """What runs: an executable as is, a playbook through ``ansible-playbook``."""
         if self.ansible is None or not is_playbook(job_step.path):
@@ -427,7 +429,7 @@ class BuildRun:
         (executable, *args), env = self.ansible.step(target, env)
         return Path(executable), args, env
 
-    def _secrets_file(self, label: str, job_step: JobStep) -> Path | None:
+    def _secrets_file(self, label: str, job_step: Step) -> Path | None:
         """The step's ``SLUICE_SECRETS_FILE`` if a secret is bound to it."""
         seen = step_secrets(job_step, self.secrets)
         if not seen:
@@ -479,24 +481,24 @@ class BuildRun:
         A held build (an autohold) keeps its workspace only when it did not
         succeed and was not cancelled: that is the build someone wants to see.
         """
-        if self.spec.hold and result not in (Result.SUCCESS, Result.ABORTED):
+        if self.spec.context.hold and result not in (Result.SUCCESS, Result.ABORTED):
             self._mark(f"Workspace held at {self.layout.root}")
             return str(self.layout.root)
         try:
             if self.options.recycle_workspaces:
-                scrub_for = self.spec.repo_state if self.sandbox is not None else None
+                scrub_for = self.spec.context.repo_state if self.sandbox is not None else None
                 put_workspace_aside(self.layout, scrub_for)
             else:
                 remove_workspace(self.layout)
         except OSError:
-            log.exception("build %s: cannot remove the workspace", self.spec.build_uuid)
+            log.exception("build %s: cannot remove the workspace", self.spec.context.build_uuid)
         return None
 
     # -- helpers -----------------------------------------------------------
 
     @property
     def project_dir(self) -> Path:
-        return self.layout.project_dir(self.spec.project)
+        return self.layout.project_dir(self.spec.job.project)
 
     def _cancel_requested(self) -> bool:
         return cancel_requested(self.control.cancel_requested)
@@ -504,6 +506,10 @@ class BuildRun:
     def _prepare_and_run(self) -> Outcome:
         if self._cancel_requested():
             return Outcome(Result.ABORTED, "cancelled before the build started")
+        try:
+            check(self.spec)
+        except BuildSpecError as exc:
+            return Outcome(Result.ERROR, str(exc))
         self.prepare_workspace()
         return self.run_phases()
 
@@ -518,14 +524,14 @@ class BuildRun:
         except WorkspaceError as exc:
             return Outcome(Result.RETRY, f"workspace: {exc}")
         except Exception as exc:  # the process boundary of a build
-            log.exception("build %s: runner failed", self.spec.build_uuid)
+            log.exception("build %s: runner failed", self.spec.context.build_uuid)
             return Outcome(Result.RETRY, f"executor error: {type(exc).__name__}: {exc}")
 
     def _guarded_collect(self, outcome: Outcome) -> tuple[dict[str, Any], Outcome]:
         try:
             return self.collect_result(outcome)
         except Exception as exc:  # the process boundary of a build
-            log.exception("build %s: collecting the result failed", self.spec.build_uuid)
+            log.exception("build %s: collecting the result failed", self.spec.context.build_uuid)
             return {}, Outcome(Result.RETRY, f"executor error: {type(exc).__name__}: {exc}")
 
     def _run_main_phases(self, deadline: Callable[[], float | None]) -> Outcome:
@@ -562,7 +568,7 @@ class BuildRun:
         return outcome
 
     def _post_deadline(self) -> float | None:
-        timeout = self.spec.post_timeout
+        timeout = self.spec.job.post_timeout
         return None if timeout is None else time.monotonic() + timeout
 
     def _aborted(self, end: _PhaseEnd) -> Outcome:
@@ -571,7 +577,7 @@ class BuildRun:
 
     def _resolve_executables(self, locator: StepLocator) -> None:
         for phase in PHASES:
-            for index, step in enumerate(self.spec.steps(phase.value)):
+            for index, step in enumerate(steps(self.spec, phase)):
                 try:
                     self.executables[(phase, index)] = locator.resolve(step)
                 except RefusedError as exc:
@@ -583,7 +589,7 @@ class BuildRun:
 
     def _result(self, outcome: Outcome, data: Mapping[str, Any], held: str | None) -> BuildResult:
         return BuildResult(
-            build_uuid=self.spec.build_uuid,
+            build_uuid=self.spec.context.build_uuid,
             result=outcome.code,
             message=outcome.message or outcome.code.value.lower().replace("_", " "),
             started_at=self.started_at,

@@ -10,10 +10,10 @@ real ZooKeeper without a broker. One call:
    completed, on hold or gone) returns :attr:`Delivery.DUPLICATE` and
    changes nothing: a duplicate Celery delivery has no effect (docs/architecture.md
    invariant 4).
-2. **read the spec**: the request's params are a :class:`BuildSpec` as the
-   submitter wrote it; params that are not one complete the request with
-   ``ERROR``.
-3. **accept the nodes** of a job with a nodeset (``spec.node_request``):
+2. **read the spec**: the request's params are a :class:`BuildSpec`, the
+   frozen job as the scheduler froze it and its build's context; params
+   that are not one complete the request with ``ERROR``.
+3. **accept the nodes** of a job with a nodeset (the context's ``node_request``):
    their locks are held by this session for the build's life, and they are
    returned (``used``) after it, whatever its end; nodes that cannot be
    had end the build ``NODE_FAILURE``.
@@ -84,6 +84,7 @@ from workers.claims import Delivery, briefly_suspended
 from workers.executor import speculation
 from workers.executor.control import BaseControl, StartedInfo
 from workers.executor.errors import BuildSpecError, WorkspaceError
+from workers.executor.job import steps
 from workers.executor.playbooks import is_playbook
 from workers.executor.runner import RunnerOptions, run_build
 from workers.executor.secrets import SecretError, decrypt_secrets
@@ -466,8 +467,8 @@ def _run_claimed(
 
 def _needs_node_key(spec: BuildSpec) -> bool:
     """A build with nodes or a playbook logs in with the node key (made on first use)."""
-    steps = (s for phase in PHASES for s in spec.steps(phase.value))
-    return bool(spec.nodes) or any(is_playbook(s.path) for s in steps)
+    every = (s for phase in PHASES for s in steps(spec, phase))
+    return bool(spec.context.nodes) or any(is_playbook(s.path) for s in every)
 
 
 def _with_providers(spec: BuildSpec, held: list[HeldNode]) -> BuildSpec:
@@ -477,16 +478,17 @@ def _with_providers(spec: BuildSpec, held: list[HeldNode]) -> BuildSpec:
         return spec
     nodes = tuple(
         {"provider": providers.get(str(n["id"]), ""), **n} if "provider" not in n else n
-        for n in spec.nodes
+        for n in spec.context.nodes
     )
-    return replace(spec, nodes=nodes)
+    return replace(spec, context=replace(spec.context, nodes=nodes))
 
 
 def _accept_nodes(client: ZooKeeperClient, spec: BuildSpec, build: str) -> list[HeldNode]:
     """Lock the build's nodes (held by this session for the build's life): ``in-use``."""
-    if not spec.node_request:
+    request = spec.context.node_request
+    if not request:
         return []
-    held = NodeStore(client).accept(spec.node_request, f"{worker_name()}/{build}")
+    held = NodeStore(client).accept(request, f"{worker_name()}/{build}")
     log.info("build %s: accepted nodes %s", build, ", ".join(h.node.id for h in held))
     return held
 
@@ -545,7 +547,7 @@ _keystores: weakref.WeakKeyDictionary[ZooKeeperClient, KeyStore] = weakref.WeakK
 
 def _decrypted(client: ZooKeeperClient, spec: BuildSpec, options: RunnerOptions) -> dict[str, Any]:
     """The spec's secrets decrypted; the project keys are loaded once per process."""
-    if not spec.secrets:
+    if not spec.job.secrets:
         return {}
     password = options.keystore_password
     if not password:

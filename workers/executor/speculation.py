@@ -9,7 +9,7 @@ it merges the item's changes again in its own cache
 Zuul's executors do.
 
 What to merge comes from ZooKeeper, not from the spec: the item's merge
-request (``speculation.merge_request``), merged again by
+request (the build context's ``merge_request``), merged again by
 :mod:`workers.merger.replay`, which refuses to make other commits than the
 merger did (``WorkspaceError``: the build is retried) rather than test
 something else.
@@ -40,11 +40,12 @@ def missing_sources(spec: BuildSpec, *, everything: bool = False) -> list[str]:
     ``everything`` (``executor.merge_here``): every project whose state the
     item's merge made, as if no merger's cache were readable here.
     """
-    if everything and spec.speculation.get("merge_request"):
-        return sorted(spec.repo_state)
+    context = spec.context
+    if everything and context.merge_request:
+        return sorted(context.repo_state)
     missing = []
-    for project, branches in sorted(spec.repo_state.items()):
-        source = spec.sources.get(project, "")
+    for project, branches in sorted(context.repo_state.items()):
+        source = context.sources.get(project, "")
         try:
             git_dir = local_git_dir(source)
         except WorkspaceError:
@@ -81,31 +82,34 @@ def rebuild(
     spec: BuildSpec, projects: list[str], client: ZooKeeperClient, cache: RepoCache
 ) -> BuildSpec:
     """Merge the item's changes for ``projects`` again in ``cache``; the spec pointing there."""
-    connections: Mapping[str, str] = spec.speculation.get("connections", {})
+    context = spec.context
+    connections: Mapping[str, str] = context.connections
     try:
         merge_again(
             client,
             cache,
-            request=str(spec.speculation.get("merge_request", "")),
+            request=context.merge_request,
             job_id=_job_id(spec),
             connections=connections,
-            wanted={p: spec.repo_state[p] for p in projects},
+            wanted={p: context.repo_state[p] for p in projects},
         )
     except ReplayError as exc:
         raise WorkspaceError(str(exc)) from None
     here = {p: str(cache.repo_path(connections[p], p)) for p in projects}
-    return replace(spec, sources={**spec.sources, **here})
+    return replace(spec, context=replace(context, sources={**context.sources, **here}))
 
 
 def forget(spec: BuildSpec, projects: list[str], cache: RepoCache) -> None:
     """Drop the refs :func:`rebuild` made (once the build's checkouts no longer need them)."""
-    connections: Mapping[str, str] = spec.speculation.get("connections", {})
+    connections = spec.context.connections
     for project in projects:
         try:
             delete_job_refs(cache, connections[project], project, _job_id(spec))
         except Exception as exc:  # cleanup only: the refs go with the next prune
-            log.warning("build %s: refs of %s not dropped: %s", spec.build_uuid, project, exc)
+            log.warning(
+                "build %s: refs of %s not dropped: %s", spec.context.build_uuid, project, exc
+            )
 
 
 def _job_id(spec: BuildSpec) -> str:
-    return f"build-{spec.build_uuid}"
+    return f"build-{spec.context.build_uuid}"

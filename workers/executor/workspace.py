@@ -36,8 +36,8 @@ exactly the commits of the repo state are fetched (or, where the server
 refuses a fetch by commit id, its branches).
 
 Every branch of the repo state becomes a local branch at its commit; the
-change's branch (or the project's ``checkouts`` override, or its only
-branch) is checked out. ``RunnerOptions.share_objects = False`` trades speed
+change's branch (or the job's ``override-checkout`` of the project, or its
+only branch) is checked out. ``RunnerOptions.share_objects = False`` trades speed
 for independence from the cache: local sources are then fetched from too.
 No remote is configured: the job sees the state
 Sluice tested, not whatever the remote has now.
@@ -55,8 +55,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from scheduler.wire.build_spec import BuildSpec, JobStep
+from scheduler.wire.build_spec import BuildSpec
 from workers.executor.errors import BuildCancelledError, RefusedError, WorkspaceError
+from workers.executor.job import Step, checkouts
 from workers.executor.objectstore import readable_commits
 from workers.executor.packindex import packed_commits
 from workers.executor.recycle import (
@@ -239,13 +240,14 @@ def checkout_projects(
     :class:`BuildCancelledError` when it says yes. ``recycled``: the
     workspace is a pruned spare, whose checkouts are written over.
     """
-    chosen = {project: choose_branch(spec, project) for project in spec.repo_state}
-    reusable = recyclable_projects(spec.repo_state) if recycled else set()
-    for project, branches in spec.repo_state.items():
+    repo_state = spec.context.repo_state
+    chosen = {project: choose_branch(spec, project) for project in repo_state}
+    reusable = recyclable_projects(repo_state) if recycled else set()
+    for project, branches in repo_state.items():
         if cancelled():
             raise BuildCancelledError("cancelled while preparing the workspace")
         checkout(
-            source=spec.sources[project],
+            source=spec.context.sources[project],
             dest=layout.project_dir(project),
             branches=branches,
             branch=chosen[project],
@@ -281,26 +283,27 @@ class StepLocator:
         self.chosen = chosen
         self.content: dict[tuple[str, str, str], Path] = {}
 
-    def resolve(self, step: JobStep) -> Path:
+    def resolve(self, step: Step) -> Path:
         """The real path of ``step``'s executable (see :func:`resolve_executable`)."""
         repository = self.repository(step)
         real = self.layout.real_root / repository.relative_to(self.layout.root)
         return resolve_executable(repository, step.path, real)
 
-    def repository(self, step: JobStep) -> Path:
-        project = step.project or self.spec.project
-        if project not in self.spec.repo_state:
+    def repository(self, step: Step) -> Path:
+        project, branch = step.project, step.branch
+        repo_state = self.spec.context.repo_state
+        if project not in repo_state:
             raise RefusedError(f"{step.path}: project {project} is not in the repo state")
-        branch = step.branch or self.chosen[project]
         if branch == self.chosen[project] and step.commit is None and not step.protected:
             return self.layout.project_dir(project)
-        commit = step.commit or self.spec.repo_state[project].get(branch)
+        commit = step.commit or repo_state[project].get(branch)
         if commit is None:
             raise RefusedError(f"{step.path}: {project} has no branch {branch!r} in the repo state")
         key = (project, branch, commit)
         if key not in self.content:
             dest = self.layout.root / "content" / str(len(self.content)) / project
-            checkout(self.spec.sources[project], dest, {branch: commit}, branch, self.share)
+            source = self.spec.context.sources[project]
+            checkout(source, dest, {branch: commit}, branch, self.share)
             self.content[key] = dest
         return self.content[key]
 
@@ -310,19 +313,20 @@ def choose_branch(spec: BuildSpec, project: str) -> str:
 
     Refused (``ERROR``: a retry cannot help) when none of them applies.
     """
-    branches = spec.repo_state[project]
-    wanted = spec.checkouts.get(project)
+    branches = spec.context.repo_state[project]
+    wanted = checkouts(spec).get(project)
     if wanted is not None:
         if wanted not in branches:
             raise RefusedError(f"{project}: checkout branch {wanted!r} is not in the repo state")
         return wanted
-    if spec.branch in branches:
-        return spec.branch
+    branch = spec.job.branch
+    if branch in branches:
+        return branch
     if len(branches) == 1:
         return next(iter(branches))
     raise RefusedError(
-        f"{project}: repo state has no branch {spec.branch!r} and several others "
-        f"({', '.join(sorted(branches))}); name one in checkouts"
+        f"{project}: repo state has no branch {branch!r} and several others "
+        f"({', '.join(sorted(branches))}); name one with override-checkout"
     )
 
 

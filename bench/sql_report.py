@@ -49,10 +49,10 @@ from sqlalchemy.engine.interfaces import CacheStats
 from sqlalchemy.pool import NullPool
 
 from bench._system import cpu_seconds
+from scheduler.model.results import Result
 from scheduler.reporting import (
     BuildEnd,
     BuildInfo,
-    BuildResult,
     BuildsetEnd,
     BuildsetInfo,
     BuildsetStart,
@@ -93,7 +93,7 @@ def item_report(prefix: str, n: int) -> ItemReport:
                 BuildEnd(
                     info,
                     build,
-                    BuildResult.SUCCESS,
+                    Result.SUCCESS,
                     done,
                     start_time=begun,
                     log_url=f"https://logs.example/{build.uuid}/",
@@ -101,9 +101,7 @@ def item_report(prefix: str, n: int) -> ItemReport:
                 ),
             )
         )
-    end = BuildsetEnd(
-        info, BuildResult.SUCCESS, "Build succeeded.", started + timedelta(seconds=20)
-    )
+    end = BuildsetEnd(info, Result.SUCCESS, "Build succeeded.", started + timedelta(seconds=20))
     return ItemReport(BuildsetStart(info, started), tuple(builds), end)
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from starlette.responses import Response
 
+from scheduler.model.results import Result
 from scheduler.project_keys import UnknownProjectError, project_connection
 from scheduler.reporting import queries
-from scheduler.reporting.results import BuildResult
 from scheduler.stores.autoholds import AutoholdRequest, AutoholdStore
 from scheduler.stores.components import all_components
 from scheduler.views.deliveries import delivery_rows
@@ -23,7 +23,7 @@ from web.errors import ApiError
 
 API = Api()
 T = "/api/tenant/{tenant}"
-RESULTS = tuple(r.value for r in BuildResult)
+RESULTS = tuple(r.value for r in Result)
 PAGE = (
     Param("limit", int, minimum=1, maximum=1000, help="at most this many (default 50)"),
     Param("skip", int, minimum=0, maximum=10**9, help="skip this many first"),

@@ -42,7 +42,6 @@ from scheduler.reporting.records import (
     RefInfo,
 )
 from scheduler.reporting.reporter import Reporter, ReporterSet
-from scheduler.reporting.results import BuildResult
 from scheduler.reporting.schema import (
     MigrationLock,
     current_revision,
@@ -66,7 +65,6 @@ __all__ = [
     "BuildEnd",
     "BuildEvent",
     "BuildInfo",
-    "BuildResult",
     "BuildStart",
     "BuildsetDict",
     "BuildsetEnd",

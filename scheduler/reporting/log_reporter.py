@@ -12,6 +12,7 @@ import logging
 import re
 from typing import Any
 
+from scheduler.model.results import Result
 from scheduler.reporting.records import (
     BuildEnd,
     BuildInfo,
@@ -20,7 +21,6 @@ from scheduler.reporting.records import (
     BuildsetStart,
     BuildStart,
 )
-from scheduler.reporting.results import BuildResult
 
 DEFAULT_LOGGER = "sluice.reporting.log"
 
@@ -83,7 +83,7 @@ class LogReporter:
 
 
 # Results that are part of normal operation, not worth a warning.
-_QUIET_RESULTS = frozenset({BuildResult.SUCCESS, BuildResult.SKIPPED, BuildResult.DEQUEUED})
+_QUIET_RESULTS = frozenset({Result.SUCCESS, Result.SKIPPED, Result.DEQUEUED})
 
 
 # What makes a value need quotes in a ``key=value`` line (whitespace, quotes, ``=``).

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from scheduler.reporting.results import RESULT_LENGTH, BuildResult
+from scheduler.model.results import Result
 
 TABLE_PREFIX = "sluice_"
 VERSION_TABLE = "sluice_alembic_version"
@@ -44,6 +44,8 @@ NAMING_CONVENTION = {
 }
 
 NAME = 255  # width of names: tenants, pipelines, projects, jobs, refs
+# Longest result value, with room to grow; the width of the result columns.
+RESULT_LENGTH = 32
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -71,7 +73,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 def result_type() -> Enum:
     # A plain VARCHAR without CHECK: new results need no migration.
     return Enum(
-        BuildResult,
+        Result,
         native_enum=False,
         create_constraint=False,
         length=RESULT_LENGTH,
@@ -135,7 +137,7 @@ class BuildsetRow(Base):
     newrev: Mapped[str] = mapped_column(String(64))
     ref_url: Mapped[str] = mapped_column(Text)
     event_id: Mapped[str] = mapped_column(String(NAME))
-    result: Mapped[BuildResult | None] = mapped_column(result_type())
+    result: Mapped[Result | None] = mapped_column(result_type())
     message: Mapped[str] = mapped_column(Text)
     start_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
     end_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -173,7 +175,7 @@ class BuildRow(Base):
     nodeset: Mapped[str] = mapped_column(String(NAME))
     executor: Mapped[str] = mapped_column(String(NAME))
     log_url: Mapped[str] = mapped_column(Text)
-    result: Mapped[BuildResult | None] = mapped_column(result_type())
+    result: Mapped[Result | None] = mapped_column(result_type())
     error_detail: Mapped[str] = mapped_column(Text)
     result_data: Mapped[dict[str, Any]] = mapped_column(JSON)
     start_time: Mapped[datetime | None] = mapped_column(UTCDateTime())

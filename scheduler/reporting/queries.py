@@ -3,7 +3,7 @@
 The dictionaries returned here are printed as-is by ``--json``: their keys
 are a stable interface (keys may be added, never renamed or removed). Times
 are ISO-8601 UTC strings, ``YYYY-MM-DDTHH:MM:SSZ``, or null; ``result`` is
-one of :class:`~scheduler.reporting.results.BuildResult`'s values, or null
+one of :class:`~scheduler.model.results.Result`'s values, or null
 while running. Lists are newest first.
 
 :func:`job_durations` gives the last successful durations of a job, the
@@ -21,10 +21,10 @@ from typing import Any, TypedDict, TypeVar
 from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.orm import Session
 
+from scheduler.model.results import Result
 from scheduler.reporting.database import read_only_options
 from scheduler.reporting.errors import ReportingError
 from scheduler.reporting.models import BuildRow, BuildsetRow
-from scheduler.reporting.results import BuildResult
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 
@@ -83,18 +83,18 @@ def _duration(start: datetime | None, end: datetime | None) -> float | None:
     return (end - start).total_seconds()
 
 
-def _result(value: BuildResult | None) -> str | None:
-    return None if value is None else BuildResult(value).value
+def _result(value: Result | None) -> str | None:
+    return None if value is None else Result(value).value
 
 
-def parse_result(value: BuildResult | str | None) -> BuildResult | None:
+def parse_result(value: Result | str | None) -> Result | None:
     """A result filter as given on a command line; an unknown value is an error."""
     if value is None:
         return None
     try:
-        return BuildResult(value)
+        return Result(value)
     except ValueError:
-        known = ", ".join(result.value for result in BuildResult)
+        known = ", ".join(result.value for result in Result)
         raise ReportingError(f"unknown result {value!r}; one of {known}") from None
 
 
@@ -115,7 +115,7 @@ def build_dict(build: BuildRow, buildset_uuid: str) -> BuildDict:
         nodeset=build.nodeset,
         executor=build.executor,
         result=_result(build.result),
-        final=build.result is not None and BuildResult(build.result).is_final,
+        final=build.result is not None and Result(build.result).is_final,
         start_time=format_time(build.start_time),
         end_time=format_time(build.end_time),
         duration=_duration(build.start_time, build.end_time),
@@ -174,7 +174,7 @@ def list_builds(
     branch: str | None = None,
     ref: str | None = None,
     change: str | None = None,
-    result: BuildResult | str | None = None,
+    result: Result | str | None = None,
     buildset: str | None = None,
     uuid: str | None = None,
     voting: bool | None = None,
@@ -210,7 +210,7 @@ def list_buildsets(
     branch: str | None = None,
     ref: str | None = None,
     change: str | None = None,
-    result: BuildResult | str | None = None,
+    result: Result | str | None = None,
     uuid: str | None = None,
     limit: int | None = None,
     offset: int = 0,
@@ -248,7 +248,7 @@ def job_durations(
         BuildRow.job: job,
         BuildRow.project: project,
         BuildRow.branch: branch,
-        BuildRow.result: BuildResult.SUCCESS,
+        BuildRow.result: Result.SUCCESS,
     }
     return _durations(engine, filters, limit)
 
@@ -299,7 +299,7 @@ def estimate_durations(
         BuildRow.tenant: tenant,
         BuildRow.project: project,
         BuildRow.branch: branch,
-        BuildRow.result: BuildResult.SUCCESS,
+        BuildRow.result: Result.SUCCESS,
     }
     newest_first = (
         func.row_number()

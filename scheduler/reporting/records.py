@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduler.model.results import Result
 from scheduler.reporting.errors import ReportingError
-from scheduler.reporting.results import BuildResult
 
 
 def utcnow() -> datetime:
@@ -116,7 +116,7 @@ class BuildsetStart:
 @dataclass(frozen=True)
 class BuildsetEnd:
     buildset: BuildsetInfo
-    result: BuildResult
+    result: Result
     message: str = ""
     end_time: datetime = field(default_factory=utcnow)
 
@@ -143,7 +143,7 @@ class BuildEnd:
 
     buildset: BuildsetInfo
     build: BuildInfo
-    result: BuildResult
+    result: Result
     end_time: datetime = field(default_factory=utcnow)
     start_time: datetime | None = None
     log_url: str = ""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, event
 
-from scheduler.reporting import BuildEnd, BuildResult, BuildStart, SqlReporter
+from scheduler.model.results import Result
+from scheduler.reporting import BuildEnd, BuildStart, SqlReporter
 from scheduler.reporting.estimates import ESTIMATE_SECONDS, JobEstimates
 from tests.reporting.factories import at, build, buildset
 
@@ -21,7 +22,7 @@ def finished(engine: Engine, uuid: str, job: str, seconds: float) -> None:
     reporter, bs = SqlReporter(engine), buildset(project="org/app")
     b = build(uuid, job)
     reporter.record_build_start(BuildStart(bs, b, start_time=at(0)))
-    reporter.record_build_end(BuildEnd(bs, b, BuildResult.SUCCESS, end_time=at(seconds)))
+    reporter.record_build_end(BuildEnd(bs, b, Result.SUCCESS, end_time=at(seconds)))
 
 
 def counted(engine: Engine) -> list[str]:

@@ -17,12 +17,12 @@ import pytest
 from sqlalchemy import Engine, event, select
 from sqlalchemy.engine.interfaces import CacheStats
 
+from scheduler.model.results import Result
 from scheduler.reporting import (
     Artifact,
     BuildEnd,
     BuildEvent,
     BuildInfo,
-    BuildResult,
     BuildsetEnd,
     BuildsetStart,
     BuildStart,
@@ -70,7 +70,7 @@ def item_report(prefix: str) -> ItemReport:
                 BuildEnd(
                     ended,
                     lint,
-                    BuildResult.SUCCESS,
+                    Result.SUCCESS,
                     at(9),
                     start_time=at(1),
                     log_url=f"https://logs.example/{prefix}lint/",
@@ -88,27 +88,27 @@ def item_report(prefix: str) -> ItemReport:
                 BuildEnd(
                     ended,
                     replace(unit, voting=False, nodeset="big"),
-                    BuildResult.FAILURE,
+                    Result.FAILURE,
                     at(8),
                     start_time=at(3),
                     error_detail="exit 1",
                 ),
             ),
-            (None, BuildEnd(ended, docs, BuildResult.SKIPPED, at(9))),
+            (None, BuildEnd(ended, docs, Result.SKIPPED, at(9))),
             (
                 BuildStart(started, retried[0], at(2), executor="ex-1"),
-                BuildEnd(ended, retried[0], BuildResult.RETRY, at(4), error_detail="node lost"),
+                BuildEnd(ended, retried[0], Result.RETRY, at(4), error_detail="node lost"),
             ),
             (
                 BuildStart(started, retried[1], at(5), executor="ex-3"),
-                BuildEnd(ended, retried[1], BuildResult.SUCCESS, at(9), start_time=at(5)),
+                BuildEnd(ended, retried[1], Result.SUCCESS, at(9), start_time=at(5)),
             ),
             (
                 BuildStart(started, on_lib, at(2)),
-                BuildEnd(ended, on_lib, BuildResult.SUCCESS, at(7), log_url="https://l/lib"),
+                BuildEnd(ended, on_lib, Result.SUCCESS, at(7), log_url="https://l/lib"),
             ),
         ),
-        BuildsetEnd(ended, BuildResult.FAILURE, "Build failed.", at(10)),
+        BuildsetEnd(ended, Result.FAILURE, "Build failed.", at(10)),
     )
 
 
@@ -142,13 +142,13 @@ def ended_earlier(engine: Engine, report: ItemReport) -> None:
     """The buildset and every build had ended otherwise (artifacts, events, a
     result the late start must not erase), the buildset with an event id unknown."""
     bs = replace(report.start.buildset, event_id="")
-    record_buildset_end(engine, BuildsetEnd(bs, BuildResult.ERROR, "earlier", at(20)))
+    record_buildset_end(engine, BuildsetEnd(bs, Result.ERROR, "earlier", at(20)))
     for _, end in report.builds:
         record_build_end(
             engine,
             replace(
                 end,
-                result=BuildResult.ABORTED,
+                result=Result.ABORTED,
                 log_url="https://old/",
                 start_time=at(0.25),
                 artifacts=(Artifact("old", "https://old/art"), Artifact("log", "https://old/l")),
@@ -270,10 +270,10 @@ def test_an_item_is_five_statements_all_cached(engine: Engine) -> None:
         builds = []
         for n, job in enumerate(("lint", "unit", "docs")):
             b = build(f"{prefix}{job}", job)
-            end = BuildEnd(bs, b, BuildResult.SUCCESS, at(9), start_time=at(n), log_url=f"/{n}")
+            end = BuildEnd(bs, b, Result.SUCCESS, at(9), start_time=at(n), log_url=f"/{n}")
             builds.append((BuildStart(bs, b, at(n), executor="ex-1"), end))
         return ItemReport(
-            BuildsetStart(bs, at(0)), tuple(builds), BuildsetEnd(bs, BuildResult.SUCCESS, "", at(9))
+            BuildsetStart(bs, at(0)), tuple(builds), BuildsetEnd(bs, Result.SUCCESS, "", at(9))
         )
 
     record_item(engine, plain("first-"))

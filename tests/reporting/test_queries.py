@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from scheduler.model.results import Result
 from scheduler.reporting import (
     BuildEnd,
-    BuildResult,
     BuildsetEnd,
     BuildsetStart,
     BuildStart,
@@ -52,7 +52,7 @@ BUILDSET_KEYS: dict[str, type | tuple[type, ...]] = {
 def run(
     engine: Engine,
     bs_uuid: str,
-    jobs: dict[str, BuildResult],
+    jobs: dict[str, Result],
     *,
     start: float = 0,
     **where: str,
@@ -65,18 +65,18 @@ def run(
         began = at(start + index)
         reporter.record_build_start(BuildStart(bs, b, start_time=began))
         reporter.record_build_end(BuildEnd(bs, b, result, end_time=at(start + index + 10)))
-    failed = any(r is not BuildResult.SUCCESS for j, r in jobs.items() if not j.startswith("nv-"))
-    overall = BuildResult.FAILURE if failed else BuildResult.SUCCESS
+    failed = any(r is not Result.SUCCESS for j, r in jobs.items() if not j.startswith("nv-"))
+    overall = Result.FAILURE if failed else Result.SUCCESS
     message = "Build failed." if failed else "Build succeeded."
     reporter.record_buildset_end(BuildsetEnd(bs, overall, message, at(start + 20)))
 
 
 @pytest.fixture
 def history(engine: Engine) -> Engine:
-    run(engine, "bs-1", {"unit": BuildResult.SUCCESS, "nv-lint": BuildResult.FAILURE})
-    run(engine, "bs-2", {"unit": BuildResult.FAILURE}, start=100, pipeline="gate")
-    run(engine, "bs-3", {"unit": BuildResult.SUCCESS}, start=200, project="org/web")
-    run(engine, "bs-4", {"unit": BuildResult.SUCCESS}, start=300, tenant="other")
+    run(engine, "bs-1", {"unit": Result.SUCCESS, "nv-lint": Result.FAILURE})
+    run(engine, "bs-2", {"unit": Result.FAILURE}, start=100, pipeline="gate")
+    run(engine, "bs-3", {"unit": Result.SUCCESS}, start=200, project="org/web")
+    run(engine, "bs-4", {"unit": Result.SUCCESS}, start=300, tenant="other")
     return engine
 
 
@@ -130,7 +130,7 @@ BUILD_FILTERS: list[tuple[dict[str, Any], list[str]]] = [
     ({"tenant": "acme", "project": "org/web"}, ["bs-3-unit"]),
     ({"pipeline": "gate"}, ["bs-2-unit"]),
     ({"result": "FAILURE"}, ["bs-2-unit", "bs-1-nv-lint"]),
-    ({"result": BuildResult.FAILURE, "voting": False}, ["bs-1-nv-lint"]),
+    ({"result": Result.FAILURE, "voting": False}, ["bs-1-nv-lint"]),
     ({"buildset": "bs-1", "job": "unit"}, ["bs-1-unit"]),
     ({"tenant": "nobody"}, []),
     ({"tenant": "acme", "limit": 2, "offset": 1}, ["bs-2-unit", "bs-1-nv-lint"]),
@@ -165,7 +165,7 @@ def test_durations_of_the_last_successes_newest_first(engine: Engine) -> None:
     timings = [(0, 30), (100, 160), (200, 290), (300, 305)]
     for number, (began, ended) in enumerate(timings):
         b = build(f"b-{number}", "unit")
-        result = BuildResult.FAILURE if number == 3 else BuildResult.SUCCESS
+        result = Result.FAILURE if number == 3 else Result.SUCCESS
         reporter.record_build_start(BuildStart(bs, b, start_time=at(began)))
         reporter.record_build_end(BuildEnd(bs, b, result, end_time=at(ended)))
     reporter.record_build_start(BuildStart(bs, build("b-running", "unit"), start_time=at(400)))
@@ -184,12 +184,10 @@ def test_estimates_for_many_jobs_in_one_query(engine: Engine) -> None:
             b = build(f"{job}-{number}", job)
             began = 100 * number
             reporter.record_build_start(BuildStart(bs, b, start_time=at(began)))
-            reporter.record_build_end(
-                BuildEnd(bs, b, BuildResult.SUCCESS, end_time=at(began + seconds))
-            )
+            reporter.record_build_end(BuildEnd(bs, b, Result.SUCCESS, end_time=at(began + seconds)))
     failed = build("lint-failed", "lint")
     reporter.record_build_end(
-        BuildEnd(bs, failed, BuildResult.FAILURE, start_time=at(0), end_time=at(500))
+        BuildEnd(bs, failed, Result.FAILURE, start_time=at(0), end_time=at(500))
     )
     jobs = ["unit", "lint", "docs"]
     assert estimate_durations(engine, tenant="acme", jobs=jobs) == {"unit": 40.0, "lint": 5.0}

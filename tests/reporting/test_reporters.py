@@ -7,9 +7,9 @@ import logging
 import pytest
 from sqlalchemy import Engine
 
+from scheduler.model.results import Result
 from scheduler.reporting import (
     BuildEnd,
-    BuildResult,
     BuildsetEnd,
     BuildsetStart,
     BuildStart,
@@ -59,10 +59,10 @@ def test_a_failing_reporter_does_not_stop_the_others(
     with caplog.at_level(logging.INFO, logger="sluice.reporting"):
         assert reporters.record_buildset_start(BuildsetStart(bs, at(0))) == ("exploding",)
         assert reporters.record_build_start(BuildStart(bs, b, at(1))) == ("exploding",)
-        assert reporters.record_build_end(BuildEnd(bs, b, BuildResult.SUCCESS, end_time=at(2))) == (
+        assert reporters.record_build_end(BuildEnd(bs, b, Result.SUCCESS, end_time=at(2))) == (
             "exploding",
         )
-        assert reporters.record_buildset_end(BuildsetEnd(bs, BuildResult.SUCCESS)) == ("exploding",)
+        assert reporters.record_buildset_end(BuildsetEnd(bs, Result.SUCCESS)) == ("exploding",)
     assert [r["result"] for r in list_builds(engine)] == ["SUCCESS"]
     assert [r["result"] for r in list_buildsets(engine)] == ["SUCCESS"]
     failures = [r for r in caplog.records if r.name == "sluice.reporting"]
@@ -86,9 +86,9 @@ def test_the_log_reporter_writes_structured_lines(caplog: pytest.LogCaptureFixtu
         reporter.record_buildset_start(BuildsetStart(bs, at(0)))
         reporter.record_build_start(BuildStart(bs, b, at(1), executor="ex-1"))
         reporter.record_build_end(
-            BuildEnd(bs, b, BuildResult.FAILURE, end_time=at(2), error_detail="exit 1 in tox")
+            BuildEnd(bs, b, Result.FAILURE, end_time=at(2), error_detail="exit 1 in tox")
         )
-        reporter.record_buildset_end(BuildsetEnd(bs, BuildResult.SUCCESS, "Build succeeded."))
+        reporter.record_buildset_end(BuildsetEnd(bs, Result.SUCCESS, "Build succeeded."))
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert lines[0] == (
         "INFO",

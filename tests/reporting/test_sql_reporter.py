@@ -11,12 +11,12 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
+from scheduler.model.results import Result
 from scheduler.reporting import (
     Artifact,
     BuildEnd,
     BuildEvent,
     BuildInfo,
-    BuildResult,
     BuildsetEnd,
     BuildsetStart,
     BuildStart,
@@ -59,14 +59,12 @@ def test_a_build_reported_twice_is_one_row(engine: Engine) -> None:
     for _ in range(2):  # a redelivered task reports everything again
         reporter.record_buildset_start(BuildsetStart(bs, start_time=at(0)))
         reporter.record_build_start(BuildStart(bs, b, start_time=at(1), executor="ex-1"))
-        reporter.record_build_end(BuildEnd(bs, b, BuildResult.SUCCESS, end_time=at(61)))
-        reporter.record_buildset_end(
-            BuildsetEnd(bs, BuildResult.SUCCESS, "Build succeeded.", at(62))
-        )
+        reporter.record_build_end(BuildEnd(bs, b, Result.SUCCESS, end_time=at(61)))
+        reporter.record_buildset_end(BuildsetEnd(bs, Result.SUCCESS, "Build succeeded.", at(62)))
     assert count(engine, BuildsetRow) == 1
     assert count(engine, BuildRow) == 1
     row = build_row(engine, "b-1")
-    assert (row.result, row.start_time, row.end_time) == (BuildResult.SUCCESS, at(1), at(61))
+    assert (row.result, row.start_time, row.end_time) == (Result.SUCCESS, at(1), at(61))
     assert row.executor == "ex-1"
     assert row.nodeset == "ubuntu"
 
@@ -77,11 +75,11 @@ def test_a_second_attempt_is_a_second_row(engine: Engine) -> None:
     first, second = build(attempt=1), build(attempt=2)
     reporter.record_build_start(BuildStart(bs, first, start_time=at(0)))
     reporter.record_build_end(
-        BuildEnd(bs, first, BuildResult.RETRY, end_time=at(5), error_detail="node lost")
+        BuildEnd(bs, first, Result.RETRY, end_time=at(5), error_detail="node lost")
     )
     reporter.record_build_start(BuildStart(bs, second, start_time=at(6)))
-    reporter.record_build_end(BuildEnd(bs, second, BuildResult.SUCCESS, end_time=at(16)))
-    reporter.record_build_end(BuildEnd(bs, second, BuildResult.SUCCESS, end_time=at(16)))
+    reporter.record_build_end(BuildEnd(bs, second, Result.SUCCESS, end_time=at(16)))
+    reporter.record_build_end(BuildEnd(bs, second, Result.SUCCESS, end_time=at(16)))
     assert count(engine, BuildRow) == 2
     rows = list_builds(engine, uuid="b-1")
     assert [(r["attempt"], r["result"], r["final"]) for r in rows] == [
@@ -93,7 +91,7 @@ def test_a_second_attempt_is_a_second_row(engine: Engine) -> None:
 
 def test_an_end_without_a_start_makes_a_complete_row(engine: Engine) -> None:
     SqlReporter(engine).record_build_end(
-        BuildEnd(buildset(), build(), BuildResult.FAILURE, end_time=at(9), start_time=at(2))
+        BuildEnd(buildset(), build(), Result.FAILURE, end_time=at(9), start_time=at(2))
     )
     [row] = list_builds(engine)
     assert (row["result"], row["start_time"], row["duration"]) == (
@@ -110,11 +108,11 @@ def test_a_late_start_never_erases_a_result(engine: Engine) -> None:
     reporter = SqlReporter(engine)
     bs, b = buildset(), build()
     reporter.record_build_start(BuildStart(bs, b, start_time=at(1)))
-    reporter.record_build_end(BuildEnd(bs, b, BuildResult.TIMED_OUT, end_time=at(30)))
+    reporter.record_build_end(BuildEnd(bs, b, Result.TIMED_OUT, end_time=at(30)))
     reporter.record_build_start(BuildStart(bs, b, start_time=at(3), executor="late"))
     row = build_row(engine, "b-1")
-    assert (row.result, row.start_time, row.end_time) == (BuildResult.TIMED_OUT, at(1), at(30))
-    reporter.record_buildset_end(BuildsetEnd(bs, BuildResult.FAILURE, "timed out", at(31)))
+    assert (row.result, row.start_time, row.end_time) == (Result.TIMED_OUT, at(1), at(30))
+    reporter.record_buildset_end(BuildsetEnd(bs, Result.FAILURE, "timed out", at(31)))
     reporter.record_buildset_start(BuildsetStart(bs, start_time=at(0)))
     [buildset_row] = list_buildsets(engine)
     assert (buildset_row["result"], buildset_row["message"]) == ("FAILURE", "timed out")
@@ -122,7 +120,7 @@ def test_a_late_start_never_erases_a_result(engine: Engine) -> None:
 
 def test_a_skipped_build_has_no_start(engine: Engine) -> None:
     SqlReporter(engine).record_build_end(
-        BuildEnd(buildset(), build(job="deploy"), BuildResult.SKIPPED, end_time=at(5))
+        BuildEnd(buildset(), build(job="deploy"), Result.SKIPPED, end_time=at(5))
     )
     [row] = list_builds(engine, job="deploy")
     assert (row["result"], row["start_time"], row["duration"]) == ("SKIPPED", None, None)
@@ -135,7 +133,7 @@ def test_artifacts_and_events_are_recorded_once(engine: Engine) -> None:
     end = BuildEnd(
         bs,
         b,
-        BuildResult.SUCCESS,
+        Result.SUCCESS,
         end_time=at(9),
         log_url="https://logs.example/b-1/",
         artifacts=(Artifact("docs", "https://logs.example/b-1/docs", {"type": "docs_site"}),),
@@ -165,7 +163,7 @@ def test_refs_are_linked_once(engine: Engine) -> None:
     bs = replace(buildset(), refs=(other,))
     reporter = SqlReporter(engine)
     reporter.record_buildset_start(BuildsetStart(bs, start_time=at(0)))
-    reporter.record_buildset_end(BuildsetEnd(bs, BuildResult.SUCCESS, end_time=at(5)))
+    reporter.record_buildset_end(BuildsetEnd(bs, Result.SUCCESS, end_time=at(5)))
     reporter.record_buildset_start(BuildsetStart(bs, start_time=at(0)))
     assert count(engine, RefRow) == 2
     assert count(engine, BuildsetRefRow) == 2
@@ -202,7 +200,7 @@ def test_prune_history_deletes_old_buildsets_with_their_builds(engine: Engine) -
         end = BuildEnd(
             bs,
             build(f"{uuid}-b"),
-            BuildResult.SUCCESS,
+            Result.SUCCESS,
             end_time=at(5),
             artifacts=(Artifact("log", "https://logs.example/"),),
             events=(BuildEvent("paused", at(1)),),
@@ -229,7 +227,7 @@ def test_concurrent_reports_of_one_build_make_one_row(engine: Engine) -> None:
         b = build(attempt=attempt)
         barrier.wait(10)
         reporter.record_build_start(BuildStart(bs, b, start_time=at(attempt)))
-        reporter.record_build_end(BuildEnd(bs, b, BuildResult.SUCCESS, end_time=at(9)))
+        reporter.record_build_end(BuildEnd(bs, b, Result.SUCCESS, end_time=at(9)))
 
     with ThreadPoolExecutor(6) as pool:
         for future in [pool.submit(report, 1 + n % 2) for n in range(6)]:

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import Engine, inspect
 from sqlalchemy.pool import StaticPool
 
+from scheduler.model.results import Result
 from scheduler.reporting import (
     BuildEnd,
-    BuildResult,
     SqlReporter,
     create_database_engine,
     current_revision,
@@ -66,7 +66,7 @@ def later_migrations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def test_history_survives_an_upgrade(engine: Engine, later_migrations: str) -> None:
     SqlReporter(engine).record_build_end(
-        BuildEnd(buildset(), build(), BuildResult.SUCCESS, start_time=at(0), end_time=at(5))
+        BuildEnd(buildset(), build(), Result.SUCCESS, start_time=at(0), end_time=at(5))
     )
     assert current_revision(engine) == "0001"
     assert ensure_schema(url_of(engine), engine=engine) == later_migrations

@@ -6,7 +6,7 @@ a folder whose block group has seen much churn (``/tmp``, where tests and
 benchmarks make and remove everything) pays for it on every create. Git
 writes a file or folder per ref and per loose object, the executor a log
 folder per build, so this cost shows in their CPU (docs/performance.md,
-"Session 13").
+"The host").
 
 For each ``--folder`` (default: ``$TMPDIR`` or ``/tmp``, and ``.sluice``,
 the default state dir, in the current folder), a scratch folder is made

@@ -25,11 +25,12 @@ from celery import Task
 
 from scheduler.errors import SluiceError
 from scheduler.nudge import dispatch, task_names
+from scheduler.reconfiguration import apply_requests, fetch_with
 from scheduler.zk.client import process_client
 from tasks import retrying
 from tasks.app import app
 from tasks.runtime import runtime_settings
-from workers.merger.reconfigure import reconfigure_tenant_here
+from workers.merger.reconfigure import local_runner
 from workers.merger.service import execute, process_cache, worker_name
 
 
@@ -56,9 +57,15 @@ def run(self: Task[Any, Any], request_uuid: str) -> dict[str, Any]:
 
 @app.task(name=task_names.RECONFIGURE, bind=True, acks_late=True, **retrying.WORKER)
 def reconfigure(self: Task[Any, Any], tenant: str) -> bool:
-    """Apply ``tenant``'s reconfiguration requests (a nudge: they are in ZooKeeper)."""
+    """Apply ``tenant``'s reconfiguration requests (a nudge: they are in ZooKeeper).
+
+    The brain's reconfiguration reads the config through this worker's own
+    repo cache: its merger jobs run here (:func:`workers.merger.reconfigure.local_runner`),
+    not through the merger queue. True if there were requests.
+    """
     if not isinstance(tenant, str) or not tenant:
         raise MergeRequestError(f"{task_names.RECONFIGURE}: tenant must be a non-empty name")
     settings = runtime_settings()
     client = process_client(settings.zookeeper)
-    return reconfigure_tenant_here(client, settings, process_cache(settings), tenant)
+    fetch = fetch_with(local_runner(process_cache(settings)))
+    return apply_requests(client, settings, tenant, fetch)

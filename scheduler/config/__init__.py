@@ -12,8 +12,10 @@ The public API (everything else is internal to the package):
 * :meth:`Layout.to_json` / :meth:`Layout.content_hash` — canonical form.
 * :func:`speculative_layout` — the layout for an item that proposes
   config files, and the errors it introduces (its result if non-empty).
-* :func:`reconfigure` — a new tenant layout where a branch broken by an
-  update keeps its last good files (:class:`KeptBranch` says why).
+* :func:`last_good_layout` — a new tenant layout where a branch broken by
+  an update keeps its last good files (:class:`KeptBranch` says why);
+  branches are named by :class:`BranchKey` (connection, project, branch),
+  as in the config cache.
 
 See ``docs/config.md`` for the rules.
 """
@@ -37,17 +39,24 @@ from scheduler.config.model import (
     Semaphore,
     Window,
 )
-from scheduler.config.reconfigure import (
+from scheduler.config.policies import (
     KeptBranch,
-    Reconfiguration,
+    LastGoodLayout,
     SpeculativeLayout,
-    reconfigure,
+    last_good_layout,
     speculative_layout,
 )
-from scheduler.config.tenant import Tenant, TenantConfig, TenantProject, parse_tenant_config
+from scheduler.config.tenant import (
+    BranchKey,
+    Tenant,
+    TenantConfig,
+    TenantProject,
+    parse_tenant_config,
+)
 
 __all__ = [
     "SLUICE_FILE",
+    "BranchKey",
     "ConfigError",
     "Dependency",
     "FreezeError",
@@ -55,13 +64,13 @@ __all__ = [
     "JobGraph",
     "JobVariant",
     "KeptBranch",
+    "LastGoodLayout",
     "Layout",
     "LayoutResult",
     "Pipeline",
     "Playbook",
     "ProjectConfig",
     "Queue",
-    "Reconfiguration",
     "RequiredProject",
     "Semaphore",
     "SpeculativeLayout",
@@ -73,9 +82,9 @@ __all__ = [
     "YamlError",
     "build_layout",
     "freeze_job_graph",
+    "last_good_layout",
     "new_errors",
     "parse_tenant_config",
-    "reconfigure",
     "select_config_files",
     "speculative_layout",
 ]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.config.errors import ConfigError
 from scheduler.config.parser import CONFIG_TYPES
@@ -64,6 +64,21 @@ PROJECT_OPTIONS = frozenset(
 )
 
 
+class BranchKey(NamedTuple):
+    """What names one project branch everywhere: its connection, project and branch.
+
+    The config layer keys a tenant's branches with it (the last good files
+    of a branch, the branches an update broke: :mod:`scheduler.config.policies`),
+    and the config cache keys its files with it
+    (:mod:`scheduler.stores.config_cache`). A tuple, so it unpacks into
+    ``(connection, project, branch)`` arguments and sorts in that order.
+    """
+
+    connection: str
+    project: str
+    branch: str
+
+
 @dataclass(frozen=True)
 class TenantProject:
     name: str
@@ -97,6 +112,14 @@ class Tenant:
             if project.name == name:
                 return project
         return None
+
+    def branch_key(self, project: str, branch: str) -> BranchKey:
+        """The key of ``project``'s ``branch`` in this tenant (its connection is the project's).
+
+        A project the tenant does not hold has no connection here: ``""``.
+        """
+        found = self.project(project)
+        return BranchKey(found.connection if found else "", project, branch)
 
 
 @dataclass(frozen=True)

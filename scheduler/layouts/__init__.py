@@ -1,8 +1,9 @@
-"""Tenant layouts shared through ZooKeeper: reconfiguration, per-process cache, the seam.
+"""Tenant layouts shared through ZooKeeper: the recorded states, per-process cache, the seam.
 
-* :func:`reconfigure_tenant` — under the tenant WRITE lock: fetch every
-  project branch's config files, write the ZooKeeper config cache, build the
-  layout (last good files for broken branches), record the layout state.
+* :class:`LayoutState` — what a reconfiguration records for a tenant
+  (``layout/<tenant>``); the reconfiguration itself (fetch every project
+  branch's config files, write the config cache, build the layout, record
+  the state, under the tenant WRITE lock) is :mod:`scheduler.reconfiguration`.
 * :class:`TenantLayouts` — a process's built layouts, validated against the
   layout state before each use and rebuilt from ZooKeeper alone (under the
   READ lock) when stale; also the event routing of the forwarding hops
@@ -26,12 +27,6 @@ from scheduler.layouts.errors import (
     UnknownPipelineError,
     UnsupportedManagerError,
 )
-from scheduler.layouts.reconfigure import (
-    Fetch,
-    ReconfigureResult,
-    load_tenant,
-    reconfigure_tenant,
-)
 from scheduler.layouts.source import (
     LayoutFreezer,
     LayoutManagerSource,
@@ -47,7 +42,6 @@ from scheduler.layouts.state import (
 from scheduler.layouts.triggers import filter_matches, pipelines_for_event
 
 __all__ = [
-    "Fetch",
     "KeptInfo",
     "LayoutError",
     "LayoutFreezer",
@@ -56,7 +50,6 @@ __all__ = [
     "LayoutState",
     "LockTimeoutError",
     "NoLayoutError",
-    "ReconfigureResult",
     "TenantLayout",
     "TenantLayouts",
     "TenantNotFoundError",
@@ -65,9 +58,7 @@ __all__ = [
     "build_from_state",
     "filter_matches",
     "job_info",
-    "load_tenant",
     "pipelines_for_event",
-    "reconfigure_tenant",
     "tenant_from_dict",
     "tenant_to_dict",
 ]

@@ -1,6 +1,6 @@
 """The tenant layout state as the layout layer sees it, and the tenant's own definition.
 
-A layout state (``layout/<tenant>``, written by :mod:`scheduler.layouts.reconfigure`)
+A layout state (``layout/<tenant>``, written by :mod:`scheduler.reconfiguration`)
 holds everything a process needs to rebuild the tenant's layout from
 ZooKeeper alone: the tenant's definition from ``main.yaml`` (so no process
 depends on its local copy of the file), the exact files of every branch

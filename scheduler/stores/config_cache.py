@@ -48,6 +48,7 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
+from scheduler.config import BranchKey
 from scheduler.zk import paths, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import (
@@ -106,6 +107,10 @@ class BranchFiles:
     branch: str
     files: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def key(self) -> BranchKey:
+        return BranchKey(self.connection, self.project, self.branch)
+
     def digests(self) -> dict[str, str]:
         return {path: file_digest(text) for path, text in self.files.items()}
 
@@ -136,6 +141,10 @@ class SourceRef:
     branch: str
     digests: Mapping[str, str]
     hash: str
+
+    @property
+    def key(self) -> BranchKey:
+        return BranchKey(self.connection, self.project, self.branch)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -468,9 +477,6 @@ def save_layout_state(
 # ---------------------------------------------------------------- pruning
 
 
-BranchKey = tuple[str, str, str]  # connection, project, branch
-
-
 @dataclass(frozen=True)
 class References:
     """The files every layout state names, and the ``layout`` version they were read at."""
@@ -488,8 +494,7 @@ def references(client: ZooKeeperClient) -> References:
     for tenant in layout_tenants(client):
         record = load_layout_state(client, tenant)
         for source in record.sources if record else ():
-            key = (source.connection, source.project, source.branch)
-            found.setdefault(key, set()).update(source.digests.values())
+            found.setdefault(source.key, set()).update(source.digests.values())
     return References(int(stat.version), {k: frozenset(v) for k, v in found.items()})
 
 
@@ -516,7 +521,7 @@ def prune(
     except (NoDataError, NoNodeError):
         return 0
     refs = references(client) if refs is None else refs
-    referenced = set(refs.digests.get((connection, project, branch), ()))
+    referenced = set(refs.digests.get(BranchKey(connection, project, branch), ()))
     referenced.update(index.digests.values(), keep)
     doomed = [c for c in children if c not in referenced][:PRUNE_BATCH]
     if not doomed:

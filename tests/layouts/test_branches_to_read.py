@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.config import TenantProject
-from scheduler.layouts.reconfigure import FetchedBranches, branches_to_read
+from scheduler.reconfiguration import FetchedBranches, branches_to_read
 
 FILES = {"zuul.yaml": "- job: {name: base, parent: null}\n"}
 

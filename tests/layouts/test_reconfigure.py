@@ -16,10 +16,10 @@ from scheduler.layouts import (
     LayoutState,
     TenantLayouts,
     TenantNotFoundError,
-    reconfigure_tenant,
     tenant_from_dict,
     tenant_to_dict,
 )
+from scheduler.reconfiguration import reconfigure_tenant
 from scheduler.stores import config_cache as cc
 from scheduler.zk import locks, paths
 from scheduler.zk.client import ZooKeeperClient, attach

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.layouts import TenantLayouts, reconfigure_tenant
-from scheduler.layouts.reconfigure import retire_tenant
-from scheduler.reconfiguration import left_tenant_file
+from scheduler.layouts import TenantLayouts
+from scheduler.reconfiguration import left_tenant_file, reconfigure_tenant, retire_tenant
 from scheduler.zk.client import ZooKeeperClient
 from tests.fixtures.services import ZooKeeperTarget
 from tests.layouts.gitrepos import GitRepos

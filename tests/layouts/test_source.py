@@ -9,12 +9,13 @@ import pytest
 
 from scheduler import scope
 from scheduler.config.model import Dependency
-from scheduler.layouts import LayoutManagerSource, TenantLayouts, reconfigure_tenant
+from scheduler.layouts import LayoutManagerSource, TenantLayouts
 from scheduler.manager.dependent import DependentManager
 from scheduler.manager.events import MergeOutcome
 from scheduler.manager.independent import IndependentManager
 from scheduler.manager.retiring import RetiringManager
 from scheduler.manager.window import WindowSettings
+from scheduler.reconfiguration import reconfigure_tenant
 from scheduler.wire.merger import config_files_key, split_config_files_key
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import Transaction

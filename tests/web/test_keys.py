@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scheduler import crypto
-from scheduler.layouts import reconfigure_tenant
+from scheduler.reconfiguration import reconfigure_tenant
 from scheduler.settings.load import load_settings
 from scheduler.stores.keystore import KeyStore
 from scheduler.zk.client import ZooKeeperClient, connect

@@ -1,26 +1,30 @@
-"""Reconfiguring a tenant on a merger worker, with the config read from its own repo cache.
+"""The merger jobs of a reconfiguration, run in this process from its own repo cache.
 
-The reconfiguration requests of a tenant (:mod:`scheduler.reconfiguration`)
-are applied by the ``sluice.merger.reconfigure`` task on the ``merger``
-queue: the worker that applies them holds a repo cache, so it reads branch
-heads and config files itself instead of sending merger jobs and waiting
-for another worker (a scheduler worker waiting on mergers could starve the
-very workers it waits for).
+A tenant's reconfiguration requests (:mod:`scheduler.reconfiguration`) are
+applied by the ``sluice.merger.reconfigure`` task on the ``merger`` queue:
+the worker that applies them holds a repo cache, so it reads branch heads
+and config files itself instead of sending merger jobs and waiting for
+another worker (a scheduler worker waiting on mergers could starve the very
+workers it waits for).
+
+This side only runs the jobs: :func:`local_runner` is a function from a
+merger job to its result, in the formats of :mod:`scheduler.wire.merger`.
+The task adapter (``tasks/merger.py``) puts it together with the brain's
+reconfiguration (``apply_requests`` with ``fetch_with(local_runner(cache))``);
+nothing here imports what decides.
 """
 
 from __future__ import annotations
 
-from scheduler.layouts.reconfigure import Fetch
-from scheduler.reconfiguration import apply_requests, fetch_with
-from scheduler.settings.sections import Settings
+from collections.abc import Callable
+
 from scheduler.wire import merger as wire
-from scheduler.zk.client import ZooKeeperClient
 from workers.merger.cache import RepoCache
 from workers.merger.jobs import run_branch_heads_job, run_config_job
 
 
-def local_fetch(cache: RepoCache) -> Fetch:
-    """Branch heads and config files of a project, read from ``cache`` in this process."""
+def local_runner(cache: RepoCache) -> Callable[[wire.MergerJob], wire.MergerResult]:
+    """Run a reconfiguration's merger jobs (branch heads, config files) from ``cache``."""
 
     def run(job: wire.MergerJob) -> wire.MergerResult:
         if isinstance(job, wire.BranchHeadsJob):
@@ -29,11 +33,4 @@ def local_fetch(cache: RepoCache) -> Fetch:
             return run_config_job(job, cache)
         raise TypeError(f"a reconfiguration runs no {type(job).__name__}")
 
-    return fetch_with(run)
-
-
-def reconfigure_tenant_here(
-    client: ZooKeeperClient, settings: Settings, cache: RepoCache, tenant: str
-) -> bool:
-    """Apply ``tenant``'s reconfiguration requests; True if there were any."""
-    return apply_requests(client, settings, tenant, local_fetch(cache))
+    return run

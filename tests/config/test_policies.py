@@ -1,6 +1,8 @@
+"""The layout-building policies: last good files for a broken branch, speculative layouts."""
+
 from __future__ import annotations
 
-from scheduler.config import UnparsedBranch, reconfigure, speculative_layout
+from scheduler.config import BranchKey, UnparsedBranch, last_good_layout, speculative_layout
 from scheduler.config.graph import freeze_job_graph
 from tests.config.builders import BASE, dedent, tenant
 
@@ -16,9 +18,10 @@ def branches(app_text: str) -> list[UnparsedBranch]:
 
 
 def test_broken_branch_keeps_its_last_good_config() -> None:
-    last_good = {("app", "main"): branches(GOOD)[1]}
-    outcome = reconfigure(tenant(), branches(BROKEN), last_good)
-    assert [(k.project, k.branch) for k in outcome.kept] == [("app", "main")]
+    last_good = {BranchKey("git", "app", "main"): branches(GOOD)[1]}
+    outcome = last_good_layout(tenant(), branches(BROKEN), last_good)
+    assert [k.key for k in outcome.kept] == [BranchKey("git", "app", "main")]
+    assert (outcome.kept[0].project, outcome.kept[0].branch) == ("app", "main")
     assert [str(e) for e in outcome.kept[0].errors] == [
         ".zuul.yaml:1: job 'unit': timeout: expected an integer, got string",
         # the project stanza now names a job that is gone
@@ -30,9 +33,19 @@ def test_broken_branch_keeps_its_last_good_config() -> None:
 
 def test_good_update_is_taken() -> None:
     newer = "- job: {name: unit, timeout: 60}\n- project: {check: {jobs: [unit]}}\n"
-    outcome = reconfigure(tenant(), branches(newer), {("app", "main"): branches(GOOD)[1]})
+    last_good = {BranchKey("git", "app", "main"): branches(GOOD)[1]}
+    outcome = last_good_layout(tenant(), branches(newer), last_good)
     assert outcome.kept == ()
     assert freeze_job_graph(outcome.result.layout, "app", "main", "check").jobs[0].timeout == 60
+
+
+def test_a_branch_is_keyed_by_its_connection_too() -> None:
+    # the key of the config cache: a branch of the same name elsewhere is another branch
+    assert tenant().branch_key("app", "main") == BranchKey("git", "app", "main")
+    assert tenant().branch_key("stranger", "main") == BranchKey("", "stranger", "main")
+    elsewhere = {BranchKey("github", "app", "main"): branches(GOOD)[1]}
+    outcome = last_good_layout(tenant(), branches(BROKEN), elsewhere)
+    assert outcome.kept == () and outcome.result.errors  # no last good of its own: taken
 
 
 def test_change_with_broken_config_gets_the_error() -> None:

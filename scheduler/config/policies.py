@@ -1,9 +1,9 @@
-"""Policies on top of :func:`build_layout`: last good config, speculative config.
+"""Layout-building policies on top of :func:`build_layout`: last good config, speculative config.
 
 Two situations need more than one layout build:
 
-* **A branch update breaks its configuration.** :func:`reconfigure` builds
-  the new layout; a branch whose files changed since its last good
+* **A branch update breaks its configuration.** :func:`last_good_layout`
+  builds the new layout; a branch whose files changed since its last good
   version and that now carries errors of its own that the last good
   version did not have keeps its last good files, and the errors are
   returned so they can be reported. Errors caused elsewhere (a config
@@ -15,8 +15,18 @@ Two situations need more than one layout build:
   numbers, since a change moves lines). Non-empty: the item fails with
   those errors as its result and the tenant's layout is untouched.
 
-Where the files come from (merger, ZooKeeper config cache) and the tenant
-locks around a reconfiguration are the caller's business.
+Why these live in the configuration package and not with the
+reconfiguration (:mod:`scheduler.reconfiguration`): they are pure
+functions of a tenant and its branches' files, deciding which files a
+layout is built from, like :func:`build_layout` itself; they read and write
+nothing. The reconfiguration flow (where the files come from, the config
+cache, the tenant locks, the layout state, the requests) calls
+:func:`last_good_layout`; the speculative layout of an item is not a
+reconfiguration at all (the layouts' freezer calls it for every item that
+changes config).
+
+Branches are named by :class:`~scheduler.config.tenant.BranchKey`, the
+key the config cache uses too.
 """
 
 from __future__ import annotations
@@ -27,22 +37,27 @@ from dataclasses import dataclass
 from scheduler.config.errors import ConfigError
 from scheduler.config.layout import LayoutResult, new_errors
 from scheduler.config.loader import UnparsedBranch, build_layout
-from scheduler.config.tenant import Tenant
-
-BranchKey = tuple[str, str]
+from scheduler.config.tenant import BranchKey, Tenant
 
 
 @dataclass(frozen=True)
 class KeptBranch:
     """A branch that kept its last good configuration, and why."""
 
-    project: str
-    branch: str
+    key: BranchKey
     errors: tuple[ConfigError, ...]
+
+    @property
+    def project(self) -> str:
+        return self.key.project
+
+    @property
+    def branch(self) -> str:
+        return self.key.branch
 
 
 @dataclass(frozen=True)
-class Reconfiguration:
+class LastGoodLayout:
     result: LayoutResult
     kept: tuple[KeptBranch, ...] = ()
 
@@ -54,31 +69,32 @@ class SpeculativeLayout:
     errors: tuple[ConfigError, ...] = ()
 
 
-def _key(branch: UnparsedBranch) -> BranchKey:
-    return (branch.project, branch.branch)
-
-
-def reconfigure(
+def last_good_layout(
     tenant: Tenant,
     branches: Sequence[UnparsedBranch],
     last_good: Mapping[BranchKey, UnparsedBranch],
-) -> Reconfiguration:
+) -> LastGoodLayout:
     """Build the tenant layout, keeping the last good files of broken branches."""
+
+    def key(branch: UnparsedBranch) -> BranchKey:
+        return tenant.branch_key(branch.project, branch.branch)
+
     current = build_layout(tenant, branches)
-    baseline = build_layout(tenant, [last_good.get(_key(b), b) for b in branches])
+    baseline = build_layout(tenant, [last_good.get(key(b), b) for b in branches])
     introduced = new_errors(baseline.errors, current.errors)
     changed = {
-        _key(b) for b in branches if _key(b) in last_good and last_good[_key(b)].files != b.files
+        key(b) for b in branches if key(b) in last_good and last_good[key(b)].files != b.files
     }
-    broken = sorted({(e.project, e.branch) for e in introduced} & changed)
+    blamed = {tenant.branch_key(e.project, e.branch) for e in introduced}
+    broken = sorted(blamed & changed)
     if not broken:
-        return Reconfiguration(current)
-    fallback = [last_good[_key(b)] if _key(b) in broken else b for b in branches]
+        return LastGoodLayout(current)
+    fallback = [last_good[key(b)] if key(b) in broken else b for b in branches]
     kept = tuple(
-        KeptBranch(key[0], key[1], tuple(e for e in introduced if (e.project, e.branch) == key))
-        for key in broken
+        KeptBranch(k, tuple(e for e in introduced if tenant.branch_key(e.project, e.branch) == k))
+        for k in broken
     )
-    return Reconfiguration(build_layout(tenant, fallback), kept)
+    return LastGoodLayout(build_layout(tenant, fallback), kept)
 
 
 def speculative_layout(
@@ -87,8 +103,8 @@ def speculative_layout(
     proposed: Iterable[UnparsedBranch],
 ) -> SpeculativeLayout:
     """The layout an item would run with, and the errors its files introduce."""
-    merged = {_key(b): b for b in branches}
-    merged.update({_key(b): b for b in proposed})
+    merged = {tenant.branch_key(b.project, b.branch): b for b in branches}
+    merged.update({tenant.branch_key(b.project, b.branch): b for b in proposed})
     base = build_layout(tenant, branches)
     result = build_layout(tenant, list(merged.values()))
     return SpeculativeLayout(result, tuple(new_errors(base.errors, result.errors)))

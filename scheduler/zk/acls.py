@@ -36,7 +36,7 @@ from kazoo.security import ACL, Permissions, make_digest_acl
 
 from scheduler.errors import SettingsError
 from scheduler.zk.client import bare_client
-from scheduler.zk.endpoint import Endpoint, Identity
+from scheduler.zk.endpoint import DigestIdentity, ZooKeeperEndpoint
 
 SYSTEM = "/zookeeper"
 # closed with its children; SYSTEM's other child, ``config``, keeps its world-read ACL
@@ -45,7 +45,7 @@ QUOTA = f"{SYSTEM}/quota"
 _ANYONE = ("world", "ip")
 
 
-def identity_acl(auth: Identity) -> list[ACL]:
+def identity_acl(auth: DigestIdentity) -> list[ACL]:
     """The ACL of every node Sluice owns: its digest identity, every permission."""
     return [make_digest_acl(auth.username, auth.password, all=True)]
 
@@ -73,14 +73,14 @@ class Closing:
         return [p for p in self.changed if p != "/" and not p.startswith(system)]
 
 
-def _auth(settings: Endpoint) -> Identity:
+def _auth(settings: ZooKeeperEndpoint) -> DigestIdentity:
     if settings.auth is None:
         raise SettingsError("closing ZooKeeper needs zookeeper.auth (Sluice's identity)")
     return settings.auth
 
 
 class _AclWalker:
-    def __init__(self, kazoo: KazooClient, settings: Endpoint) -> None:
+    def __init__(self, kazoo: KazooClient, settings: ZooKeeperEndpoint) -> None:
         self.kazoo = kazoo
         self.timeout = settings.call_timeout
         self.acl = identity_acl(_auth(settings))
@@ -133,7 +133,7 @@ class _AclWalker:
         self.close(path)
 
 
-def close_server(settings: Endpoint, also_as: Sequence[Identity] = ()) -> Closing:
+def close_server(settings: ZooKeeperEndpoint, also_as: Sequence[DigestIdentity] = ()) -> Closing:
     """Close a server Sluice owns to every client without its password (module docstring).
 
     ``also_as`` adds identities to act as (the stack's superuser), needed
@@ -150,7 +150,7 @@ def close_server(settings: Endpoint, also_as: Sequence[Identity] = ()) -> Closin
         return walker.closing
 
 
-def open_parts(settings: Endpoint) -> list[str]:
+def open_parts(settings: ZooKeeperEndpoint) -> list[str]:
     """What a server lets any client do that Sluice relies on no one doing; [] when closed.
 
     Read with Sluice's identity: a node whose ACL it may not read is closed

@@ -63,7 +63,7 @@ from kazoo.security import make_digest_acl
 
 from scheduler.errors import SettingsError, SluiceError
 from scheduler.processlocal import ProcessLocal
-from scheduler.zk.endpoint import Endpoint, Identity
+from scheduler.zk.endpoint import DigestIdentity, ZooKeeperEndpoint
 from scheduler.zk.errors import AccessDeniedError, CallTimeoutError, ZooKeeperUnavailableError
 from scheduler.zk.pollhandler import PollHandler
 from scheduler.zk.trace import RequestTrace, process_trace
@@ -110,7 +110,7 @@ _PLAINTEXT_HINT = (
 )
 
 
-def _start(kazoo: KazooClient, settings: Endpoint, what: str) -> None:
+def _start(kazoo: KazooClient, settings: ZooKeeperEndpoint, what: str) -> None:
     """Start ``kazoo`` within the call deadline, or raise a SluiceError saying why not."""
     try:
         kazoo.start(timeout=settings.call_timeout)
@@ -154,7 +154,7 @@ class RequestCount:
 class ZooKeeperClient:
     """A started, chrooted kazoo client with deadlines, state tracking and a watchdog."""
 
-    def __init__(self, settings: Endpoint, kazoo: KazooClient) -> None:
+    def __init__(self, settings: ZooKeeperEndpoint, kazoo: KazooClient) -> None:
         self.settings = settings
         self.kazoo = kazoo
         self.call_timeout = settings.call_timeout
@@ -412,12 +412,12 @@ class ZooKeeperClient:
         self.kazoo.close()
 
 
-def _hosts_with_chroot(settings: Endpoint) -> str:
+def _hosts_with_chroot(settings: ZooKeeperEndpoint) -> str:
     root = settings.root.rstrip("/")
     return settings.hosts + root if root else settings.hosts
 
 
-def _digest(auth: Identity) -> tuple[str, str]:
+def _digest(auth: DigestIdentity) -> tuple[str, str]:
     """kazoo's ``auth_data`` entry of ``auth``; SettingsError when it has no password."""
     if not auth.password:
         where = auth.password_file or "zookeeper.auth.password"
@@ -426,10 +426,10 @@ def _digest(auth: Identity) -> tuple[str, str]:
 
 
 def _make_kazoo(
-    settings: Endpoint,
+    settings: ZooKeeperEndpoint,
     hosts: str,
     client_id: tuple[int, bytes] | None = None,
-    also_as: Sequence[Identity] = (),
+    also_as: Sequence[DigestIdentity] = (),
 ) -> KazooClient:
     auth_data = [_digest(auth) for auth in also_as] or None
     default_acl = None
@@ -460,7 +460,9 @@ def _make_kazoo(
 
 
 @contextlib.contextmanager
-def bare_client(settings: Endpoint, also_as: Sequence[Identity] = ()) -> Iterator[KazooClient]:
+def bare_client(
+    settings: ZooKeeperEndpoint, also_as: Sequence[DigestIdentity] = ()
+) -> Iterator[KazooClient]:
     """A started kazoo client without the chroot, authenticated also as ``also_as``.
 
     For what a chrooted client cannot reach: the chroot node itself and the
@@ -477,7 +479,7 @@ def bare_client(settings: Endpoint, also_as: Sequence[Identity] = ()) -> Iterato
         bare.close()
 
 
-def _ensure_root(settings: Endpoint) -> None:
+def _ensure_root(settings: ZooKeeperEndpoint) -> None:
     """Create the chroot node itself (with its parents), which a chrooted client cannot do."""
     if settings.root in ("", "/"):
         return
@@ -485,7 +487,7 @@ def _ensure_root(settings: Endpoint) -> None:
         bare.ensure_path_async(settings.root).get(timeout=settings.call_timeout)
 
 
-def connect(settings: Endpoint) -> ZooKeeperClient:
+def connect(settings: ZooKeeperEndpoint) -> ZooKeeperClient:
     """A started client chrooted at ``settings.root``, with its watchdog running."""
     _ensure_root(settings)
     kazoo = _make_kazoo(settings, _hosts_with_chroot(settings))
@@ -502,7 +504,7 @@ def connect(settings: Endpoint) -> ZooKeeperClient:
     return client
 
 
-def attach(settings: Endpoint, session_id: int, password: bytes) -> ZooKeeperClient:
+def attach(settings: ZooKeeperEndpoint, session_id: int, password: bytes) -> ZooKeeperClient:
     """A second client on an existing session (tests: closing it expires the session)."""
     kazoo = _make_kazoo(settings, _hosts_with_chroot(settings), (session_id, password))
     client = ZooKeeperClient(settings, kazoo)
@@ -516,10 +518,12 @@ def _close(client: ZooKeeperClient) -> None:
 
 
 # One client per process and settings, never inherited across a fork.
-_clients: ProcessLocal[Endpoint, ZooKeeperClient] = ProcessLocal("ZooKeeper client", _close)
+_clients: ProcessLocal[ZooKeeperEndpoint, ZooKeeperClient] = ProcessLocal(
+    "ZooKeeper client", _close
+)
 
 
-def process_client(settings: Endpoint) -> ZooKeeperClient:
+def process_client(settings: ZooKeeperEndpoint) -> ZooKeeperClient:
     """This process's client for ``settings``, created on first use (after any fork)."""
     return _clients.get(settings, lambda: connect(settings))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 
-class Identity(Protocol):
+class DigestIdentity(Protocol):
     """A digest identity (``zookeeper.auth``)."""
 
     @property
@@ -43,7 +43,7 @@ class Tls(Protocol):
     def verify(self) -> bool: ...
 
 
-class Endpoint(Hashable, Protocol):
+class ZooKeeperEndpoint(Hashable, Protocol):
     """The servers, the chroot, the deadlines, the identity and the TLS of a client."""
 
     @property
@@ -59,7 +59,7 @@ class Endpoint(Hashable, Protocol):
     def call_timeout(self) -> float: ...
 
     @property
-    def auth(self) -> Identity | None: ...
+    def auth(self) -> DigestIdentity | None: ...
 
     @property
     def tls(self) -> Tls | None: ...

@@ -19,7 +19,7 @@ from typing import Any
 from scheduler.drivers.reporter import DRIVERS, ForgeReporter, ReporterConfig
 from scheduler.layouts import LayoutManagerSource, TenantLayouts
 from scheduler.layouts.source import ProjectsNeeded
-from scheduler.nudge import dispatch
+from scheduler.nudge import dispatch, task_names
 from scheduler.processing.environment import Environment, ItemReporter, Nudge
 from scheduler.processing.formats import WireFormats
 from scheduler.processing.reporters import HistoryReporter
@@ -55,6 +55,15 @@ def _nudge(settings: Settings) -> Nudge:
     return nudge
 
 
+def _nudge_later(settings: Settings) -> Callable[[str, str, float], None]:
+    def nudge_later(tenant: str, pipeline: str, delay: float) -> None:
+        dispatch.send(
+            task_names.PROCESS_PIPELINE, tenant, pipeline, settings=settings, countdown=delay
+        )
+
+    return nudge_later
+
+
 def _reporter_config(layouts: TenantLayouts) -> ReporterConfig:
     def config(tenant: str, pipeline: str) -> Mapping[str, Mapping[str, Any]]:
         found = layouts.get(tenant).layout.pipelines.get(pipeline)
@@ -86,7 +95,9 @@ def build(settings: Settings) -> tuple[Environment, TenantLayouts]:
     if forge is not None:
         reporters.append(forge)
     managers = LayoutManagerSource(layouts, nodes=bool(settings.nodes.providers))
-    env = Environment(client, managers, formats, _nudge(settings), reporters)
+    env = Environment(
+        client, managers, formats, _nudge(settings), reporters, _nudge_later(settings)
+    )
     return env, layouts
 
 

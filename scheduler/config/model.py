@@ -184,6 +184,21 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Batch:
+    """Testing several changes of a dependent queue as one item (``batch:``, Sluice's own).
+
+    Up to ``size`` consecutive changes are tested on one buildset; the first
+    waits at most ``max_wait`` seconds for the others. A failed batch is
+    split in halves, recursively, ``max_bisect_depth`` times at most; after
+    that its changes are tested one by one.
+    """
+
+    size: int = 1
+    max_wait: float = 0.0
+    max_bisect_depth: int = 3
+
+
+@dataclass(frozen=True)
 class Pipeline:
     name: str
     source: SourceContext
@@ -201,6 +216,7 @@ class Pipeline:
     reject: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     window: Window | None = None
     messages: Mapping[str, str] = field(default_factory=dict)
+    batch: Batch | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +232,7 @@ class Queue:
     source: SourceContext
     per_branch: bool = False
     allow_circular_dependencies: bool = False
+    batch: Batch | None = None
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from scheduler.config.model import (
     Semaphore,
     SourceContext,
 )
-from scheduler.config.pipelines import parse_pipeline
+from scheduler.config.pipelines import batch_of, parse_pipeline
 from scheduler.config.projects import parse_project
 from scheduler.config.schema import Fields, Where, plain_json, type_name
 from scheduler.config.yamlload import MarkedDict, MarkedList, load_yaml
@@ -167,7 +167,7 @@ def _semaphore(body: MarkedDict, where: Where, source: SourceContext) -> Semapho
 
 
 def _queue(body: MarkedDict, where: Where, source: SourceContext) -> Queue:
-    keys = {"name", "per-branch", "allow-circular-dependencies", "dependencies-by-topic"}
+    keys = {"name", "per-branch", "allow-circular-dependencies", "dependencies-by-topic", "batch"}
     fields = Fields(body, where, _subject("queue", body), keys)
     fields.check_keys()
     fields.boolean("dependencies-by-topic", False)
@@ -176,6 +176,7 @@ def _queue(body: MarkedDict, where: Where, source: SourceContext) -> Queue:
         source=source,
         per_branch=fields.boolean("per-branch", False),
         allow_circular_dependencies=fields.boolean("allow-circular-dependencies", False),
+        batch=batch_of(fields),
     )
 
 

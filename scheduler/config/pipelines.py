@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.config.model import MANAGERS, PRECEDENCES, Pipeline, SourceContext, Window
+from scheduler.config.model import (
+    MANAGERS,
+    PRECEDENCES,
+    Batch,
+    Pipeline,
+    SourceContext,
+    Window,
+)
 from scheduler.config.schema import Fields, Where, type_name
 from scheduler.config.yamlload import MarkedDict
 
@@ -56,6 +63,7 @@ PIPELINE_KEYS = frozenset(
         "trigger",
         "require",
         "reject",
+        "batch",
         *MESSAGE_KEYS,
         *REPORTER_ACTIONS,
         *WINDOW_KEYS,
@@ -124,6 +132,7 @@ def parse_pipeline(
         reject=_requirements(fields, "reject", drivers),
         window=_window(fields, manager),
         messages={key: value for key in MESSAGE_KEYS if (value := fields.string(key))},
+        batch=_batch(fields, manager),
     )
 
 
@@ -224,6 +233,26 @@ def _window(fields: Fields, manager: str) -> Window | None:
     if window.ceiling is not None and window.ceiling < window.floor:
         raise fields.error("window-ceiling", f"must be at least window-floor ({window.floor})")
     return window
+
+
+def _batch(fields: Fields, manager: str) -> Batch | None:
+    if fields.has("batch") and manager != "dependent":
+        raise fields.error("batch", "batches apply only to dependent pipelines")
+    return batch_of(fields)
+
+
+def batch_of(fields: Fields) -> Batch | None:
+    """``batch: {size: N, max-wait: S, max-bisect-depth: D}`` of a pipeline or a queue."""
+    sub = fields.sub("batch", ("size", "max-wait", "max-bisect-depth"))
+    if sub is None:
+        return None
+    default = Batch()
+    wait = sub.number("max-wait")
+    return Batch(
+        size=_int(sub, "size", default.size, 1),
+        max_wait=default.max_wait if wait is None else wait,
+        max_bisect_depth=_int(sub, "max-bisect-depth", default.max_bisect_depth, 0),
+    )
 
 
 def _int(fields: Fields, key: str, default: int, minimum: int) -> int:

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, Intents, NodeIntent
-from scheduler.manager.settings import LayoutProvider, PipelineSettings
+from scheduler.manager.settings import FreezeResult, LayoutProvider, PipelineSettings
 from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.item import MergeState, PipelineState, QueueItem
 from scheduler.model.results import Result
@@ -42,6 +42,14 @@ class Answered(Protocol):
     def clock(self) -> Callable[[], float]: ...
 
     def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None: ...
+
+    def freeze_jobs(
+        self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
+    ) -> FreezeResult: ...
+
+    def merge_shared(
+        self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
+    ) -> None: ...
 
     def abort_job(self, item: QueueItem, job: JobState) -> None: ...
 
@@ -77,7 +85,7 @@ def merge_completed(manager: Answered, state: PipelineState, event: ev.MergeComp
     buildset.repo_state = dict(outcome.repo_state)
     buildset.base_state = {p: dict(b) for p, b in outcome.base_state.items()}
     buildset.files = list(outcome.files)
-    frozen = manager.layouts.freeze(item, outcome)
+    frozen = manager.freeze_jobs(state, item, outcome)
     if frozen.errors:
         buildset.config_errors = list(frozen.errors)
         return
@@ -91,7 +99,9 @@ def merge_completed(manager: Answered, state: PipelineState, event: ev.MergeComp
         return
     buildset.fail_fast = frozen.fail_fast
     buildset.jobs = {job.name: JobState(info=job) for job in frozen.jobs}
-    if not frozen.jobs:
+    if frozen.jobs:
+        manager.merge_shared(state, item, outcome)
+    else:
         # Zuul's rule: a change with no jobs in this pipeline is not reported.
         log.info("%s: no jobs for %s; dequeued", manager.settings.name, item.change.key)
         manager.dequeue(state, item, "no jobs to run", report=False)

@@ -49,7 +49,12 @@ from scheduler.config.model import NOOP_JOB
 from scheduler.manager import answers, settling
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
-from scheduler.manager.settings import LayoutProvider, PipelineSettings, SemaphoreLedger
+from scheduler.manager.settings import (
+    FreezeResult,
+    LayoutProvider,
+    PipelineSettings,
+    SemaphoreLedger,
+)
 from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import (
@@ -129,6 +134,15 @@ class PipelineManager:
     def place(self, state: PipelineState, queue: ChangeQueue, item: QueueItem) -> None:
         """Put a new item into its queue (at the end)."""
         queue.items.append(item.uuid)
+
+    def freeze_jobs(
+        self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
+    ) -> FreezeResult:
+        """The jobs of ``item`` under its merge (a batch's: its members')."""
+        return self.layouts.freeze(item, outcome)
+
+    def merge_shared(self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome) -> None:
+        """``item``'s merge is complete and its jobs frozen: what else it tested learns it."""
 
     # -- events ----------------------------------------------------------------
 

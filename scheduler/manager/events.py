@@ -12,10 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.model.results import Result
 from scheduler.wire.events import Dequeue, Enqueue, Promote
+
+
+class MergedChange(NamedTuple):
+    """One change of a merge: its branch's commit after it, and the files it touches."""
+
+    project: str
+    branch: str
+    commit: str
+    files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,8 @@ class MergeOutcome:
     lost: bool = False
     # project -> branch -> commit before the changes, for the branches they moved
     base_state: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # each change merged, in merge order (a batch's members get their own state from it)
+    merged: tuple[MergedChange, ...] = ()
 
 
 @dataclass(frozen=True)

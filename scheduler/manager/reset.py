@@ -13,14 +13,25 @@ item is merged and tested again from the start.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model.item import BuildSet, MergeState, PipelineState, PushState, QueueItem
 
-if TYPE_CHECKING:
-    from scheduler.manager.base import PipelineManager
-
 log = logging.getLogger(__name__)
+
+
+class Resets(Protocol):
+    """What a reset needs of its pipeline's manager (``PipelineManager``)."""
+
+    @property
+    def settings(self) -> PipelineSettings: ...
+
+    @property
+    def make_uuid(self) -> Callable[[], str]: ...
+
+    def abort_builds(self, item: QueueItem) -> None: ...
 
 
 def items_behind(state: PipelineState, item: QueueItem) -> list[QueueItem]:
@@ -53,7 +64,7 @@ def untouched(item: QueueItem) -> bool:
     )
 
 
-def reset_item(manager: PipelineManager, state: PipelineState, item: QueueItem, why: str) -> None:
+def reset_item(manager: Resets, state: PipelineState, item: QueueItem, why: str) -> None:
     """Abort ``item``'s builds and test it again, with every item behind it."""
     for behind in items_behind(state, item):
         reset_item(manager, state, behind, why)
@@ -68,7 +79,7 @@ def reset_item(manager: PipelineManager, state: PipelineState, item: QueueItem, 
 
 
 def move_item(
-    manager: PipelineManager, state: PipelineState, item: QueueItem, ahead: str | None, why: str
+    manager: Resets, state: PipelineState, item: QueueItem, ahead: str | None, why: str
 ) -> None:
     """Test ``item`` on ``ahead`` instead (resetting it and its subtree)."""
     reset_item(manager, state, item, why)
@@ -76,7 +87,7 @@ def move_item(
 
 
 def detach_behind(
-    manager: PipelineManager, state: PipelineState, item: QueueItem, reset: bool, why: str
+    manager: Resets, state: PipelineState, item: QueueItem, reset: bool, why: str
 ) -> None:
     """``item`` leaves: the items on top of it move onto what it was on.
 

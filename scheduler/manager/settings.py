@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scheduler.config.model import Batch
 from scheduler.manager import events as ev
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import JobInfo
@@ -53,6 +54,9 @@ class PipelineSettings:
     groups_for: Callable[[JobInfo, int], Mapping[str, tuple[str, ...]]] = lambda job, choice: {}
     # the priority of its node requests (Zuul's precedence: high 100, normal 200, low 300)
     node_priority: int = 200
+    # dependent pipelines: how the queue of (project, branch) batches its changes
+    # (the queue's ``batch``, else the pipeline's; None: one change an item)
+    batch_for: Callable[[str, str], Batch | None] = lambda project, branch: None
 
 
 @dataclass(frozen=True)

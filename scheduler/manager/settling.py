@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from scheduler.manager.intents import Intents
-from scheduler.model.item import PipelineState, PushState, QueueItem, Settled
+from scheduler.model.item import MergeState, PipelineState, PushState, QueueItem, Settled
 
 
 class Settles(Protocol):
@@ -70,6 +70,8 @@ def at_rest(item: QueueItem) -> bool:
         return False  # its report is retried after a back-off
     if item.push is PushState.PENDING:
         return False  # its push request is looked for on every pass
+    if item.batch and item.buildset.merge_state is MergeState.NEW and item.result is None:
+        return False  # its batch may be waiting for more changes, or for time
     for job in (item.buildset.jobs or {}).values():
         if job.waiting_for_semaphore is not None:
             return False  # another pipeline may free a slot

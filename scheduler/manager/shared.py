@@ -32,15 +32,28 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
-from scheduler.manager import reset, settling
+from scheduler.manager import batches, reset, settling
+from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager, needed
+from scheduler.manager.settings import FreezeResult
 from scheduler.manager.window import in_window
 from scheduler.model.change import Change
-from scheduler.model.item import ChangeQueue, PipelineState, PushState, QueueItem
+from scheduler.model.item import (
+    BuildSet,
+    ChangeQueue,
+    MergeState,
+    PipelineState,
+    PushState,
+    QueueItem,
+)
 from scheduler.model.results import Result
 
 log = logging.getLogger(__name__)
+
+# walks of a queue in one pass after batches were split in it
+MAX_REWALKS = 4
 
 
 class SharedQueueManager(PipelineManager):
@@ -51,6 +64,13 @@ class SharedQueueManager(PipelineManager):
     speculative = True
     # the window follows results at the head
     adjusts_window = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # per queue, when a waiting batch must be looked at again (this walk's)
+        self._waking: dict[str, float] = {}
+        # batches split during the walk of a queue
+        self.splits = 0
 
     # -- queueing ---------------------------------------------------------------
 
@@ -79,6 +99,7 @@ class SharedQueueManager(PipelineManager):
         if self.speculative:
             live = self.live_items(state, queue)
             item.ahead = live[-1].uuid if live else None
+            batches.join(self, state, item)
         queue.items.append(item.uuid)
 
     def live_items(self, state: PipelineState, queue: ChangeQueue) -> list[QueueItem]:
@@ -131,21 +152,75 @@ class SharedQueueManager(PipelineManager):
     def can_start_builds(self, item: QueueItem) -> bool:
         return item.active
 
+    # -- batches (scheduler.manager.batches) --------------------------------------
+
+    def ready_to_merge(self, state: PipelineState, item: QueueItem) -> bool:
+        return item.active and batches.ready(self, state, item)
+
+    def freeze_jobs(
+        self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
+    ) -> FreezeResult:
+        return batches.freeze(self.layouts, state, item, outcome)
+
+    def merge_shared(self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome) -> None:
+        batches.share_merge(state, item, outcome)
+
+    def wake_at(self, queue_name: str, when: float) -> None:
+        """A batch of the queue waits for more changes until ``when``: a pass must look then."""
+        self._waking[queue_name] = min(when, self._waking.get(queue_name, when))
+
+    def advance_item(self, state: PipelineState, item: QueueItem) -> None:
+        if not item.batch:
+            super().advance_item(state, item)
+            return
+        if batches.is_rider(state, item):
+            return  # the batch's tail merges and builds for it
+        buildset = item.buildset
+        shared_merge = (
+            buildset.merge_state is MergeState.COMPLETE
+            and buildset.jobs is None
+            and buildset.merge_error is None
+            and not buildset.config_errors
+            and item.result is None
+        )
+        if shared_merge:
+            # a rider that became the tail (the tail left): its state was the batch's
+            item.buildset = BuildSet(uuid=self.make_uuid())
+        super().advance_item(state, item)
+        head = batches.after_step(self, state, item)
+        if head is not None and head.ahead is None:
+            self._at_head(head)  # the batch passed: its first member reports now
+
     # -- dequeue -----------------------------------------------------------------
 
     def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None:
         if not item.dequeued:
             self._fail_dependents(state, item, "a dependency was dequeued")
+            others = [m for m in batches.members(state, item) if m.uuid != item.uuid]
             reset.detach_behind(
                 self, state, item, reset=True, why=f"item {item.uuid} ahead was dequeued"
             )
+            if others:
+                # the rest of its batch is tested again without it
+                reset.reset_item(self, state, state.items[others[0].uuid], f"{why} (batch)")
         super().dequeue(state, item, why, report)
 
     # -- the walk ----------------------------------------------------------------
 
     def advance(self, state: PipelineState) -> None:
+        self._waking = {}
         for queue in list(state.queues.values()):
+            self.splits = 0
             self.process_queue(state, queue)
+            for _ in range(MAX_REWALKS):
+                if not self.splits:
+                    break
+                # a batch was split: its halves (already walked) merge in this pass
+                self.splits = 0
+                self.process_queue(state, queue)
+            waking = self._waking.get(queue.name)
+            if queue.wake_at != waking:
+                queue.wake_at = waking
 
     def process_queue(self, state: PipelineState, queue: ChangeQueue) -> None:
         """The walk: each item's step in queue order; settled items are skipped

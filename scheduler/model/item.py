@@ -140,6 +140,11 @@ class QueueItem:
     report_failures: int = 0
     report_error: str = ""
     report_retry_at: float | None = None
+    # dependent pipelines with ``batch``: the batch the item is tested in ("" none;
+    # its members are consecutive items sharing the id, the last one builds) and
+    # how many splits of a failed batch made it
+    batch: str = ""
+    bisect_depth: int = 0
 
     def clone(self) -> QueueItem:
         """An equal item sharing nothing mutable with this one (its change is frozen).
@@ -171,6 +176,8 @@ class QueueItem:
             "report_failures": self.report_failures,
             "report_error": self.report_error,
             "report_retry_at": self.report_retry_at,
+            "batch": self.batch,
+            "bisect_depth": self.bisect_depth,
         }
 
     @classmethod
@@ -193,6 +200,8 @@ class QueueItem:
             report_failures=int(data.get("report_failures", 0)),
             report_error=str(data.get("report_error", "")),
             report_retry_at=data.get("report_retry_at"),
+            batch=str(data.get("batch", "")),
+            bisect_depth=int(data.get("bisect_depth", 0)),
         )
 
 
@@ -347,6 +356,8 @@ class ChangeQueue:
     window: int = 0  # 0: unlimited
     # removed with its last item (independent and supercedent queues)
     dynamic: bool = False
+    # a batch waits for more changes until then (scheduler.manager.batches)
+    wake_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -354,6 +365,7 @@ class ChangeQueue:
             "items": list(self.items),
             "window": self.window,
             "dynamic": self.dynamic,
+            "wake_at": self.wake_at,
         }
 
     @classmethod
@@ -363,6 +375,7 @@ class ChangeQueue:
             items=[str(i) for i in data.get("items", [])],
             window=int(data.get("window", 0)),
             dynamic=bool(data.get("dynamic", False)),
+            wake_at=data.get("wake_at"),
         )
 
 

@@ -10,7 +10,7 @@ through Celery), and tests assemble one from simple parts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -99,6 +99,9 @@ class Environment:
     formats: RequestFormats
     nudge: Nudge
     reporters: Sequence[ItemReporter] = ()
+    # nudge a pipeline (tenant, pipeline) again after a delay in seconds (a waiting
+    # batch); None: the sweep does, by the pipeline's retry flag
+    nudge_later: Callable[[str, str, float], None] | None = None
 
     def report(self, tenant: str, pipeline: str, item: QueueItem) -> str:
         """Run every reporter; "" if all landed, else why not (the item is reported again).

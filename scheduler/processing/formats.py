@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from scheduler.manager.events import MergeOutcome
+from scheduler.manager.events import MergedChange, MergeOutcome
 from scheduler.manager.intents import BuildIntent, MergeIntent
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
@@ -180,6 +180,10 @@ class WireFormats:
             files=tuple(files),
             config_files=config,
             base_state={state.project: dict(state.branches) for state in decoded.bases},
+            merged=tuple(
+                MergedChange(c.project, c.branch, c.merged_commit, tuple(c.files))
+                for c in sorted(decoded.changes, key=lambda c: c.index)
+            ),
         )
 
     def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:

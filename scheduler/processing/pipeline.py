@@ -142,6 +142,7 @@ class PipelinePass:
         tree, state = self.read(store, look)
         # items settled under the manager's layout are not advanced again
         state.fence = ledger.layout_fence or settling.FIXED_LAYOUT
+        waking = _waking(state)
         self.apply(manager, state, events)
         txn = self.decide(manager, state, ledger)
         if self.skippable and txn is not None:
@@ -150,6 +151,7 @@ class PipelinePass:
             # nothing new (a push may be pending: its result will wake us)
             store.keep_settled(state)
             self.rest(tree, ledger, state)
+            self.wake(waking, state)
             return False
         try:
             tree = self.commit(store, tree, state, txn)
@@ -168,6 +170,7 @@ class PipelinePass:
             )
             return True
         self.nudge(manager, ledger)
+        self.wake(waking, state)
         self.report_starts(manager, state)
         landed = self.report(manager, store, tree, state)
         self.measure()
@@ -286,6 +289,26 @@ class PipelinePass:
         self._after_commit(manager)
         for tenant, pipeline in ledger.to_wake():  # a slot freed: waiters elsewhere retry
             self.env.nudge(task_names.PROCESS_PIPELINE, (tenant, pipeline), None)
+
+    def wake(self, before: dict[str, float], state: PipelineState) -> None:
+        """A batch waits for more changes: the pipeline is nudged when it may start.
+
+        A delayed nudge comes at the time; the retry flag makes the sweep
+        nudge the pipeline until then too, so a lost one delays the batch by
+        one sweep interval at most. The flag comes down when nothing waits.
+        """
+        after = _waking(state)
+        if after == before:
+            return
+        flag = paths.pipeline_report_retry(self.tenant, self.pipeline)
+        if not after:
+            if not any(i.report_failures for i in state.items.peek_values()):
+                flags.lower_flag(self.env.client, flag)
+            return
+        flags.raise_flag(self.env.client, flag)
+        if self.env.nudge_later is not None:
+            delay = max(0.0, min(after.values()) - time.time())
+            self.env.nudge_later(self.tenant, self.pipeline, delay + 0.05)
 
     def report_starts(self, manager: PipelineManager, state: PipelineState) -> None:
         """Items whose first merge was requested in this pass have started (``start:``)."""
@@ -465,10 +488,16 @@ class PipelinePass:
             return landed
         items = state.items
         waiting = any(i.report_failures for i in items.peek_values() if i.uuid not in landed)
+        waiting = waiting or bool(_waking(state))
         recovered = any(item.report_failures for u in landed if (item := items.peek(u)))
         if recovered and not waiting:
             flags.lower_flag(self.env.client, retry_flag)
         return landed
+
+
+def _waking(state: PipelineState) -> dict[str, float]:
+    """When each queue's waiting batch may start (scheduler.manager.batches)."""
+    return {q.name: q.wake_at for q in state.queues.values() if q.wake_at is not None}
 
 
 def _named_items(state: PipelineState, event: ev.PipelineEvent) -> list[str]:

@@ -418,6 +418,18 @@ INVALID = [
         ],
     ),
     (
+        "batch-on-independent",
+        "- pipeline:\n    name: p\n    manager: independent\n    batch: {size: 4}\n",
+        "",
+        ["zuul.d/extra.yaml:4: pipeline 'p': batch: batches apply only to dependent pipelines"],
+    ),
+    (
+        "batch-unknown-key",
+        "- queue:\n    name: q\n    batch: {size: 4, wait: 3}\n",
+        "",
+        ["zuul.d/extra.yaml:3: queue 'q': batch.wait: unknown key"],
+    ),
+    (
         "trigger-unknown-connection",
         "- pipeline:\n    name: p\n    manager: independent\n    trigger:\n      gerrit: []\n",
         "",

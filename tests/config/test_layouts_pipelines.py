@@ -63,3 +63,21 @@ def test_queue_lookup() -> None:
     assert result.errors == ()
     assert result.layout.queue_for("app", "main", "gate") == ("integrated", True)
     assert result.layout.queue_for("lib", "main", "gate") is None
+
+
+def test_batches_of_a_pipeline_and_of_a_queue() -> None:
+    extra = """
+    - pipeline:
+        name: merge
+        manager: dependent
+        batch: {size: 8, max-wait: 30}
+    - queue:
+        name: integrated
+        batch: {size: 4, max-wait: 2.5, max-bisect-depth: 1}
+    """
+    result = with_base(extra)
+    assert result.errors == ()
+    batch = result.layout.pipelines["merge"].batch
+    assert batch is not None and (batch.size, batch.max_wait, batch.max_bisect_depth) == (8, 30, 3)
+    queue = result.layout.queues["integrated"].batch
+    assert queue is not None and (queue.size, queue.max_wait, queue.max_bisect_depth) == (4, 2.5, 1)

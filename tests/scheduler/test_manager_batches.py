@@ -1,0 +1,145 @@
+"""Batches in a dependent pipeline: N changes tested as one, a failed batch bisected."""
+
+from __future__ import annotations
+
+from scheduler.config.model import Batch
+from scheduler.manager import events as ev
+from scheduler.manager.settings import PipelineSettings
+from scheduler.model.item import ChangeQueue, MergeState, QueueItem
+from scheduler.model.results import Result
+from tests.scheduler.gate_harness import Gate
+
+S, F = Result.SUCCESS, Result.FAILURE
+REFS = tuple("ABCDEFGH")
+
+
+def batched_gate(size: int = 8, max_wait: float = 60.0, depth: int = 3) -> Gate:
+    batch = Batch(size=size, max_wait=max_wait, max_bisect_depth=depth)
+    settings = PipelineSettings(
+        "gate", "dependent", merge_on_success=True, batch_for=lambda project, branch: batch
+    )
+    return Gate(settings=settings)
+
+
+def merge_event(g: Gate, item: QueueItem) -> ev.MergeCompleted:
+    """A clean merge of the item's stack: each change moves ``app`` main to ``m-<ref>``."""
+    buildset = item.buildset
+    assert buildset.merge_request is not None
+    (merge,) = [m for m in g.merges if m.request == buildset.merge_request]
+    merged = tuple(
+        ev.MergedChange("app", "main", f"m-{c.ref}", (f"{c.ref}.txt",)) for c in merge.changes
+    )
+    outcome = ev.MergeOutcome(
+        ok=True,
+        repo_state={"app": {"main": merged[-1].commit}},
+        base_state={"app": {"main": "tip"}},
+        merged=merged,
+    )
+    return ev.MergeCompleted(item.uuid, buildset.uuid, buildset.merge_request, outcome)
+
+
+def settle(g: Gate, culprits: set[str]) -> int:
+    """Answer merges and builds until nothing is pending; a build fails iff its
+    merge stacks a culprit. Returns how many builds ran."""
+    builds = 0
+    for _ in range(200):
+        live = [i for i in g.state.items.values() if not i.dequeued]
+        merging = [i for i in live if i.buildset.merge_state is MergeState.PENDING]
+        if merging:
+            g.run(*(merge_event(g, i) for i in merging))
+            continue
+        running = [(i, j) for i in live for j in i.buildset.graph if j.running and i.buildset.jobs]
+        if not running:
+            return builds
+        events = []
+        for item, job in running:
+            stacked = set(g.merged_on(item.change.ref))
+            builds += 1
+            events.append(g.build_event(item, job.name, F if stacked & culprits else S))
+        g.run(*events)
+    raise AssertionError("the gate does not settle")
+
+
+def test_a_full_batch_is_one_merge_and_one_buildset_and_merges_each_change_in_order() -> None:
+    g = batched_gate()
+    items = g.enqueue(*REFS)
+    assert len(g.merges) == 1 and g.merged_on("H") == REFS
+    assert all(i.batch == items[0].batch for i in items)
+    assert settle(g, set()) == 1
+    assert g.reported == [(ref, S) for ref in REFS]
+    assert g.pushed == list(REFS)
+    # each change is pushed at the commit its own merge made
+    assert [i.buildset.repo_state for i in items[:2]] == [
+        {"app": {"main": "m-A"}},
+        {"app": {"main": "m-B"}},
+    ]
+
+
+def test_a_batch_waits_for_more_changes_until_its_max_wait() -> None:
+    g = batched_gate(size=4, max_wait=30.0)
+    g.enqueue("A", "B")
+    assert g.merges == []
+    assert g.state.queues["app"].wake_at == 1030.0
+    g.manager.clock = lambda: 1031.0
+    g.run()
+    assert g.merged_on("B") == ("A", "B")
+    assert g.state.queues["app"].wake_at is None
+    g.enqueue("C")  # the batch started: C begins its own
+    assert g.item("C").batch != g.item("A").batch
+
+
+def test_one_culprit_is_found_by_bisection_and_the_other_seven_merge_in_order() -> None:
+    g = batched_gate()
+    g.enqueue(*REFS)
+    builds = settle(g, {"C"})
+    assert g.reported == [("A", S), ("B", S), ("C", F), *((r, S) for r in "DEFGH")]
+    assert g.pushed == ["A", "B", "D", "E", "F", "G", "H"]
+    assert "culprit" in g.messages["C"]
+    # 8 -> 4+4 -> (2+2) -> 1+1, the halves behind a failing half tested again
+    assert builds < 8 + 4
+
+
+def test_two_culprits_in_one_batch() -> None:
+    g = batched_gate()
+    g.enqueue(*REFS)
+    settle(g, {"B", "G"})
+    results = dict(g.reported)
+    assert results == {r: (F if r in "BG" else S) for r in REFS}
+    assert g.pushed == ["A", "C", "D", "E", "F", "H"]
+
+
+def test_past_the_bisect_depth_the_changes_are_tested_one_by_one() -> None:
+    g = batched_gate(size=4, depth=0)
+    g.enqueue(*"ABCD")
+    settle(g, {"D"})
+    batches = {g.state.items[u].batch for u in g.state.queues["app"].items}
+    assert g.reported == [("A", S), ("B", S), ("C", S), ("D", F)]
+    assert batches == set()  # all reported and gone
+
+
+def test_the_split_is_kept_in_the_items_documents() -> None:
+    g = batched_gate(size=4)
+    items = g.enqueue(*"ABCD")
+    g.run(merge_event(g, items[-1]))
+    g.run(g.build_event(g.item("D"), "unit", F))
+    first, second = {g.item(r).batch for r in "AB"}, {g.item(r).batch for r in "CD"}
+    assert len(first) == len(second) == 1 and first != second
+    copy = QueueItem.from_dict(g.item("B").to_dict(), g.item("B").buildset)
+    assert (copy.batch, copy.bisect_depth) == (g.item("B").batch, 1)
+    queue = g.state.queues["app"]
+    assert ChangeQueue.from_dict(queue.to_dict()) == queue
+
+
+def test_a_dequeued_tail_leaves_its_riders_to_be_tested_again() -> None:
+    g = batched_gate(size=3)
+    g.enqueue(*"ABC")
+    g.run(merge_event(g, g.item("C")))
+    assert g.item("B").buildset.merge_state is MergeState.COMPLETE  # shared from C's merge
+    g.manager.dequeue_change(g.state, g.item("C").change)
+    g.run()
+    assert g.item("B").buildset.merge_state is MergeState.NEW  # A and B wait out max-wait
+    g.manager.clock = lambda: 1061.0
+    g.run()
+    assert g.merged_on("B") == ("A", "B")
+    settle(g, set())
+    assert g.reported == [("C", Result.DEQUEUED), ("A", S), ("B", S)]

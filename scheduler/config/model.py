@@ -217,6 +217,8 @@ class Pipeline:
     window: Window | None = None
     messages: Mapping[str, str] = field(default_factory=dict)
     batch: Batch | None = None
+    # Sluice's own: a failed item waits for this many items behind it to finish
+    pending_failure_depth: int = 0
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,8 @@ class Queue:
     per_branch: bool = False
     allow_circular_dependencies: bool = False
     batch: Batch | None = None
+    # None: the pipeline's
+    pending_failure_depth: int | None = None
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,14 @@ def _semaphore(body: MarkedDict, where: Where, source: SourceContext) -> Semapho
 
 
 def _queue(body: MarkedDict, where: Where, source: SourceContext) -> Queue:
-    keys = {"name", "per-branch", "allow-circular-dependencies", "dependencies-by-topic", "batch"}
+    keys = {
+        "name",
+        "per-branch",
+        "allow-circular-dependencies",
+        "dependencies-by-topic",
+        "batch",
+        "pending-failure-depth",
+    }
     fields = Fields(body, where, _subject("queue", body), keys)
     fields.check_keys()
     fields.boolean("dependencies-by-topic", False)
@@ -177,6 +184,7 @@ def _queue(body: MarkedDict, where: Where, source: SourceContext) -> Queue:
         per_branch=fields.boolean("per-branch", False),
         allow_circular_dependencies=fields.boolean("allow-circular-dependencies", False),
         batch=batch_of(fields),
+        pending_failure_depth=fields.integer("pending-failure-depth", minimum=0),
     )
 
 

@@ -64,6 +64,7 @@ PIPELINE_KEYS = frozenset(
         "require",
         "reject",
         "batch",
+        "pending-failure-depth",
         *MESSAGE_KEYS,
         *REPORTER_ACTIONS,
         *WINDOW_KEYS,
@@ -133,6 +134,7 @@ def parse_pipeline(
         window=_window(fields, manager),
         messages={key: value for key in MESSAGE_KEYS if (value := fields.string(key))},
         batch=_batch(fields, manager),
+        pending_failure_depth=_pending_failure_depth(fields, manager) or 0,
     )
 
 
@@ -239,6 +241,14 @@ def _batch(fields: Fields, manager: str) -> Batch | None:
     if fields.has("batch") and manager != "dependent":
         raise fields.error("batch", "batches apply only to dependent pipelines")
     return batch_of(fields)
+
+
+def _pending_failure_depth(fields: Fields, manager: str) -> int | None:
+    if fields.has("pending-failure-depth") and manager != "dependent":
+        raise fields.error(
+            "pending-failure-depth", "a pending failure applies only to dependent pipelines"
+        )
+    return fields.integer("pending-failure-depth", minimum=0)
 
 
 def batch_of(fields: Fields) -> Batch | None:

@@ -227,6 +227,13 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
         queue = layout.queues.get(found[0]) if found else None
         return queue.batch if queue is not None and queue.batch is not None else config.batch
 
+    def pending_failure_for(project: str, branch: str) -> int:
+        found = queue_for(project, branch)
+        queue = layout.queues.get(found[0]) if found else None
+        if queue is not None and queue.pending_failure_depth is not None:
+            return queue.pending_failure_depth
+        return config.pending_failure_depth
+
     return PipelineSettings(
         name=config.name,
         manager=config.manager,
@@ -240,6 +247,7 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
         groups_for=groups_for,
         node_priority=NODE_PRIORITIES.get(config.precedence, 200),
         batch_for=batch_for,
+        pending_failure_for=pending_failure_for,
     )
 
 

@@ -76,6 +76,7 @@ def reset_item(manager: Resets, state: PipelineState, item: QueueItem, why: str)
     item.result = None
     item.message = ""
     item.push = PushState.NONE
+    item.verdict = ""
 
 
 def move_item(

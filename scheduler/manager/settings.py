@@ -57,6 +57,8 @@ class PipelineSettings:
     # dependent pipelines: how the queue of (project, branch) batches its changes
     # (the queue's ``batch``, else the pipeline's; None: one change an item)
     batch_for: Callable[[str, str], Batch | None] = lambda project, branch: None
+    # dependent pipelines: how many items behind a failed one may show it flaky first
+    pending_failure_for: Callable[[str, str], int] = lambda project, branch: 0
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from scheduler.manager import batches, reset, settling
+from scheduler.manager import batches, pending, reset, settling
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager, needed
 from scheduler.manager.settings import FreezeResult
@@ -71,6 +71,8 @@ class SharedQueueManager(PipelineManager):
         self._waking: dict[str, float] = {}
         # batches split during the walk of a queue
         self.splits = 0
+        # a failure waited for the items behind it during the walk of a queue
+        self.waiting_judgement = False
 
     # -- queueing ---------------------------------------------------------------
 
@@ -211,13 +213,19 @@ class SharedQueueManager(PipelineManager):
         self._waking = {}
         for queue in list(state.queues.values()):
             self.splits = 0
+            self.waiting_judgement = False
             self.process_queue(state, queue)
             for _ in range(MAX_REWALKS):
-                if not self.splits:
+                if not (self.splits or self.waiting_judgement):
                     break
-                # a batch was split: its halves (already walked) merge in this pass
+                # a batch was split: its halves (already walked) merge in this pass;
+                # a failure waits for items behind it that this walk may have finished
+                rejudge = self.waiting_judgement
                 self.splits = 0
+                self.waiting_judgement = False
                 self.process_queue(state, queue)
+                if rejudge and not self.splits:
+                    break
             waking = self._waking.get(queue.name)
             if queue.wake_at != waking:
                 queue.wake_at = waking
@@ -245,27 +253,35 @@ class SharedQueueManager(PipelineManager):
                 item.active = active
                 self._reparent(state, item, ahead)
                 self.advance_item(state, item)
-                if dependencies and self.failing(item):
+                judged = pending.judge(self, state, queue, item)
+                if judged is pending.Judgement.WAIT:
+                    self.waiting_judgement = True
+                failing = pending.settle(state, queue, item, judged)
+                if dependencies and failing:
                     # it will not merge as tested: what depends on it must not merge either
                     self._fail_dependents(state, item, "a dependency failed")
-                if item.ahead is None:
+                if item.ahead is None and judged is not pending.Judgement.WAIT:
                     self._at_head(item)
 
             mark = settling.mark(state, uuid)
-            # skipped: settled, and in the same place (a head with a result reports)
+            # skipped: settled, and in the same place (a head with a result reports);
+            # a failure judged by the items behind it is looked at every walk
             skip = (
                 mark is not None
                 and seen.active == active
                 and seen.ahead == ahead
                 and not (ahead is None and seen.result is not None)
                 and not (dependencies and mark.failing)
+                and not (mark.failing and pending.depth_of(self, seen) > 0)
             )
             if mark is not None and skip:
                 if checking:
                     settling.verify(self, state, seen, step)
                 failing = mark.failing
             else:
-                failing = self.failing(settling.advance(self, state, uuid, step))
+                item = settling.advance(self, state, uuid, step)
+                judged = pending.judge(self, state, queue, item)
+                failing = judged in (pending.Judgement.FAILED, pending.Judgement.FAILING)
             if not failing:
                 nnfi = uuid
 

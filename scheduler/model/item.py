@@ -145,6 +145,9 @@ class QueueItem:
     # how many splits of a failed batch made it
     batch: str = ""
     bisect_depth: int = 0
+    # a failure judged before it reset the queue (scheduler.manager.pending):
+    # "flaky" (an item on top of it passed: it merged), "failed" (confirmed)
+    verdict: str = ""
 
     def clone(self) -> QueueItem:
         """An equal item sharing nothing mutable with this one (its change is frozen).
@@ -178,6 +181,7 @@ class QueueItem:
             "report_retry_at": self.report_retry_at,
             "batch": self.batch,
             "bisect_depth": self.bisect_depth,
+            "verdict": self.verdict,
         }
 
     @classmethod
@@ -202,6 +206,7 @@ class QueueItem:
             report_retry_at=data.get("report_retry_at"),
             batch=str(data.get("batch", "")),
             bisect_depth=int(data.get("bisect_depth", 0)),
+            verdict=str(data.get("verdict", "")),
         )
 
 

@@ -71,9 +71,11 @@ def test_batches_of_a_pipeline_and_of_a_queue() -> None:
         name: merge
         manager: dependent
         batch: {size: 8, max-wait: 30}
+        pending-failure-depth: 2
     - queue:
         name: integrated
         batch: {size: 4, max-wait: 2.5, max-bisect-depth: 1}
+        pending-failure-depth: 0
     """
     result = with_base(extra)
     assert result.errors == ()
@@ -81,3 +83,5 @@ def test_batches_of_a_pipeline_and_of_a_queue() -> None:
     assert batch is not None and (batch.size, batch.max_wait, batch.max_bisect_depth) == (8, 30, 3)
     queue = result.layout.queues["integrated"].batch
     assert queue is not None and (queue.size, queue.max_wait, queue.max_bisect_depth) == (4, 2.5, 1)
+    assert result.layout.pipelines["merge"].pending_failure_depth == 2
+    assert result.layout.queues["integrated"].pending_failure_depth == 0

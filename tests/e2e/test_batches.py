@@ -191,3 +191,44 @@ def test_a_batch_across_two_projects_of_a_shared_queue(system: SluiceSystem) -> 
     app = system.repos.git("app", "ls-tree", "-r", "--name-only", "main").split()
     assert "src/l1.py" in lib and "src/l2.py" not in lib and "FAIL" not in lib
     assert {"src/a1.py", "src/a2.py"} <= set(app)
+
+
+JUDGING = {
+    "zuul.d/pipelines.yaml": """
+        - pipeline:
+            name: gate
+            manager: dependent
+            pending-failure-depth: 2
+            success:
+              local:
+                merge: true
+        - job:
+            name: base
+            parent: null
+            timeout: 120
+        """,
+}
+
+
+def test_a_flaky_failure_merges_under_pending_failure_depth(system: SluiceSystem) -> None:
+    flaked = system.root / "flaked"
+    # a change with FLAKY fails its first test only; B is tested on top of it
+    script = f"#!/bin/sh\nif [ -e FLAKY ] && [ ! -e {flaked} ]; then touch {flaked}; exit 1; fi\n"
+    system.tenant(MAIN_YAML)
+    system.repos.commit("config", "main", JUDGING)
+    base = system.repos.commit("app", "main", {**APP, "ci/unit.sh": script})
+    system.repos.commit("app", "a", {"src/a.py": "x\n", "FLAKY": "x\n"}, base=base)
+    system.repos.commit("app", "b", {"src/b.py": "x\n"}, base=base)
+    system.repos.git("app", "checkout", "-q", "--detach")
+    system.start_workers()
+    system.sluice("reconfigure")
+    for ref in ("a", "b"):
+        system.enqueue(ref, "gate")
+    system.sluice("wait", "--idle", "--timeout", "120")
+
+    buildsets = {b["ref"]: b for b in system.buildsets()}
+    assert {ref: b["result"] for ref, b in buildsets.items()} == {"a": "SUCCESS", "b": "SUCCESS"}
+    assert "judged flaky" in buildsets["a"]["message"]
+    assert _merged_order(system, base) == ["a", "b"]
+    # b was never reset: one build each
+    assert sorted(b["ref"] for b in system.builds()) == ["a", "b"]

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from scheduler.model.build import BuildsetJobs, JobState, copy_json
 from scheduler.model.change import Change
+from scheduler.model.reasons import LeaveReason, ResetHistory, Waste
 from scheduler.model.results import Result
 
 
@@ -140,6 +141,12 @@ class QueueItem:
     report_failures: int = 0
     report_error: str = ""
     report_retry_at: float | None = None
+    # why it failed or was dequeued (None: not failed, or not yet)
+    reason: LeaveReason | None = None
+    # the resets it went through (builds and CI seconds thrown away, the last cause)
+    resets: ResetHistory = field(default_factory=ResetHistory)
+    # the resets its failure or dequeue caused to the items behind it
+    reset_cost: Waste = field(default_factory=Waste)
 
     def clone(self) -> QueueItem:
         """An equal item sharing nothing mutable with this one (its change is frozen).
@@ -171,6 +178,9 @@ class QueueItem:
             "report_failures": self.report_failures,
             "report_error": self.report_error,
             "report_retry_at": self.report_retry_at,
+            "reason": self.reason.to_dict() if self.reason else None,
+            "resets": self.resets.to_dict(),
+            "reset_cost": self.reset_cost.to_dict(),
         }
 
     @classmethod
@@ -193,6 +203,9 @@ class QueueItem:
             report_failures=int(data.get("report_failures", 0)),
             report_error=str(data.get("report_error", "")),
             report_retry_at=data.get("report_retry_at"),
+            reason=LeaveReason.from_dict(data.get("reason")),
+            resets=ResetHistory.from_dict(data.get("resets")),
+            reset_cost=Waste.from_dict(data.get("reset_cost")),
         )
 
 

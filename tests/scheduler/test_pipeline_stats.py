@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
+from scheduler import metrics
 from scheduler.model import reasons
 from scheduler.model.results import Result
 from scheduler.model.tally import PipelineTotals
@@ -119,3 +121,19 @@ def test_a_report_repeated_after_a_crash_is_counted_once(
     assert found.resets["app"].resets == 2
     assert found.dequeues == {reasons.FAILED: 1}
     assert found.time_in_queue["app"].count == 1
+
+
+def test_the_counters_are_scraped_as_prometheus_metrics(gate: World) -> None:  # noqa: F811
+    fail_a(gate, three_running(gate))
+    gate.process()
+    text = generate_latest(metrics.registry(gate.client)).decode()
+    labels = f'pipeline="{PIPELINE}",queue="app",tenant="{TENANT}"'
+    assert f"sluice_queue_resets_total{{{labels}}} 2.0" in text
+    assert f"sluice_builds_wasted_total{{{labels}}} 2.0" in text
+    assert f"sluice_ci_seconds_wasted_total{{{labels}}}" in text
+    assert (
+        f'sluice_dequeues_total{{pipeline="{PIPELINE}",reason="failed",tenant="{TENANT}"}} 1.0'
+        in text
+    )
+    assert f'sluice_time_in_queue_seconds_bucket{{le="+Inf",{labels}}} 1.0' in text
+    assert f"sluice_time_in_queue_seconds_count{{{labels}}} 1.0" in text

@@ -179,7 +179,6 @@ class ResetHistory:
 
 
 def describe_waste(waste: Waste) -> str:
-    """``3 resets, 5 builds, 240 CI seconds`` (for reports)."""
-    resets = "1 reset" if waste.resets == 1 else f"{waste.resets} resets"
+    """``5 builds, 240 CI seconds`` (for reports)."""
     builds = "1 build" if waste.builds == 1 else f"{waste.builds} builds"
-    return f"{resets}, {builds}, {waste.ci_seconds:.0f} CI seconds"
+    return f"{builds}, {waste.ci_seconds:.0f} CI seconds"

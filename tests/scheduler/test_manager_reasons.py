@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from scheduler.drivers.reporter import summary
 from scheduler.manager import events as ev
 from scheduler.manager.retiring import RetiringManager
 from scheduler.manager.settings import PipelineSettings
@@ -13,6 +14,7 @@ from scheduler.model.item import QueueItem
 from scheduler.model.reasons import Waste
 from scheduler.model.results import Result
 from scheduler.model.tally import PassTally
+from scheduler.views.status import item_status, pipeline_status, render_text
 from scheduler.wire.events import Dequeue, Enqueue
 from tests.scheduler.gate_harness import Gate, change
 
@@ -185,3 +187,59 @@ def test_fail_fast_names_the_failed_jobs() -> None:
     g.finish("A", job="lint", result=F)
     reason = g.reported_items["A"].reason
     assert reason is not None and reason.kind == reasons.FAILED and reason.jobs == ("lint",)
+
+
+def test_the_report_text_says_why_and_what_the_failure_cost() -> None:
+    g, _ = gate_of_three_where_the_first_fails()
+    text = summary(g.reported_items["A"], "t", "gate")
+    assert "Reason: failed" in text
+    assert "This failure reset 2 items behind it: 2 builds, 300 CI seconds thrown away." in text
+    g.merge_all()
+    g.finish("B")
+    text = summary(g.reported_items["B"], "t", "gate")
+    assert (
+        "It was reset once (1 build, 100 CI seconds thrown away); the last by A (failed)." in text
+    )
+
+
+def test_the_report_text_of_an_operator_dequeue() -> None:
+    g = Gate()
+    g.enqueue("A")
+    g.run(Dequeue(change("A")))
+    text = summary(g.reported_items["A"], "t", "gate")
+    assert "dequeued by request" in text and "Reason: operator" in text
+
+
+def test_the_status_shows_the_reasons_and_the_resets() -> None:
+    g = Gate()
+    g.enqueue("A", "B")
+    g.merge_all()
+    start_all(g, "AB", at=1000.0)
+    end(g, "B", F, start=1000.0, at=1050.0)  # B fails behind A: it stays, failing
+    b = item_status(g.item("B"), 1100.0)
+    assert b["failing_reasons"] == ["at least one job failed"]
+    assert b["dequeue_reason"] == {
+        "kind": "failed",
+        "message": "failed: unit",
+        "jobs": ["unit"],
+        "verdict": None,
+    }
+    end(g, "A", F, start=1000.0, at=1100.0)  # A fails: B is retested on the tip
+    b = item_status(g.item("B"), 1100.0)
+    assert b["failing_reasons"] == [] and b["dequeue_reason"] is None
+    assert b["resets"] == {
+        "count": 1,
+        "builds": 1,
+        "ci_seconds": 50.0,
+        "cause": {
+            "item": g.reported_items["A"].uuid,
+            "project": "app",
+            "ref": "A",
+            "kind": "failed",
+            "message": "failed: unit",
+        },
+    }
+    assert g.reported_items["A"].reset_cost == Waste(1, 1, 50.0)
+    assert "reset 1x (1 builds, 50 CI seconds thrown away); last by A (failed)" in render_text(
+        {"tenants": [{"name": "t", "pipelines": [pipeline_status(g.state, 1100.0)]}]}
+    )

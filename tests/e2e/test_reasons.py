@@ -12,14 +12,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.e2e.system import SluiceSystem, dedent
 from tests.e2e.test_gate import CONFIG, MAIN_YAML
 from tests.e2e.test_metrics import _scrape, _value, exporter  # noqa: F401
 from tests.fixtures.waiting import wait_until
 
+# A tree holds the files of the changes it is tested on: c1 fails alone (FAIL
+# without c2's file); c2 passes on c1 the first time and waits for go2 the next.
 UNIT = """#!/bin/sh
-test -e FAIL && {{ while [ ! -e {go} ]; do sleep 0.1; done; exit 1; }}
-if test -e AGAIN; then
+if test -e FAIL && ! test -e src/c2.py; then
+  while [ ! -e {go} ]; do sleep 0.1; done
+  exit 1
+fi
+if test -e AGAIN && ! test -e src/c3.py; then
   test -e {ran} && while [ ! -e {go2} ]; do sleep 0.1; done
   touch {ran}
 fi
@@ -40,6 +47,7 @@ def gate_items(system: SluiceSystem) -> dict[str, dict[str, Any]]:
     }
 
 
+@pytest.mark.timeout(300)
 def test_a_failure_that_resets_the_item_behind_and_an_operator_dequeue(
     system: SluiceSystem,
     exporter: str,  # noqa: F811

@@ -29,8 +29,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from scheduler.model.tally import QUEUE_BUCKETS
 from scheduler.state.store import PipelineStore
-from scheduler.stores import inventory, timings
+from scheduler.stores import inventory, pipeline_stats, timings
 from scheduler.stores.components import all_components
 from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.stores.semaphores import SemaphoreNode
@@ -56,7 +57,14 @@ class SluiceCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
-        parts = (self._pipelines, self._event_queues, self._requests, self._registry, self._timings)
+        parts = (
+            self._pipelines,
+            self._pipeline_totals,
+            self._event_queues,
+            self._requests,
+            self._registry,
+            self._timings,
+        )
         for part in parts:
             yield from self._safely(part)
         if self.engine is not None:
@@ -96,6 +104,49 @@ class SluiceCollector(Collector):
                 resident.add_metric([tenant, pipeline], now - min(times) if times else 0.0)
         yield items
         yield resident
+
+    def _pipeline_totals(self) -> Iterator[Metric]:
+        """The counters the pipeline passes commit (``scheduler/stores/pipeline_stats.py``)."""
+        queue_labels = ["tenant", "pipeline", "queue"]
+        resets = CounterMetricFamily(
+            "sluice_queue_resets",
+            "Items of a queue reset (retested) because an item ahead failed or left.",
+            labels=queue_labels,
+        )
+        builds = CounterMetricFamily(
+            "sluice_builds_wasted",
+            "Builds (running or finished) thrown away by resets.",
+            labels=queue_labels,
+        )
+        seconds = CounterMetricFamily(
+            "sluice_ci_seconds_wasted",
+            "CI seconds of the builds thrown away by resets (end or reset time minus start).",
+            labels=queue_labels,
+        )
+        dequeues = CounterMetricFamily(
+            "sluice_dequeues",
+            "Items that left a pipeline without success, by reason.",
+            labels=["tenant", "pipeline", "reason"],
+        )
+        in_queue = HistogramMetricFamily(
+            "sluice_time_in_queue_seconds",
+            "From an item's enqueue to its leaving the pipeline (its report).",
+            labels=queue_labels,
+        )
+        for (tenant, pipeline), found in pipeline_stats.read_all(self.client).items():
+            for queue, waste in sorted(found.resets.items()):
+                resets.add_metric([tenant, pipeline, queue], waste.resets)
+                builds.add_metric([tenant, pipeline, queue], waste.builds)
+                seconds.add_metric([tenant, pipeline, queue], waste.ci_seconds)
+            for kind, count in sorted(found.dequeues.items()):
+                dequeues.add_metric([tenant, pipeline, kind], count)
+            for queue, histogram in sorted(found.time_in_queue.items()):
+                buckets = [
+                    (str(bound), count)
+                    for bound, count in zip(QUEUE_BUCKETS, histogram.buckets, strict=True)
+                ] + [("+Inf", histogram.count)]
+                in_queue.add_metric([tenant, pipeline, queue], buckets, histogram.total)
+        yield from (resets, builds, seconds, dequeues, in_queue)
 
     def _event_queues(self) -> Iterator[Metric]:
         length = GaugeMetricFamily(

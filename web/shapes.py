@@ -117,7 +117,8 @@ def item_status(
         "ref": item["ref"],
         "enqueue_time": _ms(item["enqueued"]),
         "remaining_time": max(known) if known and len(known) == len(pending) else None,
-        "failing_reasons": [item["message"]] if item["result"] == "FAILURE" else [],
+        # Zuul's strings; ours (dequeue_reason, resets, reset_cost) come with **item
+        "failing_reasons": item["failing_reasons"],
         "refs": [
             {
                 "project": item["project"],

@@ -184,7 +184,7 @@ class Window:
 
 
 @dataclass(frozen=True)
-class Batch:
+class BatchConfig:
     """Testing several changes of a dependent queue as one item (``batch:``, Sluice's own).
 
     Up to ``size`` consecutive changes are tested on one buildset; the first
@@ -216,7 +216,7 @@ class Pipeline:
     reject: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     window: Window | None = None
     messages: Mapping[str, str] = field(default_factory=dict)
-    batch: Batch | None = None
+    batch: BatchConfig | None = None
     # Sluice's own: a failed item waits for this many items behind it to finish
     pending_failure_depth: int = 0
 
@@ -234,7 +234,7 @@ class Queue:
     source: SourceContext
     per_branch: bool = False
     allow_circular_dependencies: bool = False
-    batch: Batch | None = None
+    batch: BatchConfig | None = None
     # None: the pipeline's
     pending_failure_depth: int | None = None
 

@@ -14,7 +14,7 @@ from typing import Any
 from scheduler.config.model import (
     MANAGERS,
     PRECEDENCES,
-    Batch,
+    BatchConfig,
     Pipeline,
     SourceContext,
     Window,
@@ -237,7 +237,7 @@ def _window(fields: Fields, manager: str) -> Window | None:
     return window
 
 
-def _batch(fields: Fields, manager: str) -> Batch | None:
+def _batch(fields: Fields, manager: str) -> BatchConfig | None:
     if fields.has("batch") and manager != "dependent":
         raise fields.error("batch", "batches apply only to dependent pipelines")
     return batch_of(fields)
@@ -251,14 +251,14 @@ def _pending_failure_depth(fields: Fields, manager: str) -> int | None:
     return fields.integer("pending-failure-depth", minimum=0)
 
 
-def batch_of(fields: Fields) -> Batch | None:
+def batch_of(fields: Fields) -> BatchConfig | None:
     """``batch: {size: N, max-wait: S, max-bisect-depth: D}`` of a pipeline or a queue."""
     sub = fields.sub("batch", ("size", "max-wait", "max-bisect-depth"))
     if sub is None:
         return None
-    default = Batch()
+    default = BatchConfig()
     wait = sub.number("max-wait")
-    return Batch(
+    return BatchConfig(
         size=_int(sub, "size", default.size, 1),
         max_wait=default.max_wait if wait is None else wait,
         max_bisect_depth=_int(sub, "max-bisect-depth", default.max_bisect_depth, 0),

@@ -37,6 +37,7 @@ from typing import Any
 
 from scheduler.drivers.webhooks import forge_api
 from scheduler.model.item import PushState, QueueItem
+from scheduler.model.reasons import describe_waste
 from scheduler.model.results import Result
 from scheduler.settings.sections import ConnectionSettings
 from scheduler.wire.merger import ForgeReport
@@ -65,7 +66,36 @@ def summary(item: QueueItem, tenant: str, pipeline: str) -> str:
         lines.append(f"- {job.name}: {outcome}{voting}")
     if item.message:
         lines += ["", item.message]
+    lines += reason_lines(item)
     return "\n".join(lines)
+
+
+def reason_lines(item: QueueItem) -> list[str]:
+    """Why the item failed or left, and what resets cost (for report texts)."""
+    lines: list[str] = []
+    reason = item.reason
+    if reason is not None and item.result is not Result.SUCCESS:
+        why = f"Reason: {reason.kind}"
+        if reason.message and reason.message != item.message:
+            why += f" ({reason.message})"
+        if reason.verdict:
+            why += f"; verdict: {reason.verdict}"
+        lines += ["", why]
+    if item.reset_cost:
+        cost = item.reset_cost
+        items = "1 item" if cost.resets == 1 else f"{cost.resets} items"
+        lines += [
+            "",
+            f"This {'failure' if item.result is not Result.DEQUEUED else 'dequeue'} reset"
+            f" {items} behind it: {describe_waste(cost)} thrown away.",
+        ]
+    if item.resets.total:
+        cause = item.resets.cause
+        last = f"; the last by {cause.ref} ({cause.kind})" if cause and cause.ref else ""
+        times = "once" if item.resets.total.resets == 1 else f"{item.resets.total.resets} times"
+        lost = describe_waste(item.resets.total)
+        lines += ["", f"It was reset {times} ({lost} thrown away){last}."]
+    return lines
 
 
 def send(api: Any, project: str, ref: str, commit: str, report: ForgeReport) -> None:

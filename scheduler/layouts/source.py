@@ -42,7 +42,7 @@ from scheduler.config import (
 from scheduler.config import speculative_layout as build_speculative
 from scheduler.config.checkout import candidate_paths
 from scheduler.config.graph import freeze_job_graph
-from scheduler.config.model import Batch, Dependency
+from scheduler.config.model import BatchConfig, Dependency
 from scheduler.layouts.cache import TenantLayouts
 from scheduler.layouts.errors import UnsupportedManagerError
 from scheduler.layouts.state import TenantLayout
@@ -222,7 +222,7 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
         queue = layout.queues.get(found[0]) if found else None
         return bool(queue and queue.allow_circular_dependencies)
 
-    def batch_for(project: str, branch: str) -> Batch | None:
+    def batch_for(project: str, branch: str) -> BatchConfig | None:
         found = queue_for(project, branch)
         queue = layout.queues.get(found[0]) if found else None
         return queue.batch if queue is not None and queue.batch is not None else config.batch

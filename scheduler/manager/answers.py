@@ -19,6 +19,7 @@ from typing import Protocol
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, Intents, NodeIntent
 from scheduler.manager.settings import FreezeResult, LayoutProvider, PipelineSettings
+from scheduler.model import reasons
 from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.item import MergeState, PipelineState, QueueItem
 from scheduler.model.results import Result
@@ -41,7 +42,9 @@ class Answered(Protocol):
     @property
     def clock(self) -> Callable[[], float]: ...
 
-    def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None: ...
+    def dequeue(
+        self, state: PipelineState, item: QueueItem, why: str, report: bool, kind: str = ...
+    ) -> None: ...
 
     def freeze_jobs(
         self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
@@ -104,7 +107,7 @@ def merge_completed(manager: Answered, state: PipelineState, event: ev.MergeComp
     else:
         # Zuul's rule: a change with no jobs in this pipeline is not reported.
         log.info("%s: no jobs for %s; dequeued", manager.settings.name, item.change.key)
-        manager.dequeue(state, item, "no jobs to run", report=False)
+        manager.dequeue(state, item, "no jobs to run", report=False, kind=reasons.NO_JOBS)
 
 
 def _find_build(

@@ -55,6 +55,7 @@ from scheduler.manager.settings import (
     PipelineSettings,
     SemaphoreLedger,
 )
+from scheduler.model import reasons
 from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import (
@@ -65,7 +66,9 @@ from scheduler.model.item import (
     PushState,
     QueueItem,
 )
+from scheduler.model.reasons import LeaveReason
 from scheduler.model.results import Result
+from scheduler.model.tally import PassTally, queue_label
 from scheduler.wire.events import Dequeue, Enqueue, Promote
 
 log = logging.getLogger(__name__)
@@ -106,6 +109,8 @@ class PipelineManager:
         self.clock = clock
         self.make_uuid = make_uuid
         self.intents = Intents()
+        # what the pass counts for the metrics (committed with the pass's writes)
+        self.tally = PassTally()
 
     # -- queueing rules (overridden by subclasses) ---------------------------
 
@@ -171,7 +176,13 @@ class PipelineManager:
             if existing.change.commit == change.commit:
                 return existing
             if self.supersedes(existing, change):
-                self.dequeue(state, existing, "superseded by a newer commit", report=True)
+                self.dequeue(
+                    state,
+                    existing,
+                    "superseded by a newer commit",
+                    report=True,
+                    kind=reasons.SUPERSEDED,
+                )
         queue = self.queue_for(state, change)
         item = QueueItem(
             uuid=self.make_uuid(),
@@ -191,13 +202,14 @@ class PipelineManager:
                 Result.ERROR,
                 f"dependency cycle ({change.ref} -> {chain}); "
                 "its queue does not allow circular dependencies",
+                kind=reasons.DEPENDENCY_ERROR,
             )
         return item
 
     def dequeue_change(self, state: PipelineState, change: Change) -> list[QueueItem]:
         items = state.find_for_dequeue(change)
         for item in items:
-            self.dequeue(state, item, "dequeued by request", report=True)
+            self.dequeue(state, item, "dequeued by request", report=True, kind=reasons.OPERATOR)
         return items
 
     def dequeue_stale(self, state: PipelineState, change: Change, current: str) -> None:
@@ -216,7 +228,7 @@ class PipelineManager:
                 why = f"superseded by a new patchset ({current[:12]})"
             else:
                 continue
-            self.dequeue(state, item, why, report=True)
+            self.dequeue(state, item, why, report=True, kind=reasons.SUPERSEDED)
 
     def promote(self, state: PipelineState, changes: Iterable[Change]) -> list[QueueItem]:
         """Move the live items of ``changes`` to the head of their queues, in that order.
@@ -236,10 +248,22 @@ class PipelineManager:
             queue.items = first + [uuid for uuid in queue.items if uuid not in first]
         return promoted
 
-    def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None:
-        """Take ``item`` out: abort its builds, free its semaphores, report DEQUEUED."""
+    def dequeue(
+        self,
+        state: PipelineState,
+        item: QueueItem,
+        why: str,
+        report: bool,
+        kind: str = reasons.DEQUEUED,
+    ) -> None:
+        """Take ``item`` out: abort its builds, free its semaphores, report DEQUEUED.
+
+        ``kind`` (:mod:`scheduler.model.reasons`) and ``why`` are the item's
+        reason, unless it already failed with one.
+        """
         self.abort_builds(item)
         item.dequeued = True
+        self.note_reason(item, kind, why)
         if item.result is None:
             item.result = Result.DEQUEUED
             item.message = why
@@ -282,7 +306,7 @@ class PipelineManager:
             if seen is None:
                 continue
             if seen.dequeued and seen.reported:
-                state.remove(seen)  # leaves without a report (e.g. no jobs to run)
+                self.leave(state, seen)  # leaves without a report (e.g. no jobs to run)
             elif seen.dequeued:
                 self._finish(seen)
             elif seen.result is None and settling.mark(state, item_uuid) is not None:
@@ -301,9 +325,12 @@ class PipelineManager:
         if buildset.merge_state is MergeState.PENDING:
             return
         if buildset.merge_error is not None:
-            self.set_result(item, Result.MERGE_CONFLICT, buildset.merge_error)
+            self.set_result(
+                item, Result.MERGE_CONFLICT, buildset.merge_error, kind=reasons.MERGE_CONFLICT
+            )
         elif buildset.config_errors:
-            self.set_result(item, Result.CONFIG_ERROR, "\n".join(buildset.config_errors))
+            message = "\n".join(buildset.config_errors)
+            self.set_result(item, Result.CONFIG_ERROR, message, kind=reasons.CONFIG_ERROR)
         else:
             self._run_jobs(item)
 
@@ -344,7 +371,7 @@ class PipelineManager:
         if not failed:
             return False
         message = "failed: " + ", ".join(failed) + " (fail-fast: remaining builds cancelled)"
-        self.set_result(item, Result.FAILURE, message)
+        self.set_result(item, Result.FAILURE, message, kind=reasons.FAILED, jobs=failed)
         self.abort_builds(item)
         return True
 
@@ -407,16 +434,33 @@ class PipelineManager:
         """Every job has a result: decide the item's."""
         failed = self.voting_failures(item)
         if failed:
-            self.set_result(item, Result.FAILURE, "failed: " + ", ".join(failed))
+            message = "failed: " + ", ".join(failed)
+            self.set_result(item, Result.FAILURE, message, kind=reasons.FAILED, jobs=failed)
         else:
             self.set_result(item, Result.SUCCESS, "")
 
-    def set_result(self, item: QueueItem, result: Result, message: str) -> None:
+    def set_result(
+        self,
+        item: QueueItem,
+        result: Result,
+        message: str,
+        kind: str = reasons.FAILED,
+        jobs: Iterable[str] = (),
+    ) -> None:
+        """The item's result; one that is not SUCCESS records its reason (``kind``)."""
         if item.result is None:
             item.result = result
             item.message = message
             item.buildset.result = result
             item.buildset.message = message
+            if result is not Result.SUCCESS:
+                self.note_reason(item, kind, message, jobs)
+
+    @staticmethod
+    def note_reason(item: QueueItem, kind: str, message: str, jobs: Iterable[str] = ()) -> None:
+        """Record why ``item`` fails or leaves; the first reason holds until a reset."""
+        if item.reason is None:
+            item.reason = LeaveReason(kind, message, tuple(jobs))
 
     def _finish(self, item: QueueItem) -> None:
         if item.result is None or item.reported:
@@ -458,6 +502,7 @@ class PipelineManager:
         item.push = PushState.FAILED
         item.result = Result.FAILURE
         item.message = f"merge failed: {message}"
+        item.reason = LeaveReason(reasons.PUSH_FAILED, item.message)
         item.buildset.result = item.result
         item.buildset.message = item.message
 
@@ -475,4 +520,13 @@ class PipelineManager:
                     )
                 item.reported = True
                 item.dequeued = True
-                state.remove(item)
+                self.leave(state, item)
+
+    def leave(self, state: PipelineState, item: QueueItem) -> None:
+        """``item`` leaves the pipeline: counted (its reason, its time in queue), removed."""
+        kind = None
+        if item.result not in (None, Result.SUCCESS, Result.SKIPPED):
+            kind = item.reason.kind if item.reason else reasons.DEQUEUED
+        label = queue_label(item.queue, item.change.project)
+        self.tally.left(label, kind, self.clock() - item.enqueue_time)
+        state.remove(item)

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
-from scheduler.config.model import Batch
+from scheduler.config.model import BatchConfig
 from scheduler.manager import events as ev
 from scheduler.manager import reset
 from scheduler.manager.settings import FreezeResult, LayoutProvider
@@ -71,7 +71,7 @@ class Batching(reset.Resets, Protocol):
     splits: int
 
 
-def settings_of(manager: Batching, item: QueueItem) -> Batch | None:
+def settings_of(manager: Batching, item: QueueItem) -> BatchConfig | None:
     """The batching of ``item``'s queue; None when it tests one change an item."""
     if not manager.speculative:
         return None
@@ -253,7 +253,8 @@ def bisect(manager: Batching, state: PipelineState, group: list[QueueItem]) -> N
     why = f"batch {first.batch} failed: split into {len(parts)} ({sizes})"
     log.info("%s: %s", manager.settings.name, why)
     manager.splits += 1
-    reset.reset_item(manager, state, first, why)
+    tail = state.items[group[-1].uuid]
+    reset.reset_item(manager, state, first, why, cause=tail)
     for part in parts:
         name = manager.make_uuid()
         for seen in part:

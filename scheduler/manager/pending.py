@@ -146,4 +146,5 @@ def settle(state: PipelineState, queue: ChangeQueue, item: QueueItem, judged: Ju
             f"{item.message} (judged flaky: {passed.change.ref} passed on top of it)"
         )
         item.result = item.buildset.result = Result.SUCCESS
+        item.reason = None
     return False

@@ -8,6 +8,12 @@ intents, semaphores released), gives it a new :class:`BuildSet` with a new
 uuid (so every merge and build event of the old one is stale and ignored,
 see :mod:`scheduler.manager.answers`) and forgets its result: the
 item is merged and tested again from the start.
+
+A reset records what it threw away (:func:`wasted`: the builds of the old
+buildset that started, and the CI seconds they used up to their end or to
+now) on the item (``QueueItem.resets``, with the item ahead that caused it
+and that item's reason), on that cause (``QueueItem.reset_cost``: what its
+failure or dequeue cost the others) and in the pass's tally for the metrics.
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from scheduler.manager.settings import PipelineSettings
+from scheduler.model import reasons
 from scheduler.model.item import BuildSet, MergeState, PipelineState, PushState, QueueItem
+from scheduler.model.reasons import LeaveReason, ResetCause, ResetHistory, Waste
+from scheduler.model.results import Result
+from scheduler.model.tally import PassTally, queue_label
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +40,12 @@ class Resets(Protocol):
 
     @property
     def make_uuid(self) -> Callable[[], str]: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def tally(self) -> PassTally: ...
 
     def abort_builds(self, item: QueueItem) -> None: ...
 
@@ -64,31 +80,89 @@ def untouched(item: QueueItem) -> bool:
     )
 
 
-def reset_item(manager: Resets, state: PipelineState, item: QueueItem, why: str) -> None:
-    """Abort ``item``'s builds and test it again, with every item behind it."""
+def wasted(item: QueueItem, now: float) -> Waste:
+    """One reset of ``item``: its builds that started (running or ended) and their CI seconds."""
+    builds = 0
+    seconds = 0.0
+    for job in item.buildset.graph:
+        for build in job.builds:
+            if build.start_time is None:
+                continue  # never started: it cost nothing
+            end = build.end_time if build.done and build.end_time is not None else now
+            builds += 1
+            seconds += max(0.0, end - build.start_time)
+    return Waste(1, builds, round(seconds, 3))
+
+
+def reset_cause(item: QueueItem | None, why: str) -> ResetCause:
+    """What a reset is attributed to: the item ahead and its reason (none: a reorder)."""
+    if item is None:
+        return ResetCause("", "", "", reasons.REORDERED, why)
+    reason = item.reason
+    if reason is None:  # still running, but a voting job failed
+        failed = [
+            job.name
+            for job in item.buildset.graph
+            if job.info.voting and job.result not in (None, Result.SUCCESS, Result.SKIPPED)
+        ]
+        reason = LeaveReason(reasons.FAILED, "failing: " + ", ".join(failed), tuple(failed))
+    return ResetCause(item.uuid, item.change.project, item.change.ref, reason.kind, reason.message)
+
+
+def reset_item(
+    manager: Resets,
+    state: PipelineState,
+    item: QueueItem,
+    why: str,
+    *,
+    cause: QueueItem | None = None,
+) -> None:
+    """Abort ``item``'s builds and test it again, with every item behind it.
+
+    ``cause`` is the item ahead whose failure or dequeue made the reset (None:
+    the queue was reordered); it is charged with what the reset threw away.
+    """
     for behind in items_behind(state, item):
-        reset_item(manager, state, behind, why)
+        reset_item(manager, state, behind, why, cause=cause)
     if untouched(item):
         return
     log.info("%s: resetting item %s: %s", manager.settings.name, item.uuid, why)
+    waste = wasted(item, manager.clock())
+    item.resets = ResetHistory(item.resets.total + waste, reset_cause(cause, why))
+    if cause is not None:
+        cause.reset_cost = cause.reset_cost + waste
+    manager.tally.reset(queue_label(item.queue, item.change.project), waste)
     manager.abort_builds(item)
     item.buildset = BuildSet(uuid=manager.make_uuid())
     item.result = None
     item.message = ""
+    item.reason = None
     item.push = PushState.NONE
     item.verdict = ""
 
 
 def move_item(
-    manager: Resets, state: PipelineState, item: QueueItem, ahead: str | None, why: str
+    manager: Resets,
+    state: PipelineState,
+    item: QueueItem,
+    ahead: str | None,
+    why: str,
+    *,
+    cause: QueueItem | None = None,
 ) -> None:
     """Test ``item`` on ``ahead`` instead (resetting it and its subtree)."""
-    reset_item(manager, state, item, why)
+    reset_item(manager, state, item, why, cause=cause)
     item.ahead = ahead
 
 
 def detach_behind(
-    manager: Resets, state: PipelineState, item: QueueItem, reset: bool, why: str
+    manager: Resets,
+    state: PipelineState,
+    item: QueueItem,
+    reset: bool,
+    why: str,
+    *,
+    cause: QueueItem | None = None,
 ) -> None:
     """``item`` leaves: the items on top of it move onto what it was on.
 
@@ -98,4 +172,4 @@ def detach_behind(
     for behind in items_behind(state, item):
         behind.ahead = item.ahead
         if reset:
-            reset_item(manager, state, behind, why)
+            reset_item(manager, state, behind, why, cause=cause)

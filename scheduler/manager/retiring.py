@@ -13,6 +13,7 @@ from __future__ import annotations
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.manager.settings import FreezeResult
+from scheduler.model import reasons
 from scheduler.model.change import Change
 from scheduler.model.item import ChangeQueue, PipelineState, QueueItem
 
@@ -35,7 +36,7 @@ class RetiringManager(PipelineManager):
     def advance(self, state: PipelineState) -> None:
         for item in list(state.items_in_order()):
             if not item.dequeued:
-                self.dequeue(state, item, REMOVED, report=True)
+                self.dequeue(state, item, REMOVED, report=True, kind=reasons.PIPELINE_REMOVED)
         super().advance(state)
 
     def queue_for(self, state: PipelineState, change: Change) -> ChangeQueue:

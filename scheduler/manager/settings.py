@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from scheduler.config.model import Batch
+from scheduler.config.model import BatchConfig
 from scheduler.manager import events as ev
 from scheduler.manager.window import WindowSettings
 from scheduler.model.build import JobInfo
@@ -56,7 +56,7 @@ class PipelineSettings:
     node_priority: int = 200
     # dependent pipelines: how the queue of (project, branch) batches its changes
     # (the queue's ``batch``, else the pipeline's; None: one change an item)
-    batch_for: Callable[[str, str], Batch | None] = lambda project, branch: None
+    batch_for: Callable[[str, str], BatchConfig | None] = lambda project, branch: None
     # dependent pipelines: how many items behind a failed one may show it flaky first
     pending_failure_for: Callable[[str, str], int] = lambda project, branch: 0
 

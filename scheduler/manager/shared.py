@@ -39,6 +39,7 @@ from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager, needed
 from scheduler.manager.settings import FreezeResult
 from scheduler.manager.window import in_window
+from scheduler.model import reasons
 from scheduler.model.change import Change
 from scheduler.model.item import (
     BuildSet,
@@ -136,7 +137,7 @@ class SharedQueueManager(PipelineManager):
                     super().enqueue(state, replace(need, needs=()), event_id)
         item = super().enqueue(state, change, event_id)
         if problem:
-            self.set_result(item, Result.ERROR, problem)
+            self.set_result(item, Result.ERROR, problem, kind=reasons.DEPENDENCY_ERROR)
         return item
 
     def _fail_dependents(self, state: PipelineState, failed: QueueItem, why: str) -> None:
@@ -149,7 +150,8 @@ class SharedQueueManager(PipelineManager):
                 message = f"{why}: {failed.change.ref} was not merged"
                 item.result = item.buildset.result = Result.ERROR
                 item.message = item.buildset.message = message
-                self.dequeue(state, item, message, report=True)
+                item.reason = reasons.LeaveReason(reasons.DEPENDENCY_FAILED, message)
+                self.dequeue(state, item, message, report=True, kind=reasons.DEPENDENCY_FAILED)
 
     def can_start_builds(self, item: QueueItem) -> bool:
         return item.active
@@ -195,17 +197,25 @@ class SharedQueueManager(PipelineManager):
 
     # -- dequeue -----------------------------------------------------------------
 
-    def dequeue(self, state: PipelineState, item: QueueItem, why: str, report: bool) -> None:
+    def dequeue(
+        self,
+        state: PipelineState,
+        item: QueueItem,
+        why: str,
+        report: bool,
+        kind: str = reasons.DEQUEUED,
+    ) -> None:
         if not item.dequeued:
+            self.note_reason(item, kind, why)  # the items behind are reset for it
             self._fail_dependents(state, item, "a dependency was dequeued")
             others = [m for m in batches.members(state, item) if m.uuid != item.uuid]
-            reset.detach_behind(
-                self, state, item, reset=True, why=f"item {item.uuid} ahead was dequeued"
-            )
+            why_reset = f"item {item.uuid} ahead was dequeued"
+            reset.detach_behind(self, state, item, reset=True, why=why_reset, cause=item)
             if others:
                 # the rest of its batch is tested again without it
-                reset.reset_item(self, state, state.items[others[0].uuid], f"{why} (batch)")
-        super().dequeue(state, item, why, report)
+                first = state.items[others[0].uuid]
+                reset.reset_item(self, state, first, f"{why} (batch)", cause=item)
+        super().dequeue(state, item, why, report, kind)
 
     # -- the walk ----------------------------------------------------------------
 
@@ -287,7 +297,7 @@ class SharedQueueManager(PipelineManager):
 
     def _leave(self, state: PipelineState, seen: QueueItem) -> None:
         if seen.reported:
-            state.remove(seen)  # leaves without a report (no jobs to run)
+            self.leave(state, seen)  # leaves without a report (no jobs to run)
         else:
             self._finish(seen)
 
@@ -295,7 +305,17 @@ class SharedQueueManager(PipelineManager):
         if item.ahead == expected:
             return
         why = f"the item it was tested on is not the nearest non-failing item ({expected})"
-        reset.move_item(self, state, item, expected, why)
+        reset.move_item(self, state, item, expected, why, cause=self._reset_cause(state, item))
+
+    def _reset_cause(self, state: PipelineState, item: QueueItem) -> QueueItem | None:
+        """The nearest item of the chain ``item`` was tested on that fails or left.
+
+        None: nothing ahead failed (the queue was reordered by a promote).
+        """
+        for ahead in reset.items_ahead(state, item):
+            if ahead.dequeued or self.failing(ahead):
+                return ahead
+        return None
 
     def _at_head(self, item: QueueItem) -> None:
         """Report a finished head item; a passed one is pushed first where the pipeline merges."""
@@ -332,4 +352,4 @@ class SharedQueueManager(PipelineManager):
             window = self.settings.window
             queue.window = window.grow(queue.window) if passed else window.shrink(queue.window)
         why = f"item {item.uuid} ahead failed"
-        reset.detach_behind(self, state, item, reset=not passed, why=why)
+        reset.detach_behind(self, state, item, reset=not passed, why=why, cause=item)

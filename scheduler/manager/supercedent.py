@@ -12,6 +12,7 @@ dequeues it as in any pipeline where ``dequeue-on-new-patchset`` holds.
 from __future__ import annotations
 
 from scheduler.manager.shared import SharedQueueManager
+from scheduler.model import reasons
 from scheduler.model.change import Change
 from scheduler.model.item import ChangeQueue, PipelineState, QueueItem
 
@@ -37,5 +38,6 @@ class SupercedentManager(SharedQueueManager):
         item = super().enqueue(state, change, event_id)
         queue = state.queue_of(item)
         for waiting in self.live_items(state, queue)[1:-1]:
-            self.dequeue(state, waiting, f"superseded by the newer item {item.uuid}", report=True)
+            why = f"superseded by the newer item {item.uuid}"
+            self.dequeue(state, waiting, why, report=True, kind=reasons.SUPERSEDED)
         return item

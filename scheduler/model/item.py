@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from scheduler.model.build import BuildsetJobs, JobState, copy_json
 from scheduler.model.change import Change
+from scheduler.model.reasons import LeaveReason, ResetHistory, Waste
 from scheduler.model.results import Result
 
 
@@ -148,6 +149,12 @@ class QueueItem:
     # a failure judged before it reset the queue (scheduler.manager.pending):
     # "flaky" (an item on top of it passed: it merged), "failed" (confirmed)
     verdict: str = ""
+    # why it failed or was dequeued (None: not failed, or not yet)
+    reason: LeaveReason | None = None
+    # the resets it went through (builds and CI seconds thrown away, the last cause)
+    resets: ResetHistory = field(default_factory=ResetHistory)
+    # the resets its failure or dequeue caused to the items behind it
+    reset_cost: Waste = field(default_factory=Waste)
 
     def clone(self) -> QueueItem:
         """An equal item sharing nothing mutable with this one (its change is frozen).
@@ -182,6 +189,9 @@ class QueueItem:
             "batch": self.batch,
             "bisect_depth": self.bisect_depth,
             "verdict": self.verdict,
+            "reason": self.reason.to_dict() if self.reason else None,
+            "resets": self.resets.to_dict(),
+            "reset_cost": self.reset_cost.to_dict(),
         }
 
     @classmethod
@@ -207,6 +217,9 @@ class QueueItem:
             batch=str(data.get("batch", "")),
             bisect_depth=int(data.get("bisect_depth", 0)),
             verdict=str(data.get("verdict", "")),
+            reason=LeaveReason.from_dict(data.get("reason")),
+            resets=ResetHistory.from_dict(data.get("resets")),
+            reset_cost=Waste.from_dict(data.get("reset_cost")),
         )
 
 

@@ -44,7 +44,7 @@ from scheduler.processing.decoding import EventDecoder, PushOutcome, push_reques
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state import codec
 from scheduler.state.store import PipelineStore
-from scheduler.stores import timings
+from scheduler.stores import pipeline_stats, timings
 from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.stores.ledger import TxnLedger
 from scheduler.stores.node_records import PipelineRequestor
@@ -263,11 +263,16 @@ class PipelinePass:
             or intents.resumes
             or intents.reports
             or intents.node_deletes
+            or manager.tally
         ):
             return None
         for queue, event in self.consumed:
             queue.ack_ops(event, txn)
         ledger.add_ops(txn)
+        # what the pass counted, committed with what it counted (never twice)
+        pipeline_stats.add_ops(
+            self.env.client, self.tenant, self.pipeline, manager.tally.take(), txn
+        )
         for result_id, outcome in self.outcomes.items():
             path = paths.management_result(result_id)
             self.env.client.ensure_path(paths.parent(path))
@@ -326,7 +331,11 @@ class PipelinePass:
             return []
         landed = self._report(manager, state, reports)
         manager.finish_reported(state, landed)
-        store.write(self.held.context, tree, state)
+        counted = Transaction(self.env.client)  # the items that left, and the resets it made
+        pipeline_stats.add_ops(
+            self.env.client, self.tenant, self.pipeline, manager.tally.take(), counted
+        )
+        store.write(self.held.context, tree, state, extra=counted)
         return landed
 
     def measure(self) -> None:

@@ -87,9 +87,16 @@ class HistoryReporter:
             [b.end_time for j in item.buildset.graph for b in j.builds if b.end_time] or [0.0]
         )
         end = _time(ended or None, item.enqueue_time)
-        report = ItemReport(
-            BuildsetStart(info, started), builds, BuildsetEnd(info, result, item.message, end)
+        finished = BuildsetEnd(
+            info,
+            result,
+            item.message,
+            end,
+            reason=item.reason.to_dict() if item.reason else None,
+            resets=item.resets.to_dict(),
+            reset_cost=item.reset_cost.to_dict(),
         )
+        report = ItemReport(BuildsetStart(info, started), builds, finished)
         _landed("item report", self.reporters.record_item(report))
 
     @staticmethod

@@ -75,6 +75,16 @@ class LogReporter:
     def record_buildset_end(self, record: BuildsetEnd) -> None:
         fields = _buildset_fields(record.buildset)
         fields["result"] = record.result.value
+        if record.reason:
+            fields["reason"] = record.reason.get("kind", "")
+            fields["why"] = record.reason.get("message", "")
+        if record.resets and record.resets.get("count"):
+            fields["resets"] = record.resets["count"]
+        if record.reset_cost and record.reset_cost.get("resets"):
+            cost = record.reset_cost
+            fields["reset_others"] = cost["resets"]
+            fields["wasted_builds"] = cost.get("builds", 0)
+            fields["wasted_ci_seconds"] = cost.get("ci_seconds", 0)
         self._emit(logging.INFO, "buildset ended", fields)
 
     def _emit(self, level: int, what: str, fields: dict[str, Any]) -> None:

@@ -142,6 +142,11 @@ class BuildsetRow(Base):
     start_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
     end_time: Mapped[datetime | None] = mapped_column(UTCDateTime())
     updated: Mapped[datetime] = mapped_column(UTCDateTime())
+    # why the item failed or left, the resets it went through and what its failure
+    # cost others (scheduler/model/reasons.py); NULL in rows written before 0002
+    reason: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    resets: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    reset_cost: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     builds: Mapped[list[BuildRow]] = relationship(back_populates="buildset")
 

@@ -71,6 +71,10 @@ class BuildsetDict(TypedDict):
     message: str
     start_time: str | None
     end_time: str | None
+    # why its item failed or left, its resets, what it cost others (null: not recorded)
+    reason: dict[str, Any] | None
+    resets: dict[str, Any] | None
+    reset_cost: dict[str, Any] | None
 
 
 def format_time(value: datetime | None) -> str | None:
@@ -139,6 +143,9 @@ def buildset_dict(buildset: BuildsetRow) -> BuildsetDict:
         message=buildset.message,
         start_time=format_time(buildset.start_time),
         end_time=format_time(buildset.end_time),
+        reason=buildset.reason,
+        resets=buildset.resets,
+        reset_cost=buildset.reset_cost,
     )
 
 

@@ -119,6 +119,12 @@ class BuildsetEnd:
     result: Result
     message: str = ""
     end_time: datetime = field(default_factory=utcnow)
+    # why the item failed or left ({kind, message, jobs, verdict}; None: it passed)
+    reason: Mapping[str, Any] | None = None
+    # the resets it went through ({count, builds, ci_seconds, cause})
+    resets: Mapping[str, Any] | None = None
+    # what its failure or dequeue cost the items behind it ({resets, builds, ci_seconds})
+    reset_cost: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         require_aware("end_time", self.end_time)

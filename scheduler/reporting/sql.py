@@ -97,6 +97,9 @@ def _buildset_upsert(
         "message": "",
         "start_time": None,
         "end_time": None,
+        "reason": None,
+        "resets": None,
+        "reset_cost": None,
         "updated": utcnow(),
         **values,
     }
@@ -111,11 +114,30 @@ def _buildset_start(record: BuildsetStart) -> Upsert:
     )
 
 
+def _json(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if value is None else dict(value)
+
+
 def _buildset_end(record: BuildsetEnd) -> Upsert:
     return _buildset_upsert(
         record.buildset,
-        {"result": record.result, "message": record.message, "end_time": record.end_time},
-        {"result": "new", "message": "new", "end_time": "new", "updated": "new"},
+        {
+            "result": record.result,
+            "message": record.message,
+            "end_time": record.end_time,
+            "reason": _json(record.reason),
+            "resets": _json(record.resets),
+            "reset_cost": _json(record.reset_cost),
+        },
+        {
+            "result": "new",
+            "message": "new",
+            "end_time": "new",
+            "reason": "new",
+            "resets": "new",
+            "reset_cost": "new",
+            "updated": "new",
+        },
     )
 
 

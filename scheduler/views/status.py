@@ -6,7 +6,18 @@ or rename them):
 ``{"tenants": [{"name", "pipelines": [{"name", "queues": [{"name", "items":
 [{"id", "project", "branch", "ref", "commit", "enqueued", "result",
 "message", "jobs": [{"name", "state", "result", "voting", "attempt",
-"build", "elapsed", "waiting_for_semaphore"}]}]}]}]}]}``
+"build", "elapsed", "waiting_for_semaphore"}], "failing_reasons",
+"dequeue_reason", "resets", "reset_cost"}]}]}]}]}``
+
+``failing_reasons`` is Zuul's list of strings (why the item will not merge
+as tested; empty while it may). ``dequeue_reason`` is ``{"kind", "message",
+"jobs", "verdict"}`` (``scheduler/model/reasons.py``: why it failed or was
+dequeued) or null. ``resets`` is ``{"count", "builds", "ci_seconds",
+"cause"}``: the resets the item went through, the builds and CI seconds
+they threw away, and the last one's cause ``{"item", "project", "ref",
+"kind", "message"}`` (the item ahead and its reason; null if never reset).
+``reset_cost`` is ``{"resets", "builds", "ci_seconds"}``: what the item's
+failure or dequeue cost the items behind it.
 
 Job ``state`` is one of ``waiting`` (for its dependencies or a merge),
 ``waiting_for_semaphore``, ``queued``, ``running``, ``paused``,
@@ -19,8 +30,20 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from scheduler.model import reasons
 from scheduler.model.build import BuildState, JobState
 from scheduler.model.item import PipelineState, QueueItem
+from scheduler.model.results import Result
+
+# Zuul's failing reasons, by the kind of the item's reason
+FAILING_REASONS = {
+    reasons.FAILED: "at least one job failed",
+    reasons.MERGE_CONFLICT: "it has a merge conflict",
+    reasons.CONFIG_ERROR: "it has an invalid configuration",
+    reasons.DEPENDENCY_FAILED: "a needed change is failing",
+    reasons.DEPENDENCY_ERROR: "it has an invalid dependency",
+    reasons.PUSH_FAILED: "it did not merge",
+}
 
 
 def job_state(job: JobState) -> str:
@@ -57,6 +80,16 @@ def job_status(job: JobState, now: float) -> dict[str, Any]:
     }
 
 
+def failing_reasons(item: QueueItem) -> list[str]:
+    """Zuul's ``failing_reasons``: why the item will not merge as tested."""
+    if item.reason is not None:
+        return [FAILING_REASONS.get(item.reason.kind, item.reason.message)]
+    passed = (None, Result.SUCCESS, Result.SKIPPED)
+    if any(job.info.voting and job.result not in passed for job in item.buildset.graph):
+        return [FAILING_REASONS[reasons.FAILED]]
+    return []
+
+
 def item_status(item: QueueItem, now: float) -> dict[str, Any]:
     change = item.change
     return {
@@ -74,6 +107,10 @@ def item_status(item: QueueItem, now: float) -> dict[str, Any]:
         # a report that did not land yet (the database is down): retried
         "report_failures": item.report_failures,
         "report_error": item.report_error,
+        "failing_reasons": failing_reasons(item),
+        "dequeue_reason": item.reason.to_dict() if item.reason else None,
+        "resets": item.resets.to_dict(),
+        "reset_cost": item.reset_cost.to_dict(),
     }
 
 
@@ -104,6 +141,7 @@ def render_text(status: dict[str, Any]) -> str:
                     f"    {item['project']} {item['ref']} -> {item['branch']}"
                     f" [{state}] {item['id']}"
                 )
+                lines.extend(_reason_lines(item))
                 if item.get("report_failures"):
                     lines.append(
                         f"      waiting to report ({item['report_failures']} failed attempts):"
@@ -112,6 +150,28 @@ def render_text(status: dict[str, Any]) -> str:
                 for job in item["jobs"]:
                     lines.append("      " + _job_line(job))
     return "\n".join(lines) if lines else "no pipelines"
+
+
+def _reason_lines(item: dict[str, Any]) -> list[str]:
+    lines = []
+    reason = item.get("dequeue_reason")
+    if reason:
+        lines.append(f"      why: {reason['kind']}: {reason['message']}")
+    resets = item.get("resets") or {}
+    if resets.get("count"):
+        cause = resets.get("cause") or {}
+        lines.append(
+            f"      reset {resets['count']}x ({resets['builds']} builds,"
+            f" {resets['ci_seconds']:.0f} CI seconds thrown away); last by"
+            f" {cause.get('ref') or 'a reorder'} ({cause.get('kind', '')})"
+        )
+    cost = item.get("reset_cost") or {}
+    if cost.get("resets"):
+        lines.append(
+            f"      cost others {cost['resets']} resets, {cost['builds']} builds,"
+            f" {cost['ci_seconds']:.0f} CI seconds"
+        )
+    return lines
 
 
 def _job_line(job: dict[str, Any]) -> str:

@@ -175,6 +175,15 @@ def sweep_stats() -> str:
     return "/stats/sweep"
 
 
+def pipeline_stats_root() -> str:
+    """Per pipeline counters kept with its passes (``scheduler/stores/pipeline_stats.py``)."""
+    return "/stats/pipelines"
+
+
+def pipeline_stats(tenant: str, pipeline: str) -> str:
+    return join(pipeline_stats_root(), *_s(tenant, pipeline))
+
+
 def timings_root() -> str:
     """Histograms of durations observed by many processes (``scheduler/stores/timings.py``)."""
     return "/stats/timings"

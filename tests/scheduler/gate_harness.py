@@ -74,13 +74,15 @@ class Gate:
         fail_fast: bool = False,
     ) -> None:
         counter = itertools.count()
+        # the managers' clock (tests move it)
+        self.now = 1000.0
         self.state = PipelineState(tenant="t", pipeline="gate")
         self.ledger = Ledger(semaphores)
         self.manager = manager(
             settings or PipelineSettings("gate", manager.kind),
             GateLayout(jobs, fail_fast),
             self.ledger,
-            clock=lambda: 1000.0,
+            clock=lambda: self.now,
             make_uuid=lambda: f"u{next(counter)}",
         )
         self.merges: list[MergeIntent] = []
@@ -89,6 +91,8 @@ class Gate:
         self.reported: list[tuple[str, Result | None]] = []
         # the message of each reported item, by ref
         self.messages: dict[str, str] = {}
+        # each reported item as it was reported, by ref (the last report of the ref)
+        self.reported_items: dict[str, QueueItem] = {}
         self.pushed: list[str] = []
         # None: the push lands; a text: it is refused with that message
         self.push_answer: PushAnswer = lambda item: None
@@ -124,6 +128,7 @@ class Gate:
             item = self.state.items[item_uuid]
             self.reported.append((item.change.ref, item.result))
             self.messages[item.change.ref] = item.message
+            self.reported_items[item.change.ref] = item.clone()
         if intents.reports:
             self.manager.finish_reported(self.state, intents.reports)
             again = True

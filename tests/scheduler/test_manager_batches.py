@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.config.model import Batch
+from scheduler.config.model import BatchConfig
 from scheduler.manager import events as ev
 from scheduler.manager.settings import PipelineSettings
 from scheduler.model.item import ChangeQueue, MergeState, QueueItem
@@ -14,7 +14,7 @@ REFS = tuple("ABCDEFGH")
 
 
 def batched_gate(size: int = 8, max_wait: float = 60.0, depth: int = 3) -> Gate:
-    batch = Batch(size=size, max_wait=max_wait, max_bisect_depth=depth)
+    batch = BatchConfig(size=size, max_wait=max_wait, max_bisect_depth=depth)
     settings = PipelineSettings(
         "gate", "dependent", merge_on_success=True, batch_for=lambda project, branch: batch
     )

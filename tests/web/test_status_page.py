@@ -123,5 +123,7 @@ def test_the_status_page_follows_a_gate(web: WebServer, browser: Browser) -> Non
     buildset_page.goto(f"{web.url}/t/demo/buildset/{head['buildset']}")
     buildset_page.wait_for_selector("table.builds a")
     assert "SUCCESS" in buildset_page.inner_text("table.buildset")
+    # a passed item has no reason; the row is there (a failure's shows its kind and message)
+    assert "Reason" in buildset_page.inner_text("table.buildset")
     assert buildset_page.inner_text("table.builds a") == "unit"
     shot(buildset_page, "buildset-reported.png")

@@ -84,12 +84,34 @@ function progress(job) {
   return bar;
 }
 
+// Why the item fails or left, and what resets cost (scheduler/views/status.py)
+function reasonText(reason) {
+  return reason ? `${reason.kind}: ${reason.message}` : "";
+}
+
+function resetsText(resets, cost) {
+  const parts = [];
+  if (resets && resets.count) {
+    const cause = resets.cause && resets.cause.ref ? `, last by ${resets.cause.ref} (${resets.cause.kind})` : "";
+    parts.push(`reset ${resets.count}x: ${resets.builds} builds, ${Math.round(resets.ci_seconds)} CI s lost${cause}`);
+  }
+  if (cost && cost.resets) {
+    parts.push(`cost others ${cost.resets} resets: ${cost.builds} builds, ${Math.round(cost.ci_seconds)} CI s`);
+  }
+  return parts.join("; ");
+}
+
 function itemNode(tenant, item) {
-  const failing = item.jobs.some((j) => j.result && j.result !== "SUCCESS" && j.voting);
+  const failing = (item.failing_reasons || []).length > 0
+    || item.jobs.some((j) => j.result && j.result !== "SUCCESS" && j.voting);
+  const why = reasonText(item.dequeue_reason);
+  const resets = resetsText(item.resets, item.reset_cost);
   return el("div", { class: failing ? "item failing" : "item", "data-item": item.id },
     el("div", { class: "item-head" },
       el("a", { href: `/t/${enc(tenant)}/change/${enc(item.ref)}` }, `${item.project} ${item.ref}`),
       el("span", { class: "muted" }, item.branch)),
+    why ? el("div", { class: "item-reason", "data-reason": item.dequeue_reason.kind }, why) : null,
+    resets ? el("div", { class: "item-resets muted" }, resets) : null,
     el("ul", { class: "jobs" }, item.jobs.map((job) => el("li", { class: "job", "data-job": job.name },
       job.uuid
         ? el("a", { href: `/t/${enc(tenant)}/build/${enc(job.uuid)}`, class: job.result ? `r-${job.result}` : "" }, job.name)
@@ -185,6 +207,7 @@ async function buildsetPage(tenant, uuid) {
   }
   const rows = [["Project", buildset.project], ["Branch", buildset.branch], ["Ref", buildset.ref],
     ["Pipeline", buildset.pipeline], ["Result", buildset.result], ["Message", buildset.message],
+    ["Reason", reasonText(buildset.reason)], ["Resets", resetsText(buildset.resets, buildset.reset_cost)],
     ["Start", buildset.first_build_start_time], ["End", buildset.last_build_end_time]];
   show(el("h1", {}, `Buildset ${uuid}`),
     el("table", { class: "buildset" },

@@ -552,14 +552,18 @@ class BuildRun:
         if run.outcome is StepOutcome.TIMED_OUT:
             assert run.step is not None
             return Outcome(Result.TIMED_OUT, _describe(run.step), allow_post_result=False)
-        if run.step is not None:
-            return Outcome(
-                Result.FAILURE, _join(_describe(run.step), self._pre_fail_message() or "")
-            )
+        return self._run_outcome(run)
+
+    def _run_outcome(self, run: _PhaseEnd) -> Outcome:
+        """A run phase that was not cancelled nor timed out; a pre-fail makes it a FAILURE.
+
+        Zuul: a build whose output matched failure-output is a FAILURE even
+        if its steps succeed (its pipeline treated it as failing).
+        """
         pre_failed = self._pre_fail_message()
+        if run.step is not None:
+            return Outcome(Result.FAILURE, _join(_describe(run.step), pre_failed or ""))
         if pre_failed is not None:
-            # Zuul: a build whose output matched failure-output is a FAILURE
-            # even if its steps succeed (its pipeline treated it as failing)
             return Outcome(Result.FAILURE, pre_failed)
         return Outcome(Result.SUCCESS, "")
 

@@ -21,7 +21,7 @@ How each attribute combines (Zuul's defaults):
   nodeset, files, irrelevant-files, dependencies;
 * deep merge: vars;
 * union in order, without duplicates: required-projects (by name, the
-  later entry wins), semaphores, tags;
+  later entry wins), semaphores, tags, failure-output;
 * nesting: pre-run is appended (parent's first), post-run prepended
   (child's first);
 * ``abstract``: once set by a variant of a job it stays set for that job,
@@ -128,6 +128,8 @@ class FrozenJob:
     # None: any project may run it
     allowed_projects: tuple[str, ...] | None = None
     schema: int = FROZEN_SCHEMA
+    # regexes searched in the output lines of its run steps (Zuul's failure-output)
+    failure_output: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The plain form: JSON-ready, keys named as in the configuration (``pre-run``)."""
@@ -171,6 +173,7 @@ class FrozenJob:
             post_review=get("post-review", False),
             allowed_projects=_optional_tuple(get("allowed-projects")),
             schema=get("schema", FROZEN_SCHEMA),
+            failure_output=tuple(get("failure-output", ())),
         )
 
     def projects_used(self) -> tuple[str, ...]:
@@ -328,7 +331,7 @@ class _Builder:
             merged = {p.name: p for p in old or ()}
             merged.update({p.name: p for p in value})
             self.values[key] = tuple(merged.values())
-        elif key in ("semaphores", "tags"):
+        elif key in ("semaphores", "tags", "failure-output"):
             self.values[key] = tuple(dict.fromkeys((*(old or ()), *value)))
         elif key == "post-review":
             self.values[key] = bool(old) or bool(value)
@@ -450,6 +453,7 @@ def _frozen(
         secrets=dict(builder.secrets),
         post_review=v.get("post-review", False),
         allowed_projects=v.get("allowed-projects"),
+        failure_output=v.get("failure-output", ()),
     )
 
 

@@ -46,6 +46,8 @@ VARIANT_KEYS = frozenset(
         "tags",
         # Sluice's own: the executor zone (queue executor.<zone>) that runs the job
         "zone",
+        # regexes searched in the run steps' output: a match pre-fails the build
+        "failure-output",
     }
 )
 # An executor zone becomes a Celery queue name (executor.<zone>) and a znode name.
@@ -151,6 +153,9 @@ def _read_matchers(fields: Fields, attrs: dict[str, Any]) -> None:
                 if problem:
                     raise fields.error(key, f"regex {pattern!r} {problem}")
             attrs[key] = patterns
+    failure_output = fields.regexes("failure-output", in_lines=True)
+    if failure_output is not None:
+        attrs["failure-output"] = failure_output
 
 
 def _read_collections(fields: Fields, attrs: dict[str, Any]) -> None:

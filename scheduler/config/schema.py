@@ -16,7 +16,7 @@ from typing import Any
 
 from scheduler.config.errors import ConfigError
 from scheduler.config.model import Encrypted
-from scheduler.config.regex import RegexPolicyError, compile_matcher
+from scheduler.config.regex import RegexPolicyError, compile_line_matcher, compile_matcher
 from scheduler.config.yamlload import MarkedDict, MarkedList
 from scheduler.crypto import ENCRYPTED
 
@@ -45,7 +45,6 @@ ZUUL_ONLY_KEYS = frozenset(
         "intermediate",
         "match-on-config-updates",
         "image-build-name",
-        "failure-output",
         "run-on-config-updates",
     }
 )
@@ -225,13 +224,19 @@ class Fields:
         sub.check_keys()
         return sub
 
-    def regexes(self, key: str) -> tuple[str, ...] | None:
+    def regexes(self, key: str, *, in_lines: bool = False) -> tuple[str, ...] | None:
+        """A regex or a list of them, each checked by the policy (``scheduler/config/regex.py``).
+
+        ``in_lines``: patterns searched anywhere in a line of output
+        (:func:`~scheduler.config.regex.compile_line_matcher`).
+        """
         patterns = self.string_list(key)
         if patterns is None:
             return None
+        check = compile_line_matcher if in_lines else compile_matcher
         for pattern in patterns:
             try:
-                compile_matcher(pattern)
+                check(pattern)
             except RegexPolicyError as exc:
                 raise self.error(key, f"regex {pattern!r} refused: {exc}") from None
         return patterns

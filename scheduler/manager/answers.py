@@ -111,7 +111,8 @@ def merge_completed(manager: Answered, state: PipelineState, event: ev.MergeComp
 
 
 def _find_build(
-    state: PipelineState, event: ev.BuildStarted | ev.BuildPaused | ev.BuildCompleted
+    state: PipelineState,
+    event: ev.BuildStarted | ev.BuildPaused | ev.BuildCompleted | ev.BuildPreFailed,
 ) -> tuple[QueueItem, JobState, Build] | None:
     item = _item_and_buildset(state, event.item, event.buildset)
     if item is None or item.buildset.jobs is None:
@@ -139,6 +140,18 @@ def build_progress(state: PipelineState, event: ev.BuildStarted | ev.BuildPaused
         build.result_data = dict(event.result_data)
 
 
+def build_prefailed(state: PipelineState, event: ev.BuildPreFailed) -> None:
+    """Its output matched the job's failure-output: failing now, still running.
+
+    Stale (a reset buildset), late (the build already ended) or repeated,
+    it changes nothing.
+    """
+    found = _find_build(state, event)
+    if found is None or found[2].done or found[2].pre_fail:
+        return
+    found[2].pre_fail = True
+
+
 def build_completed(manager: Answered, state: PipelineState, event: ev.BuildCompleted) -> None:
     found = _find_build(state, event)
     if found is None or found[2].done:
@@ -148,6 +161,11 @@ def build_completed(manager: Answered, state: PipelineState, event: ev.BuildComp
     build.state = BuildState.COMPLETED
     build.result = event.result
     build.message = event.message
+    if build.pre_fail and event.result is Result.SUCCESS:
+        # Zuul: a pre-failed build is a FAILURE even if its steps succeed
+        # (the executor says so already; the items behind were moved off it)
+        build.result = Result.FAILURE
+        build.message = event.message or "failure-output matched"
     build.start_time = event.start_time or build.start_time
     build.end_time = event.end_time or manager.clock()
     build.result_data = dict(event.result_data)

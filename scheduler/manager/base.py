@@ -86,6 +86,11 @@ def needed(change: Change) -> tuple[Change, ...]:
     return tuple(n for n in change.needs if n.key != change.key)
 
 
+def _pre_failed(job: JobState) -> bool:
+    build = job.current
+    return build is not None and build.pre_fail
+
+
 def new_uuid() -> str:
     return uuid.uuid4().hex
 
@@ -167,6 +172,8 @@ class PipelineManager:
             answers.build_progress(state, event)
         elif isinstance(event, ev.NodesAnswered):
             answers.nodes_answered(self, state, event)
+        elif isinstance(event, ev.BuildPreFailed):
+            answers.build_prefailed(state, event)
         else:
             answers.build_completed(self, state, event)
 
@@ -377,11 +384,16 @@ class PipelineManager:
 
     @staticmethod
     def failing(item: QueueItem) -> bool:
-        """The item will not merge as tested (Zuul's failing reasons)."""
+        """The item will not merge as tested (Zuul's failing reasons).
+
+        A voting job's build that pre-failed (its output matched the job's
+        failure-output) counts before it ends: the walk moves the items
+        behind at once, as Zuul does.
+        """
         if item.result is not None:
             return item.result is not Result.SUCCESS
         return any(
-            job.info.voting and job.result not in PASSED
+            job.info.voting and (job.result not in PASSED or _pre_failed(job))
             for job in (item.buildset.jobs or {}).values()
         )
 

@@ -74,6 +74,16 @@ class BuildPaused:
 
 
 @dataclass(frozen=True)
+class BuildPreFailed:
+    """A line of the build's run output matched its job's failure-output."""
+
+    build: str
+    item: str
+    buildset: str
+    job: str
+
+
+@dataclass(frozen=True)
 class BuildCompleted:
     build: str
     item: str
@@ -110,4 +120,5 @@ PipelineEvent = (
     | BuildPaused
     | BuildCompleted
     | NodesAnswered
+    | BuildPreFailed
 )

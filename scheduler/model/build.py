@@ -114,6 +114,9 @@ class Build:
     node_choice: int = 0
     # its nodes once fulfilled: [{name, id, label, host, connection}]
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    # a line of its run output matched the job's failure-output: it is known
+    # to fail before it ends (Zuul's pre_fail)
+    pre_fail: bool = False
 
     def clone(self) -> Build:
         """An equal build sharing nothing mutable with this one (see ``QueueItem.clone``)."""
@@ -152,6 +155,7 @@ class Build:
             **({"node_request": self.node_request} if self.node_request else {}),
             **({"node_choice": self.node_choice} if self.node_choice else {}),
             **({"nodes": self.nodes} if self.nodes else {}),
+            **({"pre_fail": True} if self.pre_fail else {}),
         }
 
     @classmethod
@@ -173,6 +177,7 @@ class Build:
             node_request=str(data.get("node_request", "")),
             node_choice=int(data.get("node_choice", 0)),
             nodes=[dict(n) for n in data.get("nodes") or ()],
+            pre_fail=bool(data.get("pre_fail", False)),
         )
 
 

@@ -86,15 +86,22 @@ class EventDecoder:
         if kind is RequestEvent.PAUSED:
             data = requests.paused_data(request)
             return ev.BuildPaused(request, item.uuid, buildset, job, data)
-        result = message.outcome or requests.get_result(request)
+        if kind is RequestEvent.PREFAILED:
+            return ev.BuildPreFailed(request, item.uuid, buildset, job)
+        return self._build_completed(requests, message, item)
+
+    def _build_completed(
+        self, requests: JobRequestQueue, message: RequestMessage, item: QueueItem
+    ) -> ev.BuildCompleted | None:
+        result = message.outcome or requests.get_result(message.request)
         if result is None:
             return None
         outcome = self.env.formats.build_outcome(result)
         return ev.BuildCompleted(
-            request,
+            message.request,
             item.uuid,
-            buildset,
-            job,
+            message.buildset,
+            message.job,
             outcome.result,
             outcome.message,
             outcome.start_time,

@@ -77,7 +77,7 @@ from scheduler.zk.context import (
     OpFailedError,
     Transaction,
 )
-from scheduler.zk.errors import DataTooLargeError, NoDataError
+from scheduler.zk.errors import DataTooLargeError, LockLostError, NoDataError
 from scheduler.zk.event_queue import EventQueue, commit_creating_parents
 from scheduler.zk.locks import HeldLock
 from scheduler.zk.retry import OUTAGE
@@ -421,6 +421,24 @@ class JobRequestQueue(RequestSweeps):
         """
         data = {"paused": dict(result_data or {})}
         self._update(claimed, RequestState.PAUSED, RequestEvent.PAUSED, data)
+
+    def prefail(self, claimed: ClaimedRequest) -> bool:
+        """Queue a ``request-prefailed`` event (its output matched the job's failure-output).
+
+        Fenced by the claim's lock: False, and nothing written, once the
+        request completed or the claim was lost (its completion says the
+        rest). The request itself does not change; the pipeline applies the
+        event once (a repeated one finds the build pre-failed already).
+        """
+        try:
+            txn = claimed.context.transaction()
+            queues = self._event(claimed.request, RequestEvent.PREFAILED, txn)
+            if not queues:
+                return False
+            commit_creating_parents(self.client, txn, queues)
+        except LockLostError:  # completed (the lock is gone) or lost
+            return False
+        return True
 
     def paused_data(self, uuid: str) -> dict[str, Any]:
         """The result data a paused request stored ({} if none or already completed)."""

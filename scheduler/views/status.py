@@ -6,7 +6,7 @@ or rename them):
 ``{"tenants": [{"name", "pipelines": [{"name", "queues": [{"name", "items":
 [{"id", "project", "branch", "ref", "commit", "enqueued", "result",
 "message", "jobs": [{"name", "state", "result", "voting", "attempt",
-"build", "elapsed", "waiting_for_semaphore"}], "failing_reasons",
+"build", "elapsed", "waiting_for_semaphore", "pre_fail"}], "failing_reasons",
 "dequeue_reason", "resets", "reset_cost"}]}]}]}]}``
 
 ``failing_reasons`` is Zuul's list of strings (why the item will not merge
@@ -21,7 +21,9 @@ failure or dequeue cost the items behind it.
 
 Job ``state`` is one of ``waiting`` (for its dependencies or a merge),
 ``waiting_for_semaphore``, ``queued``, ``running``, ``paused``,
-``completed``, ``skipped``.
+``completed``, ``skipped``. ``pre_fail`` (Zuul's name) is true once a line of
+the current build's run output matched the job's ``failure-output``: it is
+known to fail while it still runs.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def job_status(job: JobState, now: float) -> dict[str, Any]:
         "build": build.uuid if build else None,
         "elapsed": elapsed,
         "waiting_for_semaphore": job.waiting_for_semaphore,
+        "pre_fail": bool(build is not None and build.pre_fail),
     }
 
 
@@ -186,4 +189,6 @@ def _job_line(job: dict[str, Any]) -> str:
         text += " (non-voting)"
     if job["waiting_for_semaphore"]:
         text += f" (semaphore {job['waiting_for_semaphore']})"
+    if job.get("pre_fail") and not job["result"]:
+        text += " (pre-fail)"
     return text.rstrip()

@@ -16,7 +16,8 @@ a queue.
   web admin and the tenant hop, read by the pipeline pass;
 * ``reconfigure``: :class:`ReconfigureEvent`, put by a pipeline pass or the
   sweep, read by ``sluice.merger.reconfigure``;
-* ``request-started``, ``-paused``, ``-completed`` (:class:`RequestEvent`):
+* ``request-started``, ``-paused``, ``-completed``, ``-prefailed``
+  (:class:`RequestEvent`):
   :class:`RequestMessage`, put by the job request queues
   (:mod:`scheduler.stores.job_requests`, in the transaction that changes
   the request), read by the pipeline pass; a completion carries the
@@ -137,6 +138,8 @@ class RequestEvent(enum.StrEnum):
     STARTED = "request-started"
     PAUSED = "request-paused"
     COMPLETED = "request-completed"
+    # a line of a build's run output matched its job's failure-output
+    PREFAILED = "request-prefailed"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.e2e.system import TENANT_YAML
+from tests.e2e.test_failure_output import app as prefail_app
+from tests.e2e.test_gate import CONFIG as GATE_CONFIG
 from tests.fixtures.services import missing_service
 from tests.fixtures.waiting import wait_until
 from tests.web.gates import HeldGate
@@ -127,3 +130,27 @@ def test_the_status_page_follows_a_gate(web: WebServer, browser: Browser) -> Non
     assert "Reason" in buildset_page.inner_text("table.buildset")
     assert buildset_page.inner_text("table.builds a") == "unit"
     shot(buildset_page, "buildset-reported.png")
+
+
+def test_the_status_page_shows_a_pre_failed_job(web: WebServer, browser: Browser) -> None:
+    """A job whose output matched its failure-output is shown failing while it runs."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    system = web.system
+    go = system.root / "go"
+    system.tenant(TENANT_YAML)
+    system.repos.commit("config", "main", GATE_CONFIG)
+    base = system.repos.commit("app", "main", prefail_app(str(go)))
+    system.repos.git("app", "checkout", "-q", "--detach")
+    system.repos.commit("app", "c1", {"FAIL": "x\n"}, base=base)
+    system.repos.git("app", "checkout", "-q", "--detach")
+    system.start_worker(concurrency=2)
+    system.sluice("reconfigure")
+    page.goto(f"{web.url}/t/demo/status")
+    system.enqueue("c1", "gate")
+
+    job = "[data-pipeline=gate] .item.failing li.job.pre-fail[data-job=unit]"
+    page.wait_for_selector(job, timeout=90_000)
+    assert "failing" in page.inner_text(f"{job} .bar")
+    shot(page, "status-gate-pre-fail.png")
+    go.touch()
+    system.sluice("wait", "--idle", "--timeout", "120")

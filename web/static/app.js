@@ -76,7 +76,10 @@ function progress(job) {
     const estimate = (job.estimated_time || 0) * 1000;
     const share = estimate ? Math.min(0.99, elapsed / estimate) : 0.5;
     fill.style.width = `${(share * 100).toFixed(1)}%`;
-    label.textContent = estimate ? `${seconds(Math.max(0, estimate - elapsed))} left` : seconds(elapsed);
+    // pre_fail: its output matched the job's failure-output; it fails, still running
+    if (job.pre_fail) fill.style.background = "#d9534f";
+    const time = estimate ? `${seconds(Math.max(0, estimate - elapsed))} left` : seconds(elapsed);
+    label.textContent = job.pre_fail ? `failing, ${time}` : time;
   };
   update();
   bar.dataset.running = job.result ? "" : "1";
@@ -103,7 +106,7 @@ function resetsText(resets, cost) {
 
 function itemNode(tenant, item) {
   const failing = (item.failing_reasons || []).length > 0
-    || item.jobs.some((j) => j.result && j.result !== "SUCCESS" && j.voting);
+    || item.jobs.some((j) => j.voting && ((j.result && j.result !== "SUCCESS") || j.pre_fail));
   const why = reasonText(item.dequeue_reason);
   const resets = resetsText(item.resets, item.reset_cost);
   return el("div", { class: failing ? "item failing" : "item", "data-item": item.id },
@@ -112,7 +115,7 @@ function itemNode(tenant, item) {
       el("span", { class: "muted" }, item.branch)),
     why ? el("div", { class: "item-reason", "data-reason": item.dequeue_reason.kind }, why) : null,
     resets ? el("div", { class: "item-resets muted" }, resets) : null,
-    el("ul", { class: "jobs" }, item.jobs.map((job) => el("li", { class: "job", "data-job": job.name },
+    el("ul", { class: "jobs" }, item.jobs.map((job) => el("li", { class: job.pre_fail ? "job pre-fail" : "job", "data-job": job.name },
       job.uuid
         ? el("a", { href: `/t/${enc(tenant)}/build/${enc(job.uuid)}`, class: job.result ? `r-${job.result}` : "" }, job.name)
         : el("span", {}, job.name),

@@ -10,6 +10,10 @@ the task adapter implements them on top of the build request in ZooKeeper:
 * ``on_started(info)`` is called once the workspace is ready, before the
   first phase: the log path is known then (the status page can follow it).
 * ``on_phase(phase)`` is called as each phase starts.
+* ``on_pre_fail(line)`` is called at most once, when a line of the run
+  steps' output matched the job's ``failure-output``
+  (:mod:`workers.executor.failureoutput`): the build is known to fail; it
+  runs on to its end. The adapter tells the pipeline at once.
 * ``pause(result_data)`` is called after a successful run phase when the job
   asked to pause (``{"zuul": {"pause": true}}`` in its result data, Zuul's
   convention). It blocks until the build is resumed or cancelled: the
@@ -55,6 +59,8 @@ class BuildControl(Protocol):
 
     def pause(self, result_data: Mapping[str, Any]) -> None: ...
 
+    def on_pre_fail(self, line: str) -> None: ...
+
 
 class BaseControl:
     """Every hook a no-op: never cancelled, a pause returns at once."""
@@ -69,6 +75,9 @@ class BaseControl:
         return None
 
     def pause(self, result_data: Mapping[str, Any]) -> None:
+        return None
+
+    def on_pre_fail(self, line: str) -> None:
         return None
 
 
@@ -88,6 +97,8 @@ class LocalControl(BaseControl):
         self.info: StartedInfo | None = None
         self.phases: list[Phase] = []
         self.paused_data: dict[str, Any] | None = None
+        # the lines on_pre_fail was called with
+        self.pre_failed: list[str] = []
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -104,6 +115,9 @@ class LocalControl(BaseControl):
 
     def on_phase(self, phase: Phase) -> None:
         self.phases.append(phase)
+
+    def on_pre_fail(self, line: str) -> None:
+        self.pre_failed.append(line)
 
     def pause(self, result_data: Mapping[str, Any]) -> None:
         self.paused_data = dict(result_data)

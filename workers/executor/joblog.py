@@ -52,17 +52,21 @@ class JobLog:
         self._written = 0
         self.truncated = False
 
-    def line(self, text: str, label: str | None = None) -> None:
-        """Write one line of job output: ``stamp | label | text`` (secrets masked)."""
+    def line(self, text: str, label: str | None = None) -> str:
+        """Write one line of job output: ``stamp | label | text`` (secrets masked).
+
+        Returns the text as masked (also when the log limit dropped it).
+        """
         if self._redact is not None:
             text = self._redact(text)
         if self._limit is not None and self._written + len(text) > self._limit:
             if not self.truncated:
                 self.truncated = True
                 self.marker(f"LOG LIMIT: job output beyond {self._limit} characters dropped")
-            return
+            return text
         self._written += len(text)
         self._write(f"{_now()} | {label} | {text}" if label else f"{_now()} | {text}")
+        return text
 
     def marker(self, text: str) -> None:
         """A line of the runner's own (phase start and end, results)."""
@@ -81,11 +85,16 @@ class JobLog:
 
 
 class LineSplitter:
-    """Turns chunks of bytes into lines for a :class:`JobLog`, one label each."""
+    """Turns chunks of bytes into lines for a :class:`JobLog`, one label each.
 
-    def __init__(self, log: JobLog, label: str) -> None:
+    ``watch`` sees each line as written (secrets masked): a job's
+    ``failure-output`` (:mod:`workers.executor.failureoutput`).
+    """
+
+    def __init__(self, log: JobLog, label: str, watch: Callable[[str], None] | None = None) -> None:
         self._log = log
         self._label = label
+        self._watch = watch
         self._pending = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -105,4 +114,6 @@ class LineSplitter:
 
     def _emit(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace").rstrip("\r")
-        self._log.line(text, self._label)
+        written = self._log.line(text, self._label)
+        if self._watch is not None:
+            self._watch(written)

@@ -54,6 +54,7 @@ from workers.executor.errors import (
     ResultDataError,
     WorkspaceError,
 )
+from workers.executor.failureoutput import FailureOutput
 from workers.executor.job import Step, check, steps
 from workers.executor.joblog import JobLog, LineSplitter
 from workers.executor.playbooks import AnsibleSetup, is_playbook
@@ -184,12 +185,16 @@ class BuildRun:
     sandbox: Sandbox | None = field(init=False, default=None)
     # the namespaces its untrusted steps share, made at the first (None: not made)
     namespaces: BuildNamespaces | None = field(init=False, default=None)
+    # the job's failure-output, searched in the run steps' lines (None: it has none)
+    failure_output: FailureOutput | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.layout = BuildLayout.for_build(
             self.options.state_dir, self.spec.context.build_uuid, self.options.build_dir
         )
         self.redact = Redactor(decrypted_strings(self.spec, self.secrets))
+        if self.spec.job.failure_output:
+            self.failure_output = FailureOutput(self.spec.job.failure_output, self._pre_failed)
 
     # -- the steps ---------------------------------------------------------
 
@@ -399,7 +404,7 @@ class BuildRun:
                     executable,
                     cwd=self.project_dir,
                     env=env,
-                    output=LineSplitter(self.job_log, phase.value),
+                    output=LineSplitter(self.job_log, phase.value, self._watch(phase)),
                     limits=limits,
                     prefix=self._sandbox(job_step, own),
                     args=args,
@@ -547,8 +552,19 @@ class BuildRun:
         if run.outcome is StepOutcome.TIMED_OUT:
             assert run.step is not None
             return Outcome(Result.TIMED_OUT, _describe(run.step), allow_post_result=False)
+        return self._run_outcome(run)
+
+    def _run_outcome(self, run: _PhaseEnd) -> Outcome:
+        """A run phase that was not cancelled nor timed out; a pre-fail makes it a FAILURE.
+
+        Zuul: a build whose output matched failure-output is a FAILURE even
+        if its steps succeed (its pipeline treated it as failing).
+        """
+        pre_failed = self._pre_fail_message()
         if run.step is not None:
-            return Outcome(Result.FAILURE, _describe(run.step))
+            return Outcome(Result.FAILURE, _join(_describe(run.step), pre_failed or ""))
+        if pre_failed is not None:
+            return Outcome(Result.FAILURE, pre_failed)
         return Outcome(Result.SUCCESS, "")
 
     def _pause_or_veto(self, outcome: Outcome) -> Outcome:
@@ -586,6 +602,22 @@ class BuildRun:
     def _mark(self, text: str) -> None:
         if self.job_log is not None:
             self.job_log.marker(text)
+
+    def _watch(self, phase: Phase) -> Callable[[str], None] | None:
+        """What sees the lines of a step of ``phase``: the run steps' failure-output."""
+        if phase is Phase.RUN and self.failure_output is not None:
+            return self.failure_output.check
+        return None
+
+    def _pre_failed(self, line: str) -> None:
+        """A run step's line matched the job's failure-output: tell, once; run on."""
+        self._mark(f"FAILURE OUTPUT matched: {_cut(line)}")
+        _call_hook("on_pre_fail", self.control.on_pre_fail, line)
+
+    def _pre_fail_message(self) -> str | None:
+        if self.failure_output is None or self.failure_output.matched is None:
+            return None
+        return f"failure-output matched: {_cut(self.failure_output.matched)}"
 
     def _result(self, outcome: Outcome, data: Mapping[str, Any], held: str | None) -> BuildResult:
         return BuildResult(
@@ -646,7 +678,12 @@ def _describe(step: StepRun) -> str:
 
 
 def _join(first: str, second: str) -> str:
-    return f"{first}; {second}" if first else second
+    return f"{first}; {second}" if first and second else first or second
+
+
+def _cut(line: str, most: int = 200) -> str:
+    """A line short enough for a message."""
+    return line if len(line) <= most else line[:most] + "..."
 
 
 def _call_hook(name: str, hook: Callable[..., object], *args: object) -> None:

@@ -304,6 +304,12 @@ class RequestControl(BaseControl):
             meta["estimate"] = request.info["estimate"]
         progress_safely(self.progress, meta)
 
+    def on_pre_fail(self, line: str) -> None:
+        """Tell the pipeline the build will fail (``request-prefailed``) and nudge it."""
+        if self.queue.prefail(self.claimed):
+            log.info("build request %s: pre-failed (failure-output matched)", self.claimed.uuid)
+            notify_safely(self.notify, self.claimed.request, "build")
+
     def pause(self, result_data: Mapping[str, Any]) -> None:
         # PAUSED with its event and the result data so far (for the dependents)
         self.queue.pause(self.claimed, result_data)

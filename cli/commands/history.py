@@ -16,7 +16,17 @@ import click
 from cli.commands.common import clear_errors, settings
 from scheduler.reporting import list_builds, list_buildsets, open_database
 
-BUILD_COLUMNS = ("job", "project", "ref", "pipeline", "result", "attempt", "end_time", "uuid")
+BUILD_COLUMNS = (
+    "job",
+    "project",
+    "ref",
+    "pipeline",
+    "result",
+    "verdict",
+    "attempt",
+    "end_time",
+    "uuid",
+)
 BUILDSET_COLUMNS = ("project", "ref", "pipeline", "result", "message", "uuid")
 
 

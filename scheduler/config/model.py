@@ -219,6 +219,8 @@ class Pipeline:
     batch: BatchConfig | None = None
     # Sluice's own: a failed item waits for this many items behind it to finish
     pending_failure_depth: int = 0
+    # Sluice's own: a gate failure's job is run again to judge it (flaky, culprit, base)
+    failure_verdict: bool = False
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ PIPELINE_KEYS = frozenset(
         "reject",
         "batch",
         "pending-failure-depth",
+        "failure-verdict",
         *MESSAGE_KEYS,
         *REPORTER_ACTIONS,
         *WINDOW_KEYS,
@@ -135,6 +136,7 @@ def parse_pipeline(
         messages={key: value for key in MESSAGE_KEYS if (value := fields.string(key))},
         batch=_batch(fields, manager),
         pending_failure_depth=_pending_failure_depth(fields, manager) or 0,
+        failure_verdict=_failure_verdict(fields, manager),
     )
 
 
@@ -249,6 +251,12 @@ def _pending_failure_depth(fields: Fields, manager: str) -> int | None:
             "pending-failure-depth", "a pending failure applies only to dependent pipelines"
         )
     return fields.integer("pending-failure-depth", minimum=0)
+
+
+def _failure_verdict(fields: Fields, manager: str) -> bool:
+    if fields.has("failure-verdict") and manager != "dependent":
+        raise fields.error("failure-verdict", "failure verdicts apply only to dependent pipelines")
+    return fields.boolean("failure-verdict", False)
 
 
 def batch_of(fields: Fields) -> BatchConfig | None:

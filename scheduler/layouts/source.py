@@ -248,6 +248,7 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
         node_priority=NODE_PRIORITIES.get(config.precedence, 200),
         batch_for=batch_for,
         pending_failure_for=pending_failure_for,
+        failure_verdict=config.failure_verdict,
     )
 
 

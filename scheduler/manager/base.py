@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from scheduler.config.model import NOOP_JOB
-from scheduler.manager import answers, settling
+from scheduler.manager import answers, settling, verdicts
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
 from scheduler.manager.settings import (
@@ -158,6 +158,8 @@ class PipelineManager:
 
     def apply(self, state: PipelineState, event: ev.PipelineEvent) -> None:
         """Apply one event to ``state``; stale or duplicate events change nothing."""
+        if verdicts.apply(state, event):
+            return  # an answer to a run that judges a failure
         if isinstance(event, Enqueue):
             self.enqueue(state, event.change, event.event_id)
         elif isinstance(event, Dequeue) and event.current:
@@ -278,6 +280,7 @@ class PipelineManager:
             item.reported = True
 
     def abort_builds(self, item: QueueItem) -> None:
+        verdicts.abort(self, item)
         for job in item.buildset.graph:
             self.abort_job(item, job)
             if job.result is None:

@@ -139,6 +139,7 @@ def reset_item(
     item.reason = None
     item.push = PushState.NONE
     item.verdict = ""
+    item.probes = []
 
 
 def move_item(

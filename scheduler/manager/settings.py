@@ -59,6 +59,8 @@ class PipelineSettings:
     batch_for: Callable[[str, str], BatchConfig | None] = lambda project, branch: None
     # dependent pipelines: how many items behind a failed one may show it flaky first
     pending_failure_for: Callable[[str, str], int] = lambda project, branch: 0
+    # dependent pipelines: a failed job is run again to judge the failure
+    failure_verdict: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from scheduler.manager import batches, pending, reset, settling
+from scheduler.manager import batches, pending, reset, settling, verdicts
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager, needed
 from scheduler.manager.settings import FreezeResult
@@ -174,6 +174,20 @@ class SharedQueueManager(PipelineManager):
         self._waking[queue_name] = min(when, self._waking.get(queue_name, when))
 
     def advance_item(self, state: PipelineState, item: QueueItem) -> None:
+        self._advance_item(state, item)
+        if verdicts.wanted(self, item) and not self._judging_behind(state, item):
+            verdicts.start(self, item)
+        if item.probes:
+            verdicts.advance(self, item)
+
+    def _judging_behind(self, state: PipelineState, item: QueueItem) -> bool:
+        """Items behind may still show the failure flaky (pending-failure-depth)."""
+        queue = state.queues.get(item.queue)
+        if queue is None:
+            return False
+        return pending.judge(self, state, queue, item) is pending.Judgement.WAIT
+
+    def _advance_item(self, state: PipelineState, item: QueueItem) -> None:
         if not item.batch:
             super().advance_item(state, item)
             return
@@ -321,6 +335,8 @@ class SharedQueueManager(PipelineManager):
         """Report a finished head item; a passed one is pushed first where the pipeline merges."""
         if item.result is None:
             return
+        if any(probe.result is None for probe in item.probes):
+            return  # its failure is being judged (scheduler.manager.verdicts)
         needs_push = (
             item.result is Result.SUCCESS
             and self.settings.merge_on_success

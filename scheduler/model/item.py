@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from scheduler.model.build import BuildsetJobs, JobState, copy_json
+from scheduler.model.build import Build, BuildsetJobs, JobState, copy_json
 from scheduler.model.change import Change
 from scheduler.model.reasons import LeaveReason, ResetHistory, Waste
 from scheduler.model.results import Result
@@ -118,6 +118,74 @@ class BuildSet:
 
 
 @dataclass
+class Probe:
+    """A run of an item's failed job to judge its failure (scheduler.manager.verdicts).
+
+    ``kind`` says on what: the item's own tested state again (``same-state``),
+    or the change alone on its branch's tip (``alone``: merged for it).
+    ``uuid`` is the buildset uuid its merge and build requests carry.
+    """
+
+    kind: str
+    uuid: str
+    job: str
+    merge_state: MergeState = MergeState.NEW
+    merge_request: str | None = None
+    merge_error: str | None = None
+    repo_state: dict[str, Any] | None = None
+    base_state: dict[str, dict[str, str]] = field(default_factory=dict)
+    build: Build | None = None
+
+    @property
+    def result(self) -> Result | None:
+        """Its outcome: its build's result, MERGE_CONFLICT, or None while it runs."""
+        if self.merge_error is not None:
+            return Result.MERGE_CONFLICT
+        if self.build is not None and self.build.done:
+            return self.build.result
+        return None
+
+    def clone(self) -> Probe:
+        new = object.__new__(Probe)
+        new.__dict__.update(self.__dict__)
+        new.repo_state = copy_json(self.repo_state)
+        new.base_state = copy_json(self.base_state)
+        new.build = self.build.clone() if self.build is not None else None
+        return new
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "uuid": self.uuid,
+            "job": self.job,
+            "merge_state": self.merge_state.value,
+            "merge_request": self.merge_request,
+            "merge_error": self.merge_error,
+            "repo_state": self.repo_state,
+            "base_state": self.base_state,
+            "build": self.build.to_dict() if self.build is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Probe:
+        build = data.get("build")
+        return cls(
+            kind=str(data["kind"]),
+            uuid=str(data["uuid"]),
+            job=str(data["job"]),
+            merge_state=MergeState(data.get("merge_state", MergeState.NEW.value)),
+            merge_request=data.get("merge_request"),
+            merge_error=data.get("merge_error"),
+            repo_state=data.get("repo_state"),
+            base_state={
+                str(p): {str(b): str(c) for b, c in branches.items()}
+                for p, branches in (data.get("base_state") or {}).items()
+            },
+            build=Build.from_dict(build) if build else None,
+        )
+
+
+@dataclass
 class QueueItem:
     """A change enqueued in a pipeline."""
 
@@ -146,9 +214,12 @@ class QueueItem:
     # how many splits of a failed batch made it
     batch: str = ""
     bisect_depth: int = 0
-    # a failure judged before it reset the queue (scheduler.manager.pending):
-    # "flaky" (an item on top of it passed: it merged), "failed" (confirmed)
+    # what its failure was judged to be: "flaky" (an item on top of it passed,
+    # scheduler.manager.pending; or its job passed again), "culprit", "broken-base"
+    # (scheduler.manager.verdicts); "failed": confirmed by the items behind it
     verdict: str = ""
+    # the runs that judge its failure (scheduler.manager.verdicts)
+    probes: list[Probe] = field(default_factory=list)
     # why it failed or was dequeued (None: not failed, or not yet)
     reason: LeaveReason | None = None
     # the resets it went through (builds and CI seconds thrown away, the last cause)
@@ -166,7 +237,21 @@ class QueueItem:
         new = object.__new__(QueueItem)
         new.__dict__.update(self.__dict__)
         new.buildset = self.buildset.clone()
+        if self.probes:
+            new.probes = [probe.clone() for probe in self.probes]
         return new
+
+    def probe(self, buildset: str) -> Probe | None:
+        """The probe whose requests carry ``buildset`` (None: none of this item's)."""
+        return next((p for p in self.probes if p.uuid == buildset), None)
+
+    def tested_state(self, buildset: str) -> tuple[dict[str, Any], dict[str, dict[str, str]], str]:
+        """Repo state, base state and merge request of the buildset or probe ``buildset``."""
+        probe = self.probe(buildset)
+        if probe is not None:
+            return probe.repo_state or {}, probe.base_state, probe.merge_request or ""
+        tested = self.buildset
+        return tested.repo_state or {}, tested.base_state, tested.merge_request or ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,6 +274,7 @@ class QueueItem:
             "batch": self.batch,
             "bisect_depth": self.bisect_depth,
             "verdict": self.verdict,
+            **({"probes": [p.to_dict() for p in self.probes]} if self.probes else {}),
             "reason": self.reason.to_dict() if self.reason else None,
             "resets": self.resets.to_dict(),
             "reset_cost": self.reset_cost.to_dict(),
@@ -217,6 +303,7 @@ class QueueItem:
             batch=str(data.get("batch", "")),
             bisect_depth=int(data.get("bisect_depth", 0)),
             verdict=str(data.get("verdict", "")),
+            probes=[Probe.from_dict(p) for p in data.get("probes") or ()],
             reason=LeaveReason.from_dict(data.get("reason")),
             resets=ResetHistory.from_dict(data.get("resets")),
             reset_cost=Waste.from_dict(data.get("reset_cost")),

@@ -161,7 +161,7 @@ class EventDecoder:
             if result.lost
             else self.env.formats.merge_outcome(result)
         )
-        return ev.MergeCompleted(item.uuid, item.buildset.uuid, request, outcome)
+        return ev.MergeCompleted(item.uuid, message.buildset, request, outcome)
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,8 @@ def push_request_uuid(item: QueueItem) -> str:
 
 
 def _item_of_buildset(items: Iterable[QueueItem], buildset: str) -> QueueItem | None:
+    """The item tested by ``buildset``, or judging its failure with it (a probe's)."""
     for item in items:
-        if item.buildset.uuid == buildset:
+        if item.buildset.uuid == buildset or (item.probes and item.probe(buildset)):
             return item
     return None

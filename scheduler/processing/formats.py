@@ -235,9 +235,10 @@ class WireFormats:
                 **({"zone": intent.job.zone} if intent.job.zone else {}),
             ),
         )
-        buildset = item.buildset
+        # the item's buildset, or a probe judging its failure (scheduler.manager.verdicts)
+        repo_state, base_state, merge_request = item.tested_state(intent.buildset)
         # the job's projects missing from the repo state: the executor names them
-        projects = [p for p in intent.job.projects if p in (buildset.repo_state or {})]
+        projects = [p for p in intent.job.projects if p in repo_state]
         connections = self._connections(tenant, projects)
         params: dict[str, object]
         try:
@@ -245,12 +246,12 @@ class WireFormats:
                 tenant=tenant,
                 build_uuid=intent.build.uuid,
                 ref=item.change.ref,
-                repo_state=_narrowed(buildset.repo_state or {}, projects),
+                repo_state=_narrowed(repo_state, projects),
                 sources={p: self.sources(c, p) for p, c in connections.items()},
-                base_state=_narrowed(buildset.base_state, projects),
+                base_state=_narrowed(base_state, projects),
                 parent_data=intent.parent_data,
                 hold=self.hold(tenant, item.change.project, intent.job.name, item.change.ref),
-                merge_request=buildset.merge_request or "",
+                merge_request=merge_request,
                 connections=connections,
                 node_request=intent.build.node_request if intent.build.nodes else "",
                 nodes=tuple(dict(n) for n in intent.build.nodes),

@@ -55,6 +55,8 @@ class BuildDict(TypedDict):
     duration: float | None
     log_url: str
     error_detail: str
+    # a failed voting build of a judged gate failure: flaky, culprit or broken-base
+    verdict: str | None
 
 
 class BuildsetDict(TypedDict):
@@ -102,7 +104,10 @@ def parse_result(value: Result | str | None) -> Result | None:
         raise ReportingError(f"unknown result {value!r}; one of {known}") from None
 
 
-def build_dict(build: BuildRow, buildset_uuid: str) -> BuildDict:
+def build_dict(
+    build: BuildRow, buildset_uuid: str, reason: Mapping[str, Any] | None = None
+) -> BuildDict:
+    failed = reason is not None and build.job in (reason.get("jobs") or ())
     return BuildDict(
         uuid=build.uuid,
         attempt=build.attempt,
@@ -125,6 +130,7 @@ def build_dict(build: BuildRow, buildset_uuid: str) -> BuildDict:
         duration=_duration(build.start_time, build.end_time),
         log_url=build.log_url,
         error_detail=build.error_detail,
+        verdict=str(reason["verdict"]) if failed and reason and reason.get("verdict") else None,
     )
 
 
@@ -202,10 +208,10 @@ def list_builds(
         BuildRow.uuid: uuid,
         BuildRow.voting: voting,
     }
-    stmt = select(BuildRow, BuildsetRow.uuid).join(BuildRow.buildset)
+    stmt = select(BuildRow, BuildsetRow.uuid, BuildsetRow.reason).join(BuildRow.buildset)
     stmt = _page(_where(stmt, filters).order_by(BuildRow.id.desc()), limit, offset)
     with _reading(engine) as session:
-        return [build_dict(build, buildset_uuid) for build, buildset_uuid in session.execute(stmt)]
+        return [build_dict(build, uuid, reason) for build, uuid, reason in session.execute(stmt)]
 
 
 def list_buildsets(

@@ -424,6 +424,15 @@ INVALID = [
         ["zuul.d/extra.yaml:4: pipeline 'p': batch: batches apply only to dependent pipelines"],
     ),
     (
+        "failure-verdict-on-independent",
+        "- pipeline:\n    name: p\n    manager: independent\n    failure-verdict: true\n",
+        "",
+        [
+            "zuul.d/extra.yaml:4: pipeline 'p': failure-verdict: failure verdicts apply only "
+            "to dependent pipelines"
+        ],
+    ),
+    (
         "batch-unknown-key",
         "- queue:\n    name: q\n    batch: {size: 4, wait: 3}\n",
         "",

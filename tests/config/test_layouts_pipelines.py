@@ -72,6 +72,7 @@ def test_batches_of_a_pipeline_and_of_a_queue() -> None:
         manager: dependent
         batch: {size: 8, max-wait: 30}
         pending-failure-depth: 2
+        failure-verdict: true
     - queue:
         name: integrated
         batch: {size: 4, max-wait: 2.5, max-bisect-depth: 1}
@@ -84,4 +85,5 @@ def test_batches_of_a_pipeline_and_of_a_queue() -> None:
     queue = result.layout.queues["integrated"].batch
     assert queue is not None and (queue.size, queue.max_wait, queue.max_bisect_depth) == (4, 2.5, 1)
     assert result.layout.pipelines["merge"].pending_failure_depth == 2
+    assert result.layout.pipelines["merge"].failure_verdict is True
     assert result.layout.queues["integrated"].pending_failure_depth == 0

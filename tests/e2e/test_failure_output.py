@@ -60,7 +60,9 @@ def test_a_pre_failed_item_lets_the_item_behind_merge_before_it_ends(
     system.repos.commit("app", "c1", {"src/one.py": "1\n", "FAIL": "x\n"}, base=base)
     system.repos.commit("app", "c2", {"src/two.py": "2\n"}, base=base)
     system.repos.git("app", "checkout", "-q", "--detach")
-    system.start_workers()
+    # builds that wait must not take the slots the scheduler needs
+    system.start_worker(("scheduler", "merger", "maintenance"))
+    system.start_worker(("executor",), concurrency=3)
     system.sluice("reconfigure")
     system.enqueue("c1", "gate")
     system.enqueue("c2", "gate")

@@ -25,12 +25,13 @@ All N enqueue events are put back to back (as ``sluice enqueue`` writes
 them) and the scheduler nudged once, after a warm-up change through an
 unmeasured check pipeline. For each run it prints:
 
-* *builds run*: build requests the executor worker claimed and ran to an
-  end (its log: ``claimed by``, then completed or aborted), those a reset
-  threw away included; *CI s*: the sum of their durations, claim to end.
-  *builds reported* and *reported CI s* are the SQL rows (``sluice builds
-  --json``): only the builds of each item's last buildset, since a reset
-  gives an item a new buildset and its old builds are never reported;
+* *builds run*: builds the executor worker started (its log: ``claimed
+  by``, ``started``, then completed or aborted), those a reset threw away
+  included; *CI s*: the sum of their durations, start to end; those it
+  claimed and ended unstarted (cancelled while they waited) are counted
+  apart. *builds reported* and *reported CI s* are the SQL rows (``sluice
+  builds --json``): only the builds of each item's last buildset, since a
+  reset gives an item a new buildset and its old builds are never reported;
 * *last merge s*: from the first enqueue to the report of the last change
   that merged (its buildset's SQL ``updated``: written after the push);
 * *merged*: changes reported SUCCESS, checked against the branch (each
@@ -142,6 +143,7 @@ WARM = "#!/bin/sh\nexec true\n"
 # the executor's log: "[2026-12-07 10:00:00,123: INFO/ForkPoolWorker-1] ..."
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): [A-Z]+/[^\]]*\] (.*)$")
 CLAIMED = re.compile(r"build request (\w+): claimed by .*change=(\S+) job=unit")
+STARTED = re.compile(r"build request (\w+): started, log ")
 ENDED = re.compile(r"build request (\w+): (\w+), (\w+)$")
 
 
@@ -195,6 +197,7 @@ class Outcome:
     rate: float
     builds_run: int = 0
     builds_aborted: int = 0
+    builds_unstarted: int = 0
     ci_seconds: float = 0.0
     builds_reported: int = 0
     reported_ci_seconds: float = 0.0
@@ -250,10 +253,13 @@ class Ran:
     result: str
 
 
-def executor_builds(phase: Phase, since: float) -> list[Ran]:
-    """The ``unit`` builds the executor ran (claim to end), in the order they started."""
-    claimed: dict[str, tuple[float, str]] = {}
+def executor_builds(phase: Phase, since: float) -> tuple[list[Ran], int]:
+    """The ``unit`` builds the executor started (start to end), in the order they started,
+    and how many it claimed and ended without starting (cancelled while they waited)."""
+    claimed: dict[str, str] = {}
+    started: dict[str, float] = {}
     ran: list[Ran] = []
+    unstarted = 0
     for worker in phase.system.started:
         if worker.queues != ("executor",):
             continue
@@ -265,13 +271,19 @@ def executor_builds(phase: Phase, since: float) -> list[Ran]:
             message = found[2]
             if m := CLAIMED.match(message):
                 if when >= since - 1:
-                    claimed[m[1]] = (when, m[2])
+                    claimed[m[1]] = m[2]
+            elif (m := STARTED.match(message)) and m[1] in claimed:
+                started[m[1]] = when
             elif (m := ENDED.match(message)) and m[1] in claimed:
-                start, change = claimed.pop(m[1])
-                ran.append(Ran(start - since, when - start, change, m[3]))
-    # a build still claimed at the end (none, once every change is reported) counts as run
-    ran += [Ran(start - since, 0.0, change, "RUNNING") for start, change in claimed.values()]
-    return sorted(ran, key=lambda r: r.start)
+                change = claimed.pop(m[1])
+                if m[1] in started:
+                    begun = started.pop(m[1])
+                    ran.append(Ran(begun - since, when - begun, change, m[3]))
+                else:
+                    unstarted += 1
+    # a build still running at the end (none, once every change is reported) counts
+    ran += [Ran(begun - since, 0.0, claimed[u], "RUNNING") for u, begun in started.items()]
+    return sorted(ran, key=lambda r: r.start), unstarted
 
 
 @dataclass(frozen=True)
@@ -304,7 +316,7 @@ def gate_run(services: Services, plan: Plan, mode: Mode, options: Options) -> Ou
         outcome.all_reported_s = time.time() - first
         system.sluice("wait", "--idle", "--timeout", "60")
         builds, sets = phase.rows()
-        ran = executor_builds(phase, first)
+        ran, outcome.builds_unstarted = executor_builds(phase, first)
         tip = system.repos.git(PROJECT, "rev-parse", "refs/heads/main")
         on_main = set(system.repos.git(PROJECT, "ls-tree", "-r", "--name-only", tip).split())
         commits = len(system.repos.log(PROJECT, base, tip))
@@ -350,9 +362,10 @@ def gate_run(services: Services, plan: Plan, mode: Mode, options: Options) -> Ou
 
 
 ROWS = [
-    ("builds run (executor)", "builds_run", "{:.0f}"),
+    ("builds run (executor started them)", "builds_run", "{:.0f}"),
     ("  of them aborted by a reset", "builds_aborted", "{:.0f}"),
-    ("CI s (executor, claim to end)", "ci_seconds", "{:.1f}"),
+    ("CI s (executor, start to end)", "ci_seconds", "{:.1f}"),
+    ("builds cancelled before they started", "builds_unstarted", "{:.0f}"),
     ("builds reported (SQL)", "builds_reported", "{:.0f}"),
     ("CI s reported (SQL)", "reported_ci_seconds", "{:.1f}"),
     ("first enqueue -> last merge s", "last_merge_s", "{:.1f}"),
@@ -369,11 +382,11 @@ def ratio(a: float, b: float) -> float:
 
 def print_rate(plan: Plan, per: Outcome, batched: Outcome) -> None:
     print(f"\nfailure rate {plan.rate * 100:g} % of {plan.changes}: {plan.describe()}")
-    print(f"  {'':34} {'per change':>11} {'batched':>11} {'batched/per':>12}")
+    print(f"  {'':38} {'per change':>11} {'batched':>11} {'batched/per':>12}")
     for label, key, fmt in ROWS:
         a, b = getattr(per, key), getattr(batched, key)
         r = f"x{ratio(b, a):.2f}" if key in ("builds_run", "ci_seconds", "last_merge_s") else ""
-        print(f"  {label:34} {fmt.format(a):>11} {fmt.format(b):>11} {r:>12}")
+        print(f"  {label:38} {fmt.format(a):>11} {fmt.format(b):>11} {r:>12}")
     for outcome in (per, batched):
         for problem in outcome.problems:
             print(f"  PROBLEM ({outcome.mode}): {problem}")

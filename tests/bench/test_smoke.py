@@ -21,6 +21,7 @@ SMOKES = {
     "cli_start": ["cli_start.py", "--runs", "1"],
     "enqueue": ["enqueue.py", "--smoke"],
     "executor": ["executor.py", "--seconds", "0.3"],
+    "gating": ["gating.py", "--smoke"],
     "inodes": ["inodes.py", "--files", "20"],
     "latency": ["latency.py", "--smoke", "--pause", "0.2"],
     "merger": ["merger.py", "--rounds", "2", "--trials", "1"],
@@ -48,3 +49,6 @@ def test_benchmark_smoke(name: str) -> None:
     )
     print(done.stdout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if name == "gating":
+        # not its speed: that it checked the branch and nothing merged wrongly
+        assert "no change merged wrongly" in done.stdout, done.stdout[-3000:]

@@ -21,10 +21,13 @@ nothing of their own:
   head in queue order and each is pushed and reported on its own: N
   changes, N commits, in order.
 * **Failure bisects.** When the tail is failing (a voting job failed, the
-  merge conflicted, the config broke) and the batch has more than one
-  member, its members are split into two batches, the first half and the
-  second, and reset. The walk then tests the first half on what is ahead
-  and the second half on top of the first, at once, as any two items of a
+  merge conflicted, the config broke), the batch has more than one member
+  and everything it was tested on has passed, its members are split into
+  two batches, the first half and the second, and reset. While something
+  ahead of it is still running the failing batch waits: if that fails, the
+  walk moves the whole batch off it and tests it again unsplit. The walk
+  tests the first half on what is ahead and the second half on top of the
+  first, at once, as any two items of a
   dependent queue; a half that fails is split again, and the second half
   moves onto what is ahead if the first one fails. After D splits the
   remaining members are tested one by one. A batch of one that fails is a
@@ -228,7 +231,10 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
             manager.set_result(rider, Result.SUCCESS, f"tested in a batch of {len(group)}")
         return passed[0] if passed and passed[0].uuid == group[0].uuid else None
     if len(group) > 1 and manager.failing(tail):
-        bisect(manager, state, group)
+        if _ahead_passed(manager, state, group[0]):
+            bisect(manager, state, group)
+        # else: what is ahead may be the cause; if it fails, the walk moves the
+        # whole batch off it (no split), if it passes the batch is split then
     elif tail.result is not None and tail.bisect_depth > 0 and "culprit" not in tail.message:
         depth = tail.bisect_depth
         tail.message = tail.buildset.message = (
@@ -236,6 +242,14 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
             "of a failed batch)"
         )
     return None
+
+
+def _ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:
+    """Whether everything ``first`` is tested on has passed (or nothing is ahead)."""
+    return all(
+        ahead.result is Result.SUCCESS and not manager.failing(ahead)
+        for ahead in reset.items_ahead(state, first)
+    )
 
 
 def bisect(manager: Batching, state: PipelineState, group: list[QueueItem]) -> None:

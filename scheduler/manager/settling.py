@@ -39,6 +39,7 @@ from typing import Protocol
 
 from scheduler.manager.intents import Intents
 from scheduler.model.item import MergeState, PipelineState, PushState, QueueItem, Settled
+from scheduler.model.results import Result
 
 
 class Settles(Protocol):
@@ -72,6 +73,8 @@ def at_rest(item: QueueItem) -> bool:
         return False  # its push request is looked for on every pass
     if item.batch and item.buildset.merge_state is MergeState.NEW and item.result is None:
         return False  # its batch may be waiting for more changes, or for time
+    if item.batch and item.result not in (None, Result.SUCCESS):
+        return False  # a failed batch waits for what is ahead of it before it is split
     for job in (item.buildset.jobs or {}).values():
         if job.waiting_for_semaphore is not None:
             return False  # another pipeline may free a slot

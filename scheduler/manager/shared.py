@@ -270,7 +270,8 @@ class SharedQueueManager(PipelineManager):
                 self._leave(state, seen)
                 continue
             active = in_window(queue.window, position)
-            position += 1
+            if not (seen.batch and batches.is_rider(state, seen)):
+                position += 1  # a batch takes one place in the window, at its tail
             ahead = nnfi if self.speculative else None
 
             def step(item: QueueItem, active: bool = active, ahead: str | None = ahead) -> None:

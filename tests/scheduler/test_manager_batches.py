@@ -143,3 +143,27 @@ def test_a_dequeued_tail_leaves_its_riders_to_be_tested_again() -> None:
     assert g.merged_on("B") == ("A", "B")
     settle(g, set())
     assert g.reported == [("C", Result.DEQUEUED), ("A", S), ("B", S)]
+
+
+def test_a_batch_that_fails_behind_a_running_one_waits_and_is_not_split_for_its_fault() -> None:
+    g = batched_gate(size=4)
+    g.enqueue(*REFS)  # two batches: ABCD, EFGH on top of it
+    g.run(*(merge_event(g, g.item(r)) for r in "DH"))
+    # EFGH fails first (it stacks C): it waits, unsplit, for ABCD
+    g.run(g.build_event(g.item("H"), "unit", F))
+    assert {g.item(r).bisect_depth for r in "EFGH"} == {0}
+    assert g.item("H").result is F
+    # ABCD fails: it is split; EFGH moves onto the tip, whole, and is tested again
+    g.run(g.build_event(g.item("D"), "unit", F))
+    assert {g.item(r).bisect_depth for r in "ABCD"} == {1}
+    assert {g.item(r).bisect_depth for r in "EFGH"} == {0}
+    assert g.item("H").result is None
+    settle(g, {"C"})
+    assert g.reported == [*((r, S) for r in "AB"), ("C", F), *((r, S) for r in "DEFGH")]
+
+
+def test_a_batch_takes_one_place_in_the_window() -> None:
+    g = batched_gate(size=4)
+    # 24 changes are six batches: six places of the window of 20, all active
+    g.enqueue(*(f"c{n}" for n in range(24)))
+    assert {g.item(f"c{n}").active for n in range(24)} == {True}

@@ -71,10 +71,8 @@ def at_rest(item: QueueItem) -> bool:
         return False  # its report is retried after a back-off
     if item.push is PushState.PENDING:
         return False  # its push request is looked for on every pass
-    if item.batch and item.buildset.merge_state is MergeState.NEW and item.result is None:
-        return False  # its batch may be waiting for more changes, or for time
-    if item.batch and item.result not in (None, Result.SUCCESS):
-        return False  # a failed batch waits for what is ahead of it before it is split
+    if item.batch and not _batch_at_rest(item):
+        return False
     for job in (item.buildset.jobs or {}).values():
         if job.waiting_for_semaphore is not None:
             return False  # another pipeline may free a slot
@@ -82,6 +80,13 @@ def at_rest(item: QueueItem) -> bool:
         if current is not None and current.waiting_for_nodes:
             return False
     return True
+
+
+def _batch_at_rest(item: QueueItem) -> bool:
+    if item.buildset.merge_state is MergeState.NEW and item.result is None:
+        return False  # its batch may be waiting for more changes, or for time
+    # a failed batch waits for what is ahead of it before it is split
+    return item.result in (None, Result.SUCCESS)
 
 
 def mark(state: PipelineState, uuid: str) -> Settled | None:

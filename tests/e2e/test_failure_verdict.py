@@ -1,0 +1,63 @@
+"""failure-verdict on real workers: a gate failure's job runs again and is judged."""
+
+from __future__ import annotations
+
+import json
+
+from tests.e2e.system import SluiceSystem
+from tests.e2e.test_gate import MAIN_YAML
+
+VERDICT = {
+    "zuul.d/pipelines.yaml": """
+        - pipeline:
+            name: gate
+            manager: dependent
+            failure-verdict: true
+            success:
+              local:
+                merge: true
+        - job:
+            name: base
+            parent: null
+            timeout: 120
+        """,
+}
+
+APP = {
+    ".zuul.yaml": """
+        - job:
+            name: unit
+            run: ci/unit.sh
+        - project:
+            gate:
+              jobs: [unit]
+        """,
+    # a change fails its own test by adding a file named FAIL
+    "ci/unit.sh": "#!/bin/sh\ntest ! -e FAIL\n",
+}
+
+
+def test_a_culprit_is_judged_by_running_its_job_again(system: SluiceSystem) -> None:
+    system.tenant(MAIN_YAML)
+    system.repos.commit("config", "main", VERDICT)
+    base = system.repos.commit("app", "main", APP)
+    system.repos.commit("app", "c1", {"src/one.py": "1\n", "FAIL": "x\n"}, base=base)
+    system.repos.commit("app", "c2", {"src/two.py": "2\n"}, base=base)
+    system.repos.git("app", "checkout", "-q", "--detach")
+    system.start_workers()
+    system.sluice("reconfigure")
+    for ref in ("c1", "c2"):
+        system.enqueue(ref, "gate")
+    system.sluice("wait", "--idle", "--timeout", "120")
+
+    buildsets = {b["ref"]: b for b in system.buildsets()}
+    assert {ref: b["result"] for ref, b in buildsets.items()} == {
+        "c1": "FAILURE",
+        "c2": "SUCCESS",
+    }
+    assert "verdict: culprit" in buildsets["c1"]["message"]
+    assert buildsets["c1"]["reason"]["verdict"] == "culprit"
+    builds = json.loads(system.sluice("builds", "--json"))
+    (failed,) = [b for b in builds if b["ref"] == "c1"]
+    assert failed["verdict"] == "culprit"
+    assert "VERDICT" in system.sluice("builds") and "culprit" in system.sluice("builds")

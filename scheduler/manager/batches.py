@@ -11,7 +11,10 @@ nothing of their own:
 
 * **Forming.** A new item joins the batch at the end of its queue while
   that batch is open: nothing of it was requested yet, it came from no
-  split, and it has fewer than N members. Otherwise it starts a batch. The
+  split, and it has fewer members than the queue's batches take now.
+  Otherwise it starts a batch. The size follows the failures, as the
+  window does: a batch that fails halves the size of the next ones (down
+  to one change), a batch that passes doubles it (up to N). The
   tail asks for its merge once the batch is full, once its first member has
   waited S seconds (the queue's ``wake_at`` says when, so the pass is
   nudged then), or at once for a batch made by a split.
@@ -50,7 +53,7 @@ from scheduler.config.model import BatchConfig
 from scheduler.manager import events as ev
 from scheduler.manager import reset
 from scheduler.manager.settings import FreezeResult, LayoutProvider
-from scheduler.model.item import MergeState, PipelineState, QueueItem
+from scheduler.model.item import ChangeQueue, MergeState, PipelineState, QueueItem
 from scheduler.model.results import Result
 
 log = logging.getLogger(__name__)
@@ -112,10 +115,26 @@ def join(manager: Batching, state: PipelineState, item: QueueItem) -> None:
     last = live[-1] if live else None
     if last is not None and last.batch and last.bisect_depth == 0:
         group = [i for i in live if i.batch == last.batch]
-        if len(group) < batch.size and all(reset.untouched(i) for i in group):
+        if len(group) < size_now(queue, batch) and all(reset.untouched(i) for i in group):
             item.batch = last.batch
             return
     item.batch = item.uuid
+
+
+def size_now(queue: ChangeQueue | None, batch: BatchConfig) -> int:
+    """How many changes a new batch of ``queue`` takes (it follows the failures)."""
+    if queue is None or not queue.batch_size:
+        return batch.size
+    return min(queue.batch_size, batch.size)
+
+
+def _adapt(state: PipelineState, item: QueueItem, batch: BatchConfig, passed: bool) -> None:
+    """A passed batch doubles the size of the next ones, a failed one halves it."""
+    queue = state.queues.get(item.queue)
+    if queue is None:
+        return
+    now = size_now(queue, batch)
+    queue.batch_size = min(batch.size, now * 2) if passed else max(1, now // 2)
 
 
 def ready(manager: Batching, state: PipelineState, item: QueueItem) -> bool:
@@ -124,12 +143,12 @@ def ready(manager: Batching, state: PipelineState, item: QueueItem) -> bool:
         return True
     batch = settings_of(manager, item)
     group = members(state, item)
-    if batch is None or len(group) >= batch.size:
+    queue = state.queues.get(item.queue)
+    if batch is None or len(group) >= size_now(queue, batch):
         return True
     due = group[0].enqueue_time + batch.max_wait
     if manager.clock() >= due:
         return True
-    queue = state.queues.get(item.queue)
     if queue is not None:
         manager.wake_at(queue.name, due)
     return False
@@ -225,13 +244,18 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
     (already walked, it reports only when told).
     """
     group = members(state, tail)
+    batch = settings_of(manager, tail)
     if tail.result is Result.SUCCESS:
         passed = [state.items[seen.uuid] for seen in group[:-1] if seen.result is None]
+        if passed and batch is not None and tail.bisect_depth == 0:
+            _adapt(state, tail, batch, passed=True)
         for rider in passed:
             manager.set_result(rider, Result.SUCCESS, f"tested in a batch of {len(group)}")
         return passed[0] if passed and passed[0].uuid == group[0].uuid else None
     if len(group) > 1 and manager.failing(tail):
         if _ahead_passed(manager, state, group[0]):
+            if batch is not None and tail.bisect_depth == 0:
+                _adapt(state, tail, batch, passed=False)
             bisect(manager, state, group)
         # else: what is ahead may be the cause; if it fails, the walk moves the
         # whole batch off it (no split), if it passes the batch is split then

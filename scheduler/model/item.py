@@ -463,6 +463,9 @@ class ChangeQueue:
     dynamic: bool = False
     # a batch waits for more changes until then (scheduler.manager.batches)
     wake_at: float | None = None
+    # how many changes a new batch takes now (0: the configured size); halved
+    # by a failed batch, doubled by a passed one (scheduler.manager.batches)
+    batch_size: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -471,6 +474,7 @@ class ChangeQueue:
             "window": self.window,
             "dynamic": self.dynamic,
             "wake_at": self.wake_at,
+            **({"batch_size": self.batch_size} if self.batch_size else {}),
         }
 
     @classmethod
@@ -481,6 +485,7 @@ class ChangeQueue:
             window=int(data.get("window", 0)),
             dynamic=bool(data.get("dynamic", False)),
             wake_at=data.get("wake_at"),
+            batch_size=int(data.get("batch_size", 0)),
         )
 
 

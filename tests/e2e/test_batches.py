@@ -8,38 +8,14 @@ import signal
 from cli.stack.process import is_alive
 from scheduler.testhooks import HOLD_BEFORE_COMMIT
 from tests.e2e.system import SluiceSystem
-from tests.e2e.test_gate import MAIN_YAML
+from tests.e2e.test_gate import APP as GATE_APP
+from tests.e2e.test_gate import MAIN_YAML, gate_config
 from tests.e2e.test_gate_more import _merged_order
 from tests.fixtures.waiting import wait_until
 
-BATCHED = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: gate
-            manager: dependent
-            batch: {size: 8, max-wait: 60}
-            success:
-              local:
-                merge: true
-        - job:
-            name: base
-            parent: null
-            timeout: 120
-        """,
-}
-
-APP = {
-    ".zuul.yaml": """
-        - job:
-            name: unit
-            run: ci/unit.sh
-        - project:
-            gate:
-              jobs: [unit]
-        """,
-    # a change fails its own test by adding a file named FAIL
-    "ci/unit.sh": "#!/bin/sh\ntest ! -e FAIL\n",
-}
+BATCHED = gate_config("batch: {size: 8, max-wait: 60}")
+# a change fails its own test by adding a file named FAIL
+APP = {**GATE_APP, "ci/unit.sh": "#!/bin/sh\ntest ! -e FAIL\n"}
 REFS = [f"c{n}" for n in range(1, 9)]
 
 
@@ -130,20 +106,11 @@ TWO_PROJECTS = """
 """
 
 SHARED_QUEUE = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: gate
-            manager: dependent
-            success:
-              local:
-                merge: true
+    "zuul.d/pipelines.yaml": gate_config()["zuul.d/pipelines.yaml"]
+    + """
         - queue:
             name: integrated
             batch: {size: 4, max-wait: 60}
-        - job:
-            name: base
-            parent: null
-            timeout: 120
         """,
 }
 
@@ -193,21 +160,7 @@ def test_a_batch_across_two_projects_of_a_shared_queue(system: SluiceSystem) -> 
     assert {"src/a1.py", "src/a2.py"} <= set(app)
 
 
-JUDGING = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: gate
-            manager: dependent
-            pending-failure-depth: 2
-            success:
-              local:
-                merge: true
-        - job:
-            name: base
-            parent: null
-            timeout: 120
-        """,
-}
+JUDGING = gate_config("pending-failure-depth: 2")
 
 
 def test_a_flaky_failure_merges_under_pending_failure_depth(system: SluiceSystem) -> None:

@@ -5,36 +5,9 @@ from __future__ import annotations
 import json
 
 from tests.e2e.system import SluiceSystem
-from tests.e2e.test_gate import MAIN_YAML
+from tests.e2e.test_gate import APP, MAIN_YAML, gate_config
 
-VERDICT = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: gate
-            manager: dependent
-            failure-verdict: true
-            success:
-              local:
-                merge: true
-        - job:
-            name: base
-            parent: null
-            timeout: 120
-        """,
-}
-
-APP = {
-    ".zuul.yaml": """
-        - job:
-            name: unit
-            run: ci/unit.sh
-        - project:
-            gate:
-              jobs: [unit]
-        """,
-    # a change fails its own test by adding a file named FAIL
-    "ci/unit.sh": "#!/bin/sh\ntest ! -e FAIL\n",
-}
+VERDICT = gate_config("failure-verdict: true")
 
 
 def test_a_culprit_is_judged_by_running_its_job_again(system: SluiceSystem) -> None:

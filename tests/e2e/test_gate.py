@@ -9,11 +9,15 @@ from tests.fixtures.waiting import wait_until
 
 MAIN_YAML = TENANT_YAML
 
-CONFIG = {
-    "zuul.d/pipelines.yaml": """
+
+def gate_config(*options: str) -> dict[str, str]:
+    """A gate that merges, with ``options`` (lines such as ``batch: {size: 4}``) added."""
+    extra = "".join(f"\n            {option}" for option in options)
+    return {
+        "zuul.d/pipelines.yaml": f"""
         - pipeline:
             name: gate
-            manager: dependent
+            manager: dependent{extra}
             success:
               local:
                 merge: true
@@ -22,7 +26,10 @@ CONFIG = {
             parent: null
             timeout: 120
         """,
-}
+    }
+
+
+CONFIG = gate_config()
 
 APP = {
     ".zuul.yaml": """

@@ -167,3 +167,15 @@ def test_a_batch_takes_one_place_in_the_window() -> None:
     # 24 changes are six batches: six places of the window of 20, all active
     g.enqueue(*(f"c{n}" for n in range(24)))
     assert {g.item(f"c{n}").active for n in range(24)} == {True}
+
+
+def test_the_batch_size_follows_the_failures() -> None:
+    g = batched_gate(size=4)
+    g.enqueue(*"ABCD")
+    settle(g, {"B"})
+    assert g.state.queues["app"].batch_size == 2  # a failed batch halves it
+    g.enqueue(*"EFGH")
+    assert g.item("E").batch == g.item("F").batch != g.item("G").batch == g.item("H").batch
+    settle(g, set())
+    assert g.state.queues["app"].batch_size == 4  # each passed batch doubles it, up to 4
+    assert [ref for ref, result in g.reported if result is S] == list("ACDEFGH")

@@ -133,7 +133,26 @@ class SluiceCollector(Collector):
             "From an item's enqueue to its leaving the pipeline (its report).",
             labels=queue_labels,
         )
+        batches = CounterMetricFamily(
+            "sluice_batches",
+            "Batches of a queue tested (one buildset for several changes).",
+            labels=queue_labels,
+        )
+        batch_changes = CounterMetricFamily(
+            "sluice_batch_changes",
+            "Changes in the batches tested (over sluice_batches_total: the mean batch size).",
+            labels=queue_labels,
+        )
+        bisections = CounterMetricFamily(
+            "sluice_bisections",
+            "Failed batches split in halves (or one by one past max-bisect-depth).",
+            labels=queue_labels,
+        )
         for (tenant, pipeline), found in pipeline_stats.read_all(self.client).items():
+            for queue, counted in sorted(found.batches.items()):
+                batches.add_metric([tenant, pipeline, queue], counted.tested)
+                batch_changes.add_metric([tenant, pipeline, queue], counted.changes)
+                bisections.add_metric([tenant, pipeline, queue], counted.bisections)
             for queue, waste in sorted(found.resets.items()):
                 resets.add_metric([tenant, pipeline, queue], waste.resets)
                 builds.add_metric([tenant, pipeline, queue], waste.builds)
@@ -147,6 +166,7 @@ class SluiceCollector(Collector):
                 ] + [("+Inf", histogram.count)]
                 in_queue.add_metric([tenant, pipeline, queue], buckets, histogram.total)
         yield from (resets, builds, seconds, dequeues, in_queue)
+        yield from (batches, batch_changes, bisections)
 
     def _event_queues(self) -> Iterator[Metric]:
         length = GaugeMetricFamily(

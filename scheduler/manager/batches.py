@@ -55,6 +55,7 @@ from scheduler.manager import reset
 from scheduler.manager.settings import FreezeResult, LayoutProvider
 from scheduler.model.item import ChangeQueue, MergeState, PipelineState, QueueItem
 from scheduler.model.results import Result
+from scheduler.model.tally import queue_label
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +292,7 @@ def bisect(manager: Batching, state: PipelineState, group: list[QueueItem]) -> N
     why = f"batch {first.batch} failed: split into {len(parts)} ({sizes})"
     log.info("%s: %s", manager.settings.name, why)
     manager.splits += 1
+    manager.tally.bisection(queue_label(first.queue, first.change.project))
     tail = state.items[group[-1].uuid]
     reset.reset_item(manager, state, first, why, cause=tail)
     for part in parts:

@@ -50,6 +50,7 @@ from scheduler.model.item import (
     QueueItem,
 )
 from scheduler.model.results import Result
+from scheduler.model.tally import queue_label
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,12 @@ class SharedQueueManager(PipelineManager):
     # -- batches (scheduler.manager.batches) --------------------------------------
 
     def ready_to_merge(self, state: PipelineState, item: QueueItem) -> bool:
-        return item.active and batches.ready(self, state, item)
+        if not (item.active and batches.ready(self, state, item)):
+            return False
+        if item.batch:
+            size = len(batches.members(state, item))
+            self.tally.batch(queue_label(item.queue, item.change.project), size)
+        return True
 
     def freeze_jobs(
         self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome

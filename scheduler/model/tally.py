@@ -28,6 +28,32 @@ def queue_label(queue: str, project: str) -> str:
     return queue
 
 
+@dataclass(frozen=True)
+class Batches:
+    """Batches of a queue (scheduler.manager.batches): tested, their changes, their splits."""
+
+    tested: int = 0
+    changes: int = 0
+    bisections: int = 0
+
+    def __add__(self, other: Batches) -> Batches:
+        return Batches(
+            self.tested + other.tested,
+            self.changes + other.changes,
+            self.bisections + other.bisections,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {"tested": self.tested, "changes": self.changes, "bisections": self.bisections}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Batches:
+        data = data or {}
+        return cls(
+            int(data.get("tested", 0)), int(data.get("changes", 0)), int(data.get("bisections", 0))
+        )
+
+
 @dataclass
 class PassTally:
     """What one pass counted (reset to empty when it is committed)."""
@@ -38,9 +64,17 @@ class PassTally:
     dequeues: dict[str, int] = field(default_factory=dict)
     # seconds from enqueue to leaving, by queue label
     time_in_queue: dict[str, list[float]] = field(default_factory=dict)
+    # by queue label: batches tested, the changes in them, splits of failed ones
+    batches: dict[str, Batches] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.resets or self.dequeues or self.time_in_queue)
+        return bool(self.resets or self.dequeues or self.time_in_queue or self.batches)
+
+    def batch(self, queue: str, size: int) -> None:
+        self.batches[queue] = self.batches.get(queue, Batches()) + Batches(1, size, 0)
+
+    def bisection(self, queue: str) -> None:
+        self.batches[queue] = self.batches.get(queue, Batches()) + Batches(0, 0, 1)
 
     def reset(self, queue: str, waste: Waste) -> None:
         self.resets[queue] = self.resets.get(queue, Waste()) + waste
@@ -52,8 +86,8 @@ class PassTally:
 
     def take(self) -> PassTally:
         """What was counted so far; the tally starts again empty."""
-        taken = PassTally(self.resets, self.dequeues, self.time_in_queue)
-        self.resets, self.dequeues, self.time_in_queue = {}, {}, {}
+        taken = PassTally(self.resets, self.dequeues, self.time_in_queue, self.batches)
+        self.resets, self.dequeues, self.time_in_queue, self.batches = {}, {}, {}, {}
         return taken
 
 
@@ -91,6 +125,7 @@ class PipelineTotals:
     resets: Mapping[str, Waste] = field(default_factory=dict)
     dequeues: Mapping[str, int] = field(default_factory=dict)
     time_in_queue: Mapping[str, QueueTimes] = field(default_factory=dict)
+    batches: Mapping[str, Batches] = field(default_factory=dict)
 
     def plus(self, tally: PassTally) -> PipelineTotals:
         resets = dict(self.resets)
@@ -102,13 +137,21 @@ class PipelineTotals:
         times = dict(self.time_in_queue)
         for queue, samples in tally.time_in_queue.items():
             times[queue] = times.get(queue, QueueTimes()).with_samples(samples)
-        return PipelineTotals(resets, dequeues, times)
+        batches = dict(self.batches)
+        for queue, counted in tally.batches.items():
+            batches[queue] = batches.get(queue, Batches()) + counted
+        return PipelineTotals(resets, dequeues, times, batches)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "resets": {q: w.to_dict() for q, w in self.resets.items()},
             "dequeues": dict(self.dequeues),
             "time_in_queue": {q: h.to_dict() for q, h in self.time_in_queue.items()},
+            **(
+                {"batches": {q: b.to_dict() for q, b in self.batches.items()}}
+                if self.batches
+                else {}
+            ),
         }
 
     @classmethod
@@ -121,4 +164,5 @@ class PipelineTotals:
                 str(q): QueueTimes.from_dict(h)
                 for q, h in (data.get("time_in_queue") or {}).items()
             },
+            batches={str(q): Batches.from_dict(b) for q, b in (data.get("batches") or {}).items()},
         )

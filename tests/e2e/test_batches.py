@@ -11,6 +11,7 @@ from tests.e2e.system import SluiceSystem
 from tests.e2e.test_gate import APP as GATE_APP
 from tests.e2e.test_gate import MAIN_YAML, gate_config
 from tests.e2e.test_gate_more import _merged_order
+from tests.e2e.test_metrics import _scrape, _value, exporter  # noqa: F401
 from tests.fixtures.waiting import wait_until
 
 BATCHED = gate_config("batch: {size: 8, max-wait: 60}")
@@ -19,7 +20,10 @@ APP = {**GATE_APP, "ci/unit.sh": "#!/bin/sh\ntest ! -e FAIL\n"}
 REFS = [f"c{n}" for n in range(1, 9)]
 
 
-def test_a_batch_of_eight_with_one_culprit_merges_seven_in_order(system: SluiceSystem) -> None:
+def test_a_batch_of_eight_with_one_culprit_merges_seven_in_order(
+    system: SluiceSystem,
+    exporter: str,  # noqa: F811
+) -> None:
     system.tenant(MAIN_YAML)
     system.repos.commit("config", "main", BATCHED)
     base = system.repos.commit("app", "main", APP)
@@ -41,6 +45,12 @@ def test_a_batch_of_eight_with_one_culprit_merges_seven_in_order(system: SluiceS
     # one buildset for the eight, then the halves: far fewer builds than one a change
     # plus its retests behind the failure
     assert len(system.builds()) < len(REFS)
+    queue = {"tenant": "demo", "pipeline": "gate", "queue": "app"}
+    samples = _scrape(exporter)
+    assert _value(samples, "sluice_bisections_total", **queue) == 3
+    tested = _value(samples, "sluice_batches_total", **queue)
+    changes = _value(samples, "sluice_batch_changes_total", **queue)
+    assert tested is not None and changes is not None and changes >= 8 and changes > tested
 
 
 def _running(system: SluiceSystem) -> int:

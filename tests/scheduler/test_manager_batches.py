@@ -179,3 +179,12 @@ def test_the_batch_size_follows_the_failures() -> None:
     settle(g, set())
     assert g.state.queues["app"].batch_size == 4  # each passed batch doubles it, up to 4
     assert [ref for ref, result in g.reported if result is S] == list("ACDEFGH")
+
+
+def test_batches_and_their_splits_are_counted_for_the_metrics() -> None:
+    g = batched_gate()
+    g.enqueue(*REFS)
+    settle(g, {"C"})
+    counted = g.manager.tally.batches["app"]
+    assert counted.tested >= 4 and counted.changes >= 8  # 8, its halves, their halves...
+    assert counted.bisections == 3  # 8 -> 4+4, ABCD -> AB+CD, CD -> C+D

@@ -195,7 +195,7 @@ class BatchConfig:
 
     size: int = 1
     max_wait: float = 0.0
-    max_bisect_depth: int = 3
+    max_bisect_depth: int = 1
 
 
 @dataclass(frozen=True)

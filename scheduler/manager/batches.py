@@ -30,11 +30,13 @@ nothing of their own:
   ahead of it is still running the failing batch waits: if that fails, the
   walk moves the whole batch off it and tests it again unsplit. The walk
   tests the first half on what is ahead and the second half on top of the
-  first, at once, as any two items of a
-  dependent queue; a half that fails is split again, and the second half
-  moves onto what is ahead if the first one fails. After D splits the
-  remaining members are tested one by one. A batch of one that fails is a
-  culprit: it fails, is reported, and leaves, as any item.
+  first, at once, as any two items of a dependent queue; a half that fails
+  is split again, and the second half moves onto what is ahead if the
+  first one fails. A batch behind a split one waits for its halves'
+  results before it merges (builds on a half holding the culprit would be
+  thrown away). After D splits (default 1: halved once) the remaining
+  members are tested one by one. A batch of one that fails is a culprit:
+  it fails, is reported, and leaves, as any item.
 
 Everything is in the items' documents (``batch``, ``bisect_depth``), written
 with the pass that decided it: a scheduler killed mid-bisection leaves the
@@ -142,8 +144,10 @@ def ready(manager: Batching, state: PipelineState, item: QueueItem) -> bool:
     """Whether a batch's tail may ask for its merge (full, waited enough, or split)."""
     if not item.batch or item.bisect_depth > 0:
         return True
-    batch = settings_of(manager, item)
     group = members(state, item)
+    if _behind_a_bisection(state, group[0]):
+        return False  # tested on a half that may hold a culprit: wait for the halves
+    batch = settings_of(manager, item)
     queue = state.queues.get(item.queue)
     if batch is None or len(group) >= size_now(queue, batch):
         return True
@@ -267,6 +271,13 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
             "of a failed batch)"
         )
     return None
+
+
+def _behind_a_bisection(state: PipelineState, first: QueueItem) -> bool:
+    """Whether ``first`` is tested on a half of a split batch that has no result yet."""
+    return any(
+        ahead.bisect_depth > 0 and ahead.result is None for ahead in reset.items_ahead(state, first)
+    )
 
 
 def _ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:

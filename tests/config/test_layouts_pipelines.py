@@ -81,7 +81,7 @@ def test_batches_of_a_pipeline_and_of_a_queue() -> None:
     result = with_base(extra)
     assert result.errors == ()
     batch = result.layout.pipelines["merge"].batch
-    assert batch is not None and (batch.size, batch.max_wait, batch.max_bisect_depth) == (8, 30, 3)
+    assert batch is not None and (batch.size, batch.max_wait, batch.max_bisect_depth) == (8, 30, 1)
     queue = result.layout.queues["integrated"].batch
     assert queue is not None and (queue.size, queue.max_wait, queue.max_bisect_depth) == (4, 2.5, 1)
     assert result.layout.pipelines["merge"].pending_failure_depth == 2

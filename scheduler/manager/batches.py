@@ -276,7 +276,7 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
 def _behind_a_bisection(state: PipelineState, first: QueueItem) -> bool:
     """Whether ``first`` is tested on a half of a split batch that has no result yet."""
     return any(
-        ahead.bisect_depth > 0 and ahead.result is None for ahead in reset.items_ahead(state, first)
+        ahead.bisect_depth > 0 and ahead.result is None for ahead in reset.peek_ahead(state, first)
     )
 
 
@@ -284,7 +284,7 @@ def _ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> 
     """Whether everything ``first`` is tested on has passed (or nothing is ahead)."""
     return all(
         ahead.result is Result.SUCCESS and not manager.failing(ahead)
-        for ahead in reset.items_ahead(state, first)
+        for ahead in reset.peek_ahead(state, first)
     )
 
 

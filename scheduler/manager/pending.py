@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 from typing import Protocol
 
+from scheduler.manager import reset
 from scheduler.manager.settings import PipelineSettings
 from scheduler.model.item import ChangeQueue, PipelineState, QueueItem
 from scheduler.model.results import Result
@@ -100,27 +101,14 @@ def _followers(
 
 def _pending_ahead(manager: Judges, state: PipelineState, item: QueueItem) -> bool:
     """Whether an item ``item`` is tested on is failing and not judged yet."""
-    current, seen = item.ahead, set()
-    while current is not None and current not in seen:
-        seen.add(current)
-        ahead = state.items.peek(current)
-        if ahead is None:
-            return False
-        if manager.failing(ahead) and ahead.verdict != FAILED:
-            return True
-        current = ahead.ahead
-    return False
+    return any(
+        manager.failing(ahead) and ahead.verdict != FAILED
+        for ahead in reset.peek_ahead(state, item)
+    )
 
 
 def _on_top_of(state: PipelineState, other: QueueItem, uuid: str) -> bool:
-    current, seen = other.ahead, set()
-    while current is not None and current not in seen:
-        if current == uuid:
-            return True
-        seen.add(current)
-        ahead = state.items.peek(current)
-        current = ahead.ahead if ahead is not None else None
-    return False
+    return any(ahead.uuid == uuid for ahead in reset.peek_ahead(state, other))
 
 
 def settle(state: PipelineState, queue: ChangeQueue, item: QueueItem, judged: Judgement) -> bool:

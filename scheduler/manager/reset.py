@@ -19,7 +19,7 @@ failure or dequeue cost the others) and in the pass's tally for the metrics.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from scheduler.manager.settings import PipelineSettings
@@ -67,6 +67,19 @@ def items_ahead(state: PipelineState, item: QueueItem) -> list[QueueItem]:
         chain.append(current)
         current = state.items.get(current.ahead) if current.ahead else None
     return chain
+
+
+def peek_ahead(state: PipelineState, item: QueueItem) -> Iterator[QueueItem]:
+    """The chain ``item`` is tested on, nearest first, for reading only (nothing is taken)."""
+    seen: set[str] = set()
+    current = item.ahead
+    while current is not None and current not in seen:
+        seen.add(current)
+        ahead = state.items.peek(current)
+        if ahead is None:
+            return
+        yield ahead
+        current = ahead.ahead
 
 
 def untouched(item: QueueItem) -> bool:

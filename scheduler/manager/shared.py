@@ -268,6 +268,8 @@ class SharedQueueManager(PipelineManager):
         # only a pipeline holding changes with dependencies pays for looking for them
         dependencies = any(i.change.needs for i in state.items.peek_values())
         checking = settling.verifying()
+        # whether each item stepped in this walk is failing, as its step judged it
+        judged_failing: dict[str, bool] = {}
         for uuid in list(queue.items):
             seen = state.items.peek(uuid)
             if seen is None:
@@ -288,6 +290,7 @@ class SharedQueueManager(PipelineManager):
                 if judged is pending.Judgement.WAIT:
                     self.waiting_judgement = True
                 failing = pending.settle(state, queue, item, judged)
+                judged_failing[item.uuid] = failing
                 if dependencies and failing:
                     # it will not merge as tested: what depends on it must not merge either
                     self._fail_dependents(state, item, "a dependency failed")
@@ -310,9 +313,8 @@ class SharedQueueManager(PipelineManager):
                     settling.verify(self, state, seen, step)
                 failing = mark.failing
             else:
-                item = settling.advance(self, state, uuid, step)
-                judged = pending.judge(self, state, queue, item)
-                failing = judged in (pending.Judgement.FAILED, pending.Judgement.FAILING)
+                settling.advance(self, state, uuid, step)
+                failing = judged_failing[uuid]
             if not failing:
                 nnfi = uuid
 

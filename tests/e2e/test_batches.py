@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 
 from cli.stack.process import is_alive
@@ -10,7 +9,7 @@ from scheduler.testhooks import HOLD_BEFORE_COMMIT
 from tests.e2e.system import SluiceSystem
 from tests.e2e.test_gate import APP as GATE_APP
 from tests.e2e.test_gate import MAIN_YAML, gate_config
-from tests.e2e.test_gate_more import _merged_order
+from tests.e2e.test_gate_more import _jobs_running, _merged_order
 from tests.e2e.test_metrics import _scrape, _value, exporter  # noqa: F401
 from tests.fixtures.waiting import wait_until
 
@@ -54,18 +53,6 @@ def test_a_batch_of_eight_with_one_culprit_merges_seven_in_order(
     assert tested is not None and changes is not None and changes >= 8 and changes > tested
 
 
-def _running(system: SluiceSystem) -> int:
-    status = json.loads(system.sluice("status", "--json"))
-    return sum(
-        job["state"] == "running"
-        for tenant in status["tenants"]
-        for pipeline in tenant["pipelines"]
-        for queue in pipeline["queues"]
-        for item in queue["items"]
-        for job in item["jobs"]
-    )
-
-
 def test_a_bisection_goes_on_after_kill_9_of_the_scheduler(system: SluiceSystem) -> None:
     go, hold = system.root / "go", system.root / "hold"
     app = {
@@ -86,7 +73,7 @@ def test_a_bisection_goes_on_after_kill_9_of_the_scheduler(system: SluiceSystem)
     system.sluice("reconfigure")
     for ref in REFS:
         system.enqueue(ref, "gate")
-    wait_until(lambda: _running(system) == 1, 60, "the batch of eight to build")
+    wait_until(lambda: _jobs_running(system) == 1, 60, "the batch of eight to build")
     # the batch fails: the pass that splits it holds before its commit, and dies there
     hold.touch()
     go.touch()

@@ -32,11 +32,17 @@ nothing of their own:
   tests the first half on what is ahead and the second half on top of the
   first, at once, as any two items of a dependent queue; a half that fails
   is split again, and the second half moves onto what is ahead if the
-  first one fails. A batch behind a split one waits for its halves'
-  results before it merges (builds on a half holding the culprit would be
-  thrown away). After D splits (default 1: halved once) the remaining
-  members are tested one by one. A batch of one that fails is a culprit:
-  it fails, is reported, and leaves, as any item.
+  first one fails. A batch behind a split one waits for the results of its
+  parts that hold more than one change before it merges (builds on a half
+  holding the culprit would be thrown away); behind single changes it
+  builds at once, as any item behind another. After D splits (default 1:
+  halved once) the remaining members are tested one by one. A batch of one
+  that fails is a culprit: it fails, is reported, and leaves, as any item.
+* **The depth follows the failures.** Halves pay when a failed batch
+  holds one culprit. A batch that fails while the queue's batches are
+  already smaller than N (an earlier batch failed and none passed since)
+  likely holds more than one: its members are tested one by one at once,
+  as after the depth bound.
 
 Everything is in the items' documents (``batch``, ``bisect_depth``), written
 with the pass that decided it: a scheduler killed mid-bisection leaves the
@@ -259,9 +265,12 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
         return passed[0] if passed and passed[0].uuid == group[0].uuid else None
     if len(group) > 1 and manager.failing(tail):
         if _ahead_passed(manager, state, group[0]):
+            # a failure in a queue whose batches were already cut down by failures
+            # likely has company: its members are tested one by one at once
+            calm = batch is None or size_now(state.queues.get(tail.queue), batch) >= batch.size
             if batch is not None and tail.bisect_depth == 0:
                 _adapt(state, tail, batch, passed=False)
-            bisect(manager, state, group)
+            bisect(manager, state, group, halves=calm or tail.bisect_depth > 0)
         # else: what is ahead may be the cause; if it fails, the walk moves the
         # whole batch off it (no split), if it passes the batch is split then
     elif tail.result is not None and tail.bisect_depth > 0 and "culprit" not in tail.message:
@@ -274,9 +283,11 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
 
 
 def _behind_a_bisection(state: PipelineState, first: QueueItem) -> bool:
-    """Whether ``first`` is tested on a half of a split batch that has no result yet."""
+    """Whether ``first`` is tested on a part of a split batch that has no result yet and
+    holds more than one change (a single change ahead is an ordinary item: Zuul's bet)."""
     return any(
-        ahead.bisect_depth > 0 and ahead.result is None for ahead in reset.peek_ahead(state, first)
+        ahead.bisect_depth > 0 and ahead.result is None and len(members(state, ahead)) > 1
+        for ahead in reset.peek_ahead(state, first)
     )
 
 
@@ -288,13 +299,16 @@ def _ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> 
     )
 
 
-def bisect(manager: Batching, state: PipelineState, group: list[QueueItem]) -> None:
-    """Split a failing batch in two halves (or one by one past the depth bound), reset it."""
+def bisect(
+    manager: Batching, state: PipelineState, group: list[QueueItem], halves: bool = True
+) -> None:
+    """Split a failing batch in two halves (or one by one past the depth bound, or when not
+    ``halves``), reset it."""
     first = state.items[group[0].uuid]
     depth = first.bisect_depth + 1
     batch = settings_of(manager, first)
     bound = batch.max_bisect_depth if batch is not None else 0
-    if depth > bound:
+    if depth > bound or not halves:
         parts = [[m] for m in group]
     else:
         half = math.ceil(len(group) / 2)

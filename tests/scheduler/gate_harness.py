@@ -97,6 +97,8 @@ class Gate:
         # None: the push lands; a text: it is refused with that message
         self.push_answer: PushAnswer = lambda item: None
         self.hold_pushes = False
+        # follow-up passes before a run is declared unsettled (a push of each head is one)
+        self.max_passes = 20
 
     # -- driving ------------------------------------------------------------------
 
@@ -104,7 +106,7 @@ class Gate:
         """One processing pass over ``events``, then the follow-up passes."""
         for event in events:
             self.manager.apply(self.state, event)
-        for _ in range(20):
+        for _ in range(self.max_passes):
             self.manager.advance(self.state)
             if not self._act(self._take()):
                 return

@@ -188,3 +188,29 @@ def test_batches_and_their_splits_are_counted_for_the_metrics() -> None:
     counted = g.manager.tally.batches["app"]
     assert counted.tested >= 4 and counted.changes >= 8  # 8, its halves, their halves...
     assert counted.bisections == 3  # 8 -> 4+4, ABCD -> AB+CD, CD -> C+D
+
+
+def test_a_batch_failing_in_a_failing_queue_is_tested_one_by_one_at_once() -> None:
+    g = batched_gate(size=4, depth=1)
+    g.enqueue(*"ABCD")
+    g.state.queues["app"].batch_size = 2  # an earlier batch failed and none passed since
+    g.run(merge_event(g, g.item("D")))
+    g.run(g.build_event(g.item("D"), "unit", F))
+    # likely more than one culprit: no halves, each change on the one ahead of it at once
+    assert len({g.item(r).batch for r in "ABCD"}) == 4
+    assert {g.item(r).bisect_depth for r in "ABCD"} == {1}
+    settle(g, {"B", "D"})
+    assert g.reported == [("A", S), ("B", F), ("C", S), ("D", F)]
+    assert g.pushed == ["A", "C"]
+
+
+def test_behind_a_single_change_of_a_split_batch_the_next_batch_builds_at_once() -> None:
+    g = batched_gate(size=2, depth=1)
+    g.enqueue(*"ABCD")  # AB, CD on top of it
+    g.run(*(merge_event(g, g.item(r)) for r in "BD"))
+    g.run(g.build_event(g.item("B"), "unit", F))
+    # AB is split into A and B (single changes): CD is tested on B at once, not after them
+    assert g.item("A").bisect_depth == g.item("B").bisect_depth == 1
+    g.merge_all()
+    assert g.running("D") == ["unit"]
+    assert g.running("B") == ["unit"] and g.running("A") == ["unit"]

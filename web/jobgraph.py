@@ -37,7 +37,7 @@ def _graph(call: Call) -> tuple[TenantLayout, JobGraph]:
     ctx, tenant = tenant_of(call)
     loaded = ctx.layout(tenant)
     try:
-        return loaded, frozen_graph(
+        graph = frozen_graph(
             loaded.layout, loaded.tenant, call["pipeline"], call["project"], call["branch"]
         )
     except GraphLookupError as exc:

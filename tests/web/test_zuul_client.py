@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.system import TENANT_YAML
 from tests.fixtures.waiting import wait_until
-from tests.web.gates import HeldGate
+from tests.web.gates import CONFIG, HeldGate
 from tests.web.server import WebServer, token
 
 ZUUL_CLIENT = str(Path(sys.executable).parent / "zuul-client")
 
 
-def zuul_client(web: WebServer, *args: str, admin: bool = True, expect: int = 0) -> str:
+def zuul_client(
+    web: WebServer, *args: str, admin: bool = True, expect: int = 0, stdin: str = ""
+) -> str:
     auth = ["--auth-token", token("demo")] if admin else []
     done = subprocess.run(
         [ZUUL_CLIENT, "--zuul-url", web.url, *auth, *args],
@@ -23,6 +27,7 @@ def zuul_client(web: WebServer, *args: str, admin: bool = True, expect: int = 0)
         capture_output=True,
         text=True,
         timeout=120,
+        input=stdin,
     )
     assert done.returncode == expect, (args, done.stdout, done.stderr)
     return done.stdout + done.stderr
@@ -70,6 +75,13 @@ def test_enqueue_promote_dequeue_and_builds(web: WebServer, gate: HeldGate) -> N
                       "SUCCESS", admin=False)  # fmt: skip
     assert out.count('"job_name": "unit"') >= 2
 
+    uuid = web.get("/api/tenant/demo/builds?result=SUCCESS")[0]["uuid"]
+    out = zuul_client(web, "build-info", "--tenant", "demo", "--uuid", uuid, admin=False)
+    assert uuid in out and "SUCCESS" in out
+    out = zuul_client(web, "build-info", "--tenant", "demo", "--uuid", "0" * 32,
+                      admin=False, expect=1)  # fmt: skip
+    assert "Not Found: no build '00000000000000000000000000000000'" in out
+
 
 def test_enqueue_ref_and_errors(web: WebServer, gate: HeldGate) -> None:
     gate.release()
@@ -87,6 +99,11 @@ def test_enqueue_ref_and_errors(web: WebServer, gate: HeldGate) -> None:
                       "--project", "app", "--change", "c1", admin=False, expect=1)  # fmt: skip
     assert "Auth" in out or "token" in out.lower()
 
+    out = zuul_client(web, "encrypt", "--tenant", "demo", "--project", "app",
+                      "--secret-name", "db", "--field-name", "password", admin=False,
+                      stdin="hunter2")  # fmt: skip
+    assert "name: db" in out and "password: !encrypted/pkcs1-oaep" in out
+
 
 def test_autohold(web: WebServer, gate: HeldGate) -> None:
     zuul_client(web, "autohold", "--tenant", "demo", "--project", "app", "--job", "unit",
@@ -99,3 +116,86 @@ def test_autohold(web: WebServer, gate: HeldGate) -> None:
     assert "debug the flake" in out
     zuul_client(web, "autohold-delete", "--tenant", "demo", request["id"])
     wait_until(lambda: web.get("/api/tenant/demo/autohold") == [], 10, "the request gone")
+
+
+# -- job-graph and freeze-job ----------------------------------------------------
+
+GRAPH_APP = {
+    ".zuul.yaml": """
+        - job:
+            name: lint
+            run: ci/lint.sh
+        - job:
+            name: unit
+            run: ci/unit.sh
+            vars: {python: "3.11"}
+        - job:
+            name: docs
+            run: ci/docs.sh
+        - project:
+            check:
+              jobs:
+                - lint
+                - unit:
+                    dependencies: [{name: lint, soft: true}]
+                - docs:
+                    dependencies: [unit]
+        """,
+    "ci/lint.sh": "#!/bin/sh\n",
+    "ci/unit.sh": "#!/bin/sh\n",
+    "ci/docs.sh": "#!/bin/sh\n",
+}
+
+GRAPH = ("--tenant", "demo", "--pipeline", "check", "--project", "app", "--branch", "main")
+
+
+def test_job_graph_and_freeze_job(web: WebServer) -> None:
+    system = web.system
+    system.tenant(TENANT_YAML)
+    system.repos.commit("config", "main", CONFIG)
+    system.repos.commit("app", "main", GRAPH_APP)
+    system.start_worker(("scheduler", "merger"), concurrency=2)
+    system.sluice("reconfigure")
+
+    out = zuul_client(web, "--format", "json", "job-graph", *GRAPH, admin=False)
+    assert json.loads(out) == [
+        {"name": "lint", "dependencies": []},
+        {"name": "unit", "dependencies": [{"name": "lint", "soft": True}]},
+        {"name": "docs", "dependencies": [{"name": "unit", "soft": False}]},
+    ]
+    out = zuul_client(web, "job-graph", *GRAPH, admin=False)
+    assert "lint (soft)" in out and "| docs" in out
+    out = zuul_client(web, "--format", "dot", "job-graph", *GRAPH, admin=False)
+    assert '"lint" -> "unit" [style=dashed dir=back];' in out
+    assert '"unit" -> "docs" [dir=back];' in out
+
+    out = zuul_client(web, "freeze-job", *GRAPH, "--job", "unit", admin=False)
+    assert "Job: unit\nBranch: main\n" in out and "Timeout: 300" in out
+    assert "Run Playbooks:\n  local:app:ci/unit.sh@main\n" in out
+    assert "'python': '3.11'" in out
+    frozen = web.get("/api/tenant/demo/pipeline/check/project/app/branch/main/freeze-job/docs")
+    assert frozen["dependencies"] == [{"name": "unit", "soft": False}]
+    assert frozen["nodeset"]["nodes"] == [] and frozen["playbooks"][0]["trusted"] is False
+
+    # Zuul's messages, and nothing frozen
+    out = zuul_client(web, "freeze-job", *GRAPH, "--job", "nope", admin=False, expect=1)
+    assert "Not Found: Unknown job: 'nope'" in out
+    wrong = list(GRAPH)
+    wrong[3] = "nope"
+    out = zuul_client(web, "job-graph", *wrong, admin=False, expect=1)
+    assert "Not Found: Unknown pipeline: 'nope'" in out
+    wrong = list(GRAPH)
+    wrong[5] = "nope"
+    out = zuul_client(web, "freeze-job", *wrong, "--job", "unit", admin=False, expect=1)
+    assert "Not Found: Unknown project: 'nope'" in out
+    wrong = list(GRAPH)
+    wrong[1] = "nope"
+    out = zuul_client(web, "job-graph", *wrong, admin=False, expect=1)
+    assert "Not Found: no tenant 'nope'" in out
+    for path in (
+        "/api/tenant/demo/pipeline/check/project/app/branch/ma%20in/freeze-jobs",
+        "/api/tenant/demo/pipeline/ch%20eck/project/app/branch/main/freeze-jobs",
+        "/api/tenant/demo/pipeline/check/project/app/branch/main/freeze-job/" + "x" * 300,
+    ):
+        answer = web.request("GET", path)
+        assert answer.status == 400 and "not a valid value" in answer.body["description"], path

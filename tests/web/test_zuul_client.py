@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.system import TENANT_YAML
+from scheduler.stores.event_state import event_state
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient, connect
+from scheduler.zk.event_queue import EventQueue
+from tests.e2e.system import TENANT_YAML, SluiceSystem
+from tests.e2e.test_git_poller import offsets, polled_once
 from tests.fixtures.waiting import wait_until
 from tests.web.gates import CONFIG, HeldGate
 from tests.web.server import WebServer, token
@@ -199,3 +206,172 @@ def test_job_graph_and_freeze_job(web: WebServer) -> None:
     ):
         answer = web.request("GET", path)
         assert answer.status == 400 and "not a valid value" in answer.body["description"], path
+
+
+# -- manage-events ----------------------------------------------------------------
+
+POLLED_CONFIG = {
+    "zuul.d/pipelines.yaml": """
+        - pipeline:
+            name: check
+            manager: independent
+            trigger:
+              local:
+                - event: ref-updated
+                  ref: ^refs/heads/review/.*$
+        - job:
+            name: base
+            parent: null
+            timeout: 60
+        """,
+}
+POLLED_APP = {
+    ".zuul.yaml": """
+        - job:
+            name: hello
+            run: ci/hello.sh
+        - project:
+            check: {jobs: [hello]}
+        """,
+    "ci/hello.sh": "#!/bin/sh\necho hello\n",
+}
+
+
+@pytest.fixture
+def polled(web: WebServer) -> Iterator[tuple[SluiceSystem, ZooKeeperClient, str]]:
+    """The git poller feeding ``check`` (a ``review/...`` push), and a ZooKeeper client."""
+    system = web.system
+    text = system.config.read_text()
+    system.config.write_text(
+        text.replace("    baseurl: repos\n", "    baseurl: repos\n    poll_delay: 1\n")
+    )
+    system.tenant(TENANT_YAML)
+    system.repos.commit("config", "main", POLLED_CONFIG)
+    base = system.repos.commit("app", "main", POLLED_APP)
+    system.repos.git("app", "checkout", "-q", "--detach")
+    system.start_worker(("scheduler", "merger", "executor"), concurrency=2)
+    system.start_worker(("maintenance",), concurrency=1)
+    system.sluice("reconfigure")
+    client = connect(system.environment.zookeeper.settings())
+    wait_until(lambda: polled_once(client), 60, "a first poll (offsets, no events)")
+    yield system, client, base
+    client.stop()
+    client.close()
+
+
+def test_manage_events_pause_resume_and_discard(
+    web: WebServer, polled: tuple[SluiceSystem, ZooKeeperClient, str]
+) -> None:
+    system, client, base = polled
+    trigger = EventQueue(client, paths.tenant_trigger_queue("demo"))
+    incoming = EventQueue(client, paths.connection_event_queue("local"))
+
+    def push(ref: str) -> str:
+        sha = system.repos.commit("app", f"review/{ref}", {f"{ref}.txt": "1\n"}, base=base)
+        system.repos.git("app", "checkout", "-q", "--detach")
+        return sha
+
+    def results() -> dict[str, str | None]:
+        return {b["ref"].removeprefix("refs/heads/"): b["result"] for b in system.buildsets()}
+
+    def ran(ref: str) -> bool:
+        return results().get(ref) == "SUCCESS"
+
+    # paused: the trigger event stays queued, and the rest goes on (an enqueue runs)
+    zuul_client(web, "manage-events", "--tenant", "demo", "pause-trigger", "--reason", "upgrade")
+    state = event_state(client, "demo")
+    assert state.trigger_queue_paused and state.reason == "upgrade" and state.by == "alice"
+    push("one")
+    wait_until(lambda: trigger.length() == 1, 60, "review/one held in the trigger queue")
+    zuul_client(web, "enqueue", "--tenant", "demo", "--pipeline", "check",
+                "--project", "app", "--change", "main")  # fmt: skip
+    wait_until(lambda: ran("main"), 90, "the enqueued change to run", interval=0.5)
+    assert trigger.length() == 1 and "review/one" not in results()
+
+    # resumed: the held event is taken
+    zuul_client(web, "manage-events", "--tenant", "demo", "normal")
+    assert event_state(client, "demo").normal
+    wait_until(lambda: ran("review/one"), 90, "review/one to run once resumed", interval=0.5)
+    assert trigger.length() == 0
+
+    # discarding: what is queued is dropped (the answer says how many), and what comes
+    zuul_client(web, "manage-events", "--tenant", "demo", "pause-trigger")
+    push("two")
+    wait_until(lambda: trigger.length() == 1, 60, "review/two held in the trigger queue")
+    answer = web.request("POST", "/api/tenant/demo/state",
+                         {"trigger_queue_discarding": True, "reason": "flood"},
+                         auth=token("demo"))  # fmt: skip
+    assert answer.status == 200, answer
+    assert answer.body["discarded"] == 1 and answer.body["trigger_queue_discarding"] is True
+    assert trigger.length() == 0
+    zuul_client(web, "manage-events", "--tenant", "demo", "discard-trigger")
+    three = push("three")
+
+    def dropped() -> bool:  # polled, moved to the tenant, dropped there
+        return (
+            three in json.dumps(offsets(client)) and not incoming.length() and not trigger.length()
+        )
+
+    wait_until(dropped, 60, "review/three polled and dropped", interval=0.2)
+    zuul_client(web, "manage-events", "--all-tenants", "normal")
+    push("four")
+    wait_until(lambda: ran("review/four"), 90, "review/four to run", interval=0.5)
+    assert "review/two" not in results() and "review/three" not in results()
+
+    # paused results: a build's item waits with its results queued until resumed
+    zuul_client(web, "manage-events", "--tenant", "demo", "pause-result")
+    state = event_state(client, "demo")
+    assert state.result_queue_paused and state.trigger_queue_paused
+    result_queue = EventQueue(client, paths.pipeline_result_queue("demo", "check"))
+    done = len(system.buildsets())
+    zuul_client(web, "enqueue", "--tenant", "demo", "--pipeline", "check",
+                "--project", "app", "--change", "review/one")  # fmt: skip
+    wait_until(lambda: result_queue.length() >= 1, 60, "a result held in the result queue")
+    time.sleep(2)
+    assert len(system.buildsets()) == done and result_queue.length() >= 1
+    zuul_client(web, "manage-events", "--tenant", "demo", "normal")
+    wait_until(lambda: len(system.buildsets()) > done, 90, "the item reported once resumed")
+    wait_until(lambda: result_queue.length() == 0, 30, "the result queue drained")
+
+
+def test_manage_events_refuses_what_zuul_refuses(web: WebServer) -> None:
+    web.system.tenant(TENANT_YAML)
+    web.system.repos.commit("config", "main", POLLED_CONFIG)
+    web.system.repos.commit("app", "main", POLLED_APP)
+    web.system.start_worker(("scheduler", "merger"), concurrency=1)
+    web.system.sluice("reconfigure")
+    body = {"trigger_queue_paused": True}
+    # no token, a token of another tenant, an unknown tenant
+    out = zuul_client(web, "manage-events", "--tenant", "demo", "pause-trigger",
+                      admin=False, expect=1)  # fmt: skip
+    assert "Auth Token required" in out
+    answer = web.request("POST", "/api/tenant/demo/state", body)
+    assert answer.status == 401 and answer.headers.get("www-authenticate") == "Bearer"
+    out = zuul_client(web, "manage-events", "--tenant", "other", "pause-trigger", expect=1)
+    assert "Forbidden: the token does not make its bearer an admin of 'other'" in out
+    answer = web.request("POST", "/api/tenant/nope/state", body, auth=token("*"))
+    assert answer.status == 404 and answer.body["description"] == "no tenant 'nope'"
+    answer = web.request("POST", "/api/tenant/na%20me/state", body, auth=token("*"))
+    assert answer.status == 400 and answer.body["field"] == "tenant"
+    # malformed and huge bodies
+    for wrong, field in (
+        ({"trigger_queue_paused": "maybe"}, "trigger_queue_paused"),
+        ({"result_queue_paused": 3}, "result_queue_paused"),
+        ({"reason": "x" * 2000}, "reason"),
+        ({"reason": "line\nbreak"}, "reason"),
+    ):
+        answer = web.request("POST", "/api/tenant/demo/state", wrong, auth=token("demo"))
+        assert answer.status == 400 and answer.body["field"] == field, (wrong, answer)
+    answer = web.request("POST", "/api/tenant/demo/state", [1, 2], auth=token("demo"))
+    assert answer.status == 400 and "JSON object" in answer.body["description"]
+    answer = web.request("POST", "/api/tenant/demo/state", {"reason": "y" * 70000},
+                         auth=token("demo"))  # fmt: skip
+    assert answer.status == 413
+    # none of it changed anything: the tenant's events flow
+    client = connect(web.system.environment.zookeeper.settings())
+    try:
+        assert event_state(client, "demo").normal
+    finally:
+        client.stop()
+        client.close()
+    web.system.enqueue("main")

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from scheduler.stores.event_state import event_state
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
-from tests.e2e.system import TENANT_YAML, SluiceSystem
+from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
 from tests.e2e.test_git_poller import offsets, polled_once
 from tests.fixtures.waiting import wait_until
 from tests.web.gates import CONFIG, HeldGate
@@ -375,3 +376,118 @@ def test_manage_events_refuses_what_zuul_refuses(web: WebServer) -> None:
         client.stop()
         client.close()
     web.system.enqueue("main")
+
+
+# -- nodes and nodeset requests -----------------------------------------------------
+
+NODES = """
+nodes:
+  check_interval: 1
+  providers:
+    - name: hosts
+      driver: static
+      labels: {ubuntu: 1}
+      hosts:
+        - name: h1.example.com
+          labels: [ubuntu]
+"""
+
+
+def _node_app(flag: Path) -> dict[str, str]:
+    held = (
+        f"#!/bin/sh\nfor i in $(seq 1 1200); do test -e {flag} && exit 0; sleep 0.1; done\nexit 1\n"
+    )
+    job = """
+        - job:
+            name: {name}
+            run: ci/held.sh
+            nodeset:
+              nodes:
+                - name: n1
+                  label: ubuntu
+    """
+    return {
+        ".zuul.yaml": job.format(name="first")
+        + job.format(name="second")
+        + """
+        - project:
+            check:
+              jobs: [first, second]
+        """,
+        "ci/held.sh": held,
+    }
+
+
+def test_node_and_nodeset_request_verbs(web: WebServer) -> None:
+    system = web.system
+    flag = system.root / "release-nodes"
+    system.config.write_text(system.config.read_text() + NODES)
+    system.tenant(TENANT_YAML)
+    system.repos.commit("config", "main", CHECK_CONFIG)
+    system.repos.commit("app", "main", _node_app(flag))
+    system.start_workers()
+    system.start_worker(("launcher",), concurrency=1)
+    system.sluice("reconfigure")
+    system.enqueue("main")
+
+    def listed(path: str, state: str) -> list[dict[str, Any]]:
+        return [r for r in web.get(f"/api/tenant/demo/{path}") if r["state"] == state]
+
+    # one job runs on the node, the other's request waits for it
+    (node,) = wait_until(lambda: listed("nodes", "in-use"), 60, "a node in use")
+    (waiting,) = wait_until(lambda: listed("nodeset-requests", "requested"), 30, "a request")
+    out = zuul_client(web, "node-list", "--tenant", "demo", admin=False)
+    assert node["uuid"] in out and "in-use" in out and "hosts" in out and "ubuntu" in out
+    out = zuul_client(web, "nodeset-request-list", "--tenant", "demo", admin=False)
+    assert waiting["uuid"] in out and "check" in out and waiting["job_name"] in out
+    assert waiting["job_name"] in ("first", "second") and waiting["labels"] == ["ubuntu"]
+
+    # a node in use cannot be given back; it can be held, and stays held after its build
+    out = zuul_client(web, "node-set-state", "--tenant", "demo", node["uuid"], "used", expect=1)
+    assert f"Bad Request: node {node['uuid']} is in-use: only a node hold can be set used" in out
+    zuul_client(web, "node-set-state", "--tenant", "demo", node["uuid"], "hold")
+    assert listed("nodes", "hold")[0]["uuid"] == node["uuid"]
+
+    # the waiting request deleted: its job ends NODE_FAILURE, the other is not disturbed
+    zuul_client(web, "nodeset-request-delete", "--tenant", "demo", waiting["uuid"])
+    assert listed("nodeset-requests", "requested") == []
+    flag.write_text("go\n")
+    system.sluice("wait", "--idle", "--timeout", "120")
+    builds = {b["job_name"]: b for b in web.get("/api/tenant/demo/builds")}
+    assert builds[waiting["job_name"]]["result"] == "NODE_FAILURE", builds
+    assert "deleted by an operator" in builds[waiting["job_name"]]["error_detail"]
+    other = "second" if waiting["job_name"] == "first" else "first"
+    assert builds[other]["result"] == "SUCCESS", builds
+    time.sleep(3)  # three launcher checks: a held node is not deleted
+    assert [n["uuid"] for n in listed("nodes", "hold")] == [node["uuid"]]
+
+    # given back: its launcher deletes it
+    zuul_client(web, "node-set-state", "--tenant", "demo", node["uuid"], "used")
+    wait_until(lambda: web.get("/api/tenant/demo/nodes") == [], 30, "the node deleted")
+
+    # Zuul's refusals: unknown node or request, no token, another tenant, bad values
+    out = zuul_client(web, "node-set-state", "--tenant", "demo", "9999999999", "hold", expect=1)
+    assert "Not Found: Node not found: '9999999999'" in out
+    out = zuul_client(web, "nodeset-request-delete", "--tenant", "demo", "100-0000009999", expect=1)
+    assert "Not Found: Nodeset request not found: '100-0000009999'" in out
+    out = zuul_client(web, "nodeset-request-delete", "--tenant", "demo", "no such", expect=1)
+    assert "Bad Request: path parameter 'request': not a valid value" in out
+    out = zuul_client(web, "node-set-state", "--tenant", "demo", "1", "hold", admin=False, expect=1)
+    assert "Auth Token required" in out
+    out = zuul_client(web, "nodeset-request-delete", "--tenant", "other", "100-1", expect=1)
+    assert "Forbidden" in out
+    for method, path, body in (
+        ("PUT", "/api/tenant/demo/nodes/1", {"state": "hold"}),
+        ("DELETE", "/api/tenant/demo/nodeset-requests/100-1", None),
+    ):
+        answer = web.request(method, path, body)
+        assert answer.status == 401, (path, answer)
+    answer = web.request(
+        "PUT", "/api/tenant/demo/nodes/1", {"state": "deleting"}, auth=token("demo")
+    )
+    assert answer.status == 400 and answer.body["description"].endswith("one of hold, used")
+    answer = web.request("PUT", "/api/tenant/demo/nodes/1", {}, auth=token("demo"))
+    assert answer.status == 400 and answer.body["field"] == "state"
+    answer = web.request("PUT", "/api/tenant/nope/nodes/1", {"state": "hold"}, auth=token("*"))
+    assert answer.status == 404 and answer.body["description"] == "no tenant 'nope'"
+    assert web.request("GET", "/api/tenant/nope/nodeset-requests").status == 404

@@ -292,7 +292,9 @@ class NodeStore(NodeRequestQueue):
         """
         allowed = OPERATOR_STATES.get(state)
         if allowed is None:
-            raise NodeStoreError(f"a node can be set {' or '.join(OPERATOR_STATES)}, not {state!r}")
+            raise NodeStoreError(
+                f"a node can be set {' or '.join(OPERATOR_STATES)}, not {str(state)!r}"
+            )
         for _ in CONFLICT.tries():
             node = self.node(node_id)
             if node is None:

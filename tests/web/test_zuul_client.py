@@ -17,7 +17,10 @@ from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
 from tests.e2e.system import CHECK_CONFIG, TENANT_YAML, SluiceSystem
+from tests.e2e.test_git_poller import APP as POLLER_APP
+from tests.e2e.test_git_poller import CONFIG as POLLER_CONFIG
 from tests.e2e.test_git_poller import offsets, polled_once
+from tests.e2e.test_nodeset import NODES
 from tests.fixtures.waiting import wait_until
 from tests.web.gates import CONFIG, HeldGate
 from tests.web.server import WebServer, token
@@ -211,32 +214,6 @@ def test_job_graph_and_freeze_job(web: WebServer) -> None:
 
 # -- manage-events ----------------------------------------------------------------
 
-POLLED_CONFIG = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: check
-            manager: independent
-            trigger:
-              local:
-                - event: ref-updated
-                  ref: ^refs/heads/review/.*$
-        - job:
-            name: base
-            parent: null
-            timeout: 60
-        """,
-}
-POLLED_APP = {
-    ".zuul.yaml": """
-        - job:
-            name: hello
-            run: ci/hello.sh
-        - project:
-            check: {jobs: [hello]}
-        """,
-    "ci/hello.sh": "#!/bin/sh\necho hello\n",
-}
-
 
 @pytest.fixture
 def polled(web: WebServer) -> Iterator[tuple[SluiceSystem, ZooKeeperClient, str]]:
@@ -247,8 +224,8 @@ def polled(web: WebServer) -> Iterator[tuple[SluiceSystem, ZooKeeperClient, str]
         text.replace("    baseurl: repos\n", "    baseurl: repos\n    poll_delay: 1\n")
     )
     system.tenant(TENANT_YAML)
-    system.repos.commit("config", "main", POLLED_CONFIG)
-    base = system.repos.commit("app", "main", POLLED_APP)
+    system.repos.commit("config", "main", POLLER_CONFIG)
+    base = system.repos.commit("app", "main", POLLER_APP)
     system.repos.git("app", "checkout", "-q", "--detach")
     system.start_worker(("scheduler", "merger", "executor"), concurrency=2)
     system.start_worker(("maintenance",), concurrency=1)
@@ -337,8 +314,8 @@ def test_manage_events_pause_resume_and_discard(
 
 def test_manage_events_refuses_what_zuul_refuses(web: WebServer) -> None:
     web.system.tenant(TENANT_YAML)
-    web.system.repos.commit("config", "main", POLLED_CONFIG)
-    web.system.repos.commit("app", "main", POLLED_APP)
+    web.system.repos.commit("config", "main", POLLER_CONFIG)
+    web.system.repos.commit("app", "main", POLLER_APP)
     web.system.start_worker(("scheduler", "merger"), concurrency=1)
     web.system.sluice("reconfigure")
     body = {"trigger_queue_paused": True}
@@ -379,18 +356,6 @@ def test_manage_events_refuses_what_zuul_refuses(web: WebServer) -> None:
 
 
 # -- nodes and nodeset requests -----------------------------------------------------
-
-NODES = """
-nodes:
-  check_interval: 1
-  providers:
-    - name: hosts
-      driver: static
-      labels: {ubuntu: 1}
-      hosts:
-        - name: h1.example.com
-          labels: [ubuntu]
-"""
 
 
 def _node_app(flag: Path) -> dict[str, str]:

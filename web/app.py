@@ -24,7 +24,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import web.admin
-import web.live  # noqa: F401 (registers its endpoints)
+import web.events
+import web.jobgraph
+import web.live
+import web.nodes  # noqa: F401 (each registers its endpoints)
 from scheduler.settings.sections import Settings
 from web import hooks
 from web.auth import ALL

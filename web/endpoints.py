@@ -1,7 +1,7 @@
 """One table of endpoints: the routes, their parameter checks and the OpenAPI document.
 
 Every endpoint of the REST API is declared once, with :meth:`Api.get` /
-:meth:`Api.post` / :meth:`Api.delete`: its path, its query and body
+:meth:`Api.post` / :meth:`Api.put` / :meth:`Api.delete`: its path, its query and body
 parameters (:class:`Param`), whether it needs an admin token, and a summary.
 From that one declaration come the Starlette route, the checks every
 request passes before the handler runs (a wrong parameter is a 400 naming
@@ -193,6 +193,9 @@ class Api:
 
     def post(self, path: str, **options: Any) -> Callable[[Handler], Handler]:
         return self._add("POST", path, **options)
+
+    def put(self, path: str, **options: Any) -> Callable[[Handler], Handler]:
+        return self._add("PUT", path, **options)
 
     def delete(self, path: str, **options: Any) -> Callable[[Handler], Handler]:
         return self._add("DELETE", path, **options)

@@ -4,7 +4,9 @@
   into the trigger queue of every tenant that holds the event's project.
 * :func:`process_tenant` moves management events (enqueue, dequeue: they
   name their pipeline) into that pipeline's management queue, and trigger
-  events into the trigger queue of every pipeline whose triggers match.
+  events into the trigger queue of every pipeline whose triggers match;
+  unless the tenant's trigger queue is paused (its events stay) or
+  discarding (they are dropped): :mod:`scheduler.stores.event_state`.
 
 The connection hop is the front door's last step and nothing a delivery
 holds may stall it: each event is routed, deferred (its forge was
@@ -37,6 +39,7 @@ from scheduler.nudge import task_names
 from scheduler.processing import behind
 from scheduler.processing.environment import Nudge
 from scheduler.stores import deliveries
+from scheduler.stores.event_state import discard_trigger_events, event_state
 from scheduler.stores.parked import Parked
 from scheduler.wire.events import (
     Dequeue,
@@ -397,15 +400,19 @@ def process_tenant(client: ZooKeeperClient, routing: Routing, nudge: Nudge, tena
         return _route_trigger(routing, tenant, event, targets, parked)
 
     _drain(client, paths.management_queue_lock(tenant), management, route_management)
-    # Routing asks the layout per event: validated once for the hop (as
-    # unfenced as one check per event, whose commit comes later anyway)
-    with scope.validation_scope():
-        _drain(client, paths.trigger_queue_lock(tenant), trigger, route_trigger)
+    state = event_state(client, tenant)
+    if state.trigger_queue_discarding:
+        discard_trigger_events(client, tenant, wait=0)
+    elif not state.trigger_queue_paused:
+        # Routing asks the layout per event: validated once for the hop (as
+        # unfenced as one check per event, whose commit comes later anyway)
+        with scope.validation_scope():
+            _drain(client, paths.trigger_queue_lock(tenant), trigger, route_trigger)
     for pipeline in sorted({p for p in targets.values() if p is not None}):
         nudge(task_names.PROCESS_PIPELINE, (tenant, pipeline), None)
     if None in targets.values():
         nudge(task_names.RECONFIGURE, (tenant,), None)
-    if management.length() or trigger.length():
+    if management.length() or (not state.trigger_queue_paused and trigger.length()):
         nudge(task_names.PROCESS_TENANT, (tenant,), None)
 
 

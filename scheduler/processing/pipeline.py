@@ -45,6 +45,7 @@ from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state import codec
 from scheduler.state.store import PipelineStore
 from scheduler.stores import pipeline_stats, timings
+from scheduler.stores.event_state import decode_event_state
 from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.stores.ledger import TxnLedger
 from scheduler.stores.node_records import PipelineRequestor
@@ -66,7 +67,11 @@ _QUEUES: dict[tuple[int, str], JobRequestQueue] = {}
 
 
 def event_queues(env: Environment, tenant: str, pipeline: str) -> list[EventQueue]:
-    """The pipeline's queues in processing order: management, trigger, result."""
+    """The pipeline's queues in processing order: management, trigger, result.
+
+    A pass leaves the result queue alone while its tenant's result queue is
+    paused (``manage-events pause-result``: :mod:`scheduler.stores.event_state`).
+    """
     return [
         EventQueue(env.client, paths.pipeline_management_queue(tenant, pipeline)),
         EventQueue(env.client, paths.pipeline_trigger_queue(tenant, pipeline)),
@@ -198,9 +203,12 @@ class PipelinePass:
         queues = event_queues(self.env, self.tenant, self.pipeline)
         reads: list[multiread.Read] = [multiread.Children(q.queue_path) for q in queues]
         reads.append(multiread.Data(paths.layout_state(self.tenant)))
-        *listings, layout = multiread.read_many(client, reads)
+        reads.append(multiread.Data(paths.tenant_event_state(self.tenant)))
+        *listings, layout, events = multiread.read_many(client, reads)
         layout_mzxid = None if layout is None else int(layout[1].mzxid)
         scope.seed(scope.layout_mzxid_key(self.tenant), layout_mzxid)
+        if events is not None and decode_event_state(events[0]).result_queue_paused:
+            listings[-1] = []  # manage-events paused results: they stay queued
         return PassLook(
             [(q, names or []) for q, names in zip(queues, listings, strict=True)],
             client.wait(state),

@@ -38,6 +38,9 @@ class NodeState(enum.StrEnum):
     IN_USE = "in-use"
     USED = "used"
     DELETING = "deleting"
+    # kept for an operator (``zuul-client node-set-state <id> hold``): never deleted
+    # nor reused until set ``used``
+    HOLD = "hold"
 
 
 # The states a request ends in (a node-request event reports one of them:
@@ -141,6 +144,11 @@ class NodeRequest:
             self.state_time,
         )
 
+    @property
+    def tenant(self) -> str:
+        """The tenant whose pipeline asked for it ("" when no pipeline did)."""
+        return self.notify.tenant if self.notify else ""
+
 
 @dataclass(frozen=True)
 class Node:
@@ -160,6 +168,8 @@ class Node:
     image_upload: str = ""
     allocated_to: str = ""
     launcher: str = ""
+    # the tenant whose pipeline requested it ("" when no pipeline did)
+    tenant: str = ""
     version: int = field(default=-1, compare=False)
 
     @property
@@ -177,6 +187,7 @@ class Node:
             "image_upload": self.image_upload,
             "allocated_to": self.allocated_to,
             "launcher": self.launcher,
+            **({"tenant": self.tenant} if self.tenant else {}),
         }
 
     @classmethod
@@ -192,5 +203,6 @@ class Node:
             image_upload=str(data.get("image_upload", "")),
             allocated_to=str(data.get("allocated_to", "")),
             launcher=str(data.get("launcher", "")),
+            tenant=str(data.get("tenant", "")),
             version=version,
         )

@@ -56,8 +56,14 @@ from scheduler.stores.node_records import (
 from scheduler.zk import locks, paths, paths_nodepool, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import OpFailedError, Transaction
+from scheduler.zk.errors import ConflictError
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.locks import HeldLock
+from scheduler.zk.retry import CONFLICT
+
+
+class UnknownRequestError(NodeStoreError):
+    """No node request has the id asked for."""
 
 
 class NodeRequestQueue:
@@ -153,6 +159,37 @@ class NodeRequestQueue:
             self.client.delete(paths_nodepool.node_request(request_id))
         with contextlib.suppress(NoNodeError, NotEmptyError):
             self.client.delete(paths_nodepool.node_request_lock(request_id))
+
+    def delete_by_operator(self, request_id: str) -> NodeRequest:
+        """Zuul's ``nodeset-request-delete``: the request goes, whatever its lock.
+
+        A request its pipeline still waits for is failed for it in the same
+        transaction (the job ends ``NODE_FAILURE`` as when no provider could
+        serve it); nodes made for it are then abandoned and the sweep gives
+        them back (``used``). UnknownRequestError when there is none.
+        """
+        for _ in CONFLICT.tries():
+            request = self.request(request_id)
+            if request is None:
+                raise UnknownRequestError(f"no node request {request_id!r}")
+            txn = Transaction(self.client)
+            txn.delete(request.path, request.version)
+            if request.state not in FINAL_REQUEST_STATES:  # else its pipeline was told
+                failed = replace(
+                    request,
+                    state=NodeRequestState.FAILED,
+                    state_time=time.time(),
+                    reason="deleted by an operator",
+                )
+                self._notify_ops(failed, txn)
+            try:
+                txn.commit()
+            except OpFailedError:
+                continue  # it changed (a launcher took it) or went: look again
+            with contextlib.suppress(NoNodeError, NotEmptyError):
+                self.client.delete(paths_nodepool.node_request_lock(request_id))
+            return request
+        raise ConflictError(f"node request {request_id} kept changing")
 
     def lock_request(self, request_id: str, launcher: str) -> HeldLock | None:
         """The request's lock without waiting (None when another launcher holds it)."""

@@ -65,6 +65,16 @@ from scheduler.zk.errors import ConflictError
 from scheduler.zk.locks import HeldLock
 from scheduler.zk.retry import CONFLICT
 
+# what an operator may set a node to, from which states
+OPERATOR_STATES: dict[str, tuple[str, ...]] = {
+    NodeState.HOLD: (NodeState.IN_USE, NodeState.USED),
+    NodeState.USED: (NodeState.HOLD,),
+}
+
+
+class UnknownNodeError(NodeStoreError):
+    """No node has the id asked for."""
+
 
 @dataclass(frozen=True)
 class HeldNode:
@@ -136,6 +146,7 @@ class NodeStore(NodeRequestQueue):
                     state_time=now,
                     allocated_to=request.id,
                     launcher=launcher,
+                    tenant=request.tenant,
                     version=0,
                 )
                 for n, draft in enumerate(drafts)
@@ -256,12 +267,49 @@ class NodeStore(NodeRequestQueue):
         return replace(updated, version=int(results[-1].version))
 
     def return_nodes(self, held_nodes: Iterable[HeldNode]) -> None:
-        """Give nodes back: ``used`` (fenced by each node's lock), then unlock."""
+        """Give nodes back: ``used`` (fenced by each node's lock), then unlock.
+
+        A node an operator set ``hold`` while it was in use stays held.
+        """
         for held in held_nodes:
             try:
                 self._write_node(held.lock, held.node, NodeState.USED)
+            except NodeStoreError:
+                current = self.node(held.node.id)
+                if current is None or current.state != NodeState.HOLD:
+                    raise
             finally:
                 held.lock.release()
+
+    # ------------------------------------------------------------ the operator's side
+
+    def set_state_by_operator(self, node_id: str, state: str) -> Node:
+        """``hold`` (an in-use or used node: kept, never deleted) or ``used`` (a held node:
+        given back, its launcher deletes it), Zuul's ``node-set-state``; compare-and-set.
+
+        NodeStoreError (UnknownNodeError when there is no such node) when the
+        node cannot change so.
+        """
+        allowed = OPERATOR_STATES.get(state)
+        if allowed is None:
+            raise NodeStoreError(
+                f"a node can be set {' or '.join(OPERATOR_STATES)}, not {str(state)!r}"
+            )
+        for _ in CONFLICT.tries():
+            node = self.node(node_id)
+            if node is None:
+                raise UnknownNodeError(f"no node {node_id!r}")
+            if node.state == state:
+                return node
+            if node.state not in allowed:
+                raise NodeStoreError(
+                    f"node {node_id} is {node.state}: only a node {' or '.join(allowed)} "
+                    f"can be set {state}"
+                )
+            changed = self.set_node_state(node, state)
+            if changed is not None:
+                return changed
+        raise ConflictError(f"node {node_id} kept changing")
 
     # ------------------------------------------------------------ the sweep
 

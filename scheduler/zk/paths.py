@@ -335,6 +335,11 @@ def tenant_trigger_queue(tenant: str) -> str:
     return join(tenant_events(tenant), "trigger")
 
 
+def tenant_event_state(tenant: str) -> str:
+    """Whether the tenant's trigger and result event queues are paused or discarding."""
+    return join(tenant_events(tenant), "state")
+
+
 def tenant_reconfigure_queue(tenant: str) -> str:
     """Requests to reconfigure the tenant (a merged config change, a new tenant file)."""
     return join(tenant_events(tenant), "reconfigure")

@@ -29,8 +29,19 @@ def test_the_document_lists_every_endpoint(web: WebServer) -> None:
         "/api/tenant/{tenant}/project/{project}/enqueue",
         "/api/tenant/{tenant}/promote",
         "/api/tenant/{tenant}/autohold/{id}",
+        "/api/tenant/{tenant}/pipeline/{pipeline}/project/{project}/branch/{branch}/freeze-jobs",
+        "/api/tenant/{tenant}/pipeline/{pipeline}/project/{project}/branch/{branch}/freeze-job/{job}",
+        "/api/tenant/{tenant}/state",
+        "/api/tenant/{tenant}/nodes",
+        "/api/tenant/{tenant}/nodeset-requests",
+        "/api/tenant/{tenant}/nodeset-requests/{request}",
     ):
         assert path in paths, path
+    node = paths["/api/tenant/{tenant}/nodes/{node}"]["put"]
+    assert node["security"] == [{"bearer": []}]
+    assert node["requestBody"]["content"]["application/json"]["schema"]["properties"] == {
+        "state": {"type": "string", "enum": ["hold", "used"]}
+    }
     enqueue = paths["/api/tenant/{tenant}/project/{project}/enqueue"]["post"]
     assert enqueue["security"] == [{"bearer": []}]
     limit = next(p for p in paths["/api/tenant/{tenant}/builds"]["get"]["parameters"]

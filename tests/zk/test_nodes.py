@@ -17,7 +17,8 @@ from scheduler.stores.node_records import (
     NodeStoreError,
     PipelineRequestor,
 )
-from scheduler.stores.nodes import NodeStore
+from scheduler.stores.node_requests import UnknownRequestError
+from scheduler.stores.nodes import NodeStore, UnknownNodeError
 from scheduler.sweep import node_steps
 from scheduler.wire.events import NODE_REQUEST_OUTCOMES, NodeRequestMessage, decode
 from scheduler.zk import paths, paths_nodepool, stored
@@ -307,3 +308,58 @@ def test_a_stale_launchers_outcome_reaches_no_pipeline(
     with pytest.raises((FencedWriteError, LockLostError, NodeStoreError)):
         NodeStore(dying).fulfil(held, request, nodes)
     assert _result_events(store.client, "t", "check") == []
+
+
+def test_an_operator_holds_a_node_in_use_past_its_return_then_gives_it_back(
+    zk: ZooKeeperClient,
+) -> None:
+    store = NodeStore(zk)
+    txn = Transaction(zk)
+    request_id = store.submit_ops(
+        txn, ["ubuntu"], "t/check/bs1/job1", notify=PipelineRequestor("t", "check", "bs1", "job1")
+    )
+    txn.commit()
+    held, request, nodes = _allocate(store, request_id, ["ubuntu"])
+    assert nodes[0].tenant == "t", "a node belongs to the tenant whose pipeline asked"
+    with held:
+        store.fulfil(held, request, nodes)
+    (taken,) = store.accept(request_id, "executor-1")
+    node_id = taken.node.id
+    with pytest.raises(NodeStoreError, match="is in-use: only a node hold can be set used"):
+        store.set_state_by_operator(node_id, NodeState.USED)
+    assert store.set_state_by_operator(node_id, NodeState.HOLD).state == NodeState.HOLD
+    assert store.set_state_by_operator(node_id, NodeState.HOLD).state == NodeState.HOLD
+    store.return_nodes([taken])  # the build ends: the node stays held, unlocked
+    node = store.node(node_id)
+    assert node is not None and node.state == NodeState.HOLD and node.tenant == "t"
+    assert store.node_lock_holders(node_id) == []
+    assert store.recover().nodes_used == [], "a held node is nobody's to recover"
+    assert store.set_state_by_operator(node_id, NodeState.USED).state == NodeState.USED
+    with pytest.raises(UnknownNodeError):
+        store.set_state_by_operator("9999999999", NodeState.HOLD)
+    with pytest.raises(NodeStoreError, match="not 'deleting'"):
+        store.set_state_by_operator(node_id, NodeState.DELETING)
+
+
+def test_an_operator_deletes_a_request_and_its_pipeline_is_told(zk: ZooKeeperClient) -> None:
+    store = NodeStore(zk)
+    txn = Transaction(zk)
+    waiting = store.submit_ops(
+        txn, ["ubuntu"], "t/check/bs1/job1", notify=PipelineRequestor("t", "check", "bs1", "job1")
+    )
+    txn.commit()
+    lock = store.lock_request(waiting, "launcher-a")  # a launcher holds it: deleted all the same
+    assert lock is not None
+    gone = store.delete_by_operator(waiting)
+    assert gone.id == waiting and gone.tenant == "t"
+    assert store.request(waiting) is None
+    (told,) = _result_events(zk, "t", "check")
+    assert isinstance(told, NodeRequestMessage)
+    assert (told.request, told.state, told.job) == (waiting, "failed", "job1")
+    assert told.reason == "deleted by an operator"
+    with pytest.raises(UnknownRequestError):
+        store.delete_by_operator(waiting)
+    lock.release()
+    plain = store.submit(["ubuntu"], "r")  # no pipeline waits: nobody is told
+    store.delete_by_operator(plain)
+    assert len(_result_events(zk, "t", "check")) == 1

@@ -339,14 +339,13 @@ class _Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def recorder() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with ThreadingHTTPServer(("127.0.0.1", 0), _Recorder) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        host, port = server.server_address[:2]
+        try:
+            yield f"http://{host!s}:{port}"
+        finally:
+            server.shutdown()
 
 
 def requests_of(verb: str, url: str, infile: Path) -> set[str]:

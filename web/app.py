@@ -24,7 +24,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import web.admin
-import web.live  # noqa: F401 (registers its endpoints)
+import web.live
+import web.resources  # noqa: F401 (these register their endpoints)
 from scheduler.settings.sections import Settings
 from web import hooks
 from web.auth import ALL

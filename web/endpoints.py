@@ -156,6 +156,8 @@ class Endpoint:
     # tenants the token may read (the tenant list); otherwise an endpoint outside
     # /api/tenant/<t>/ needs a token for every tenant ("*")
     listing: bool = False
+    # needs a valid token even when reads are open (what may its bearer do?)
+    token: bool = False
     status: int = 200
 
     def scope(self, request: Request) -> str | None:
@@ -271,7 +273,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
                 }
             },
         }
-    if endpoint.admin:
+    if endpoint.admin or endpoint.token:
         operation["security"] = [{"bearer": []}]
         responses["401"] = {"description": "No valid token", "content": error}
         responses["403"] = {"description": "Not an admin of the tenant", "content": error}
@@ -329,6 +331,8 @@ async def _call(
     if endpoint.admin or (protect_reads and not endpoint.public):
         scope = endpoint.scope(request)
         claims = await run_in_threadpool(authorize, request, scope, endpoint.admin)
+    elif endpoint.token:
+        claims = await run_in_threadpool(authorize, request, None, False)
     args: dict[str, Any] = {}
     for param in endpoint.path_params:
         args[param.name] = param.parse(request.path_params.get(param.name), "path parameter")

@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -127,12 +128,12 @@ class LogRefusedError(Exception):
     """A build's log is not a plain file under the log dir (a link, a FIFO, outside...)."""
 
 
-def _log_paths(log_dir: Path, row: Any) -> Iterator[tuple[str, ...]]:
-    """Where the build's log may be, as names under ``log_dir``: ``<uuid>/job-output.txt``,
+def _log_folders(log_dir: Path, row: Any) -> Iterator[tuple[str, ...]]:
+    """Where the build's log folder may be, as names under ``log_dir``: ``<uuid>``,
     then the folder its row records (``log_url``; LogRefusedError for one outside)."""
     uuid = str(row["uuid"])
     if SAFE_NAME.fullmatch(uuid):
-        yield (uuid, LOG_NAME)
+        yield (uuid,)
     stored = str(row["log_url"] or "")
     if not stored or "://" in stored:
         return
@@ -146,7 +147,7 @@ def _log_paths(log_dir: Path, row: Any) -> Iterator[tuple[str, ...]]:
         raise LogRefusedError(f"recorded log folder {stored!r} is outside {log_dir}") from None
     if not parts or not all(SAFE_NAME.fullmatch(p) for p in parts):
         raise LogRefusedError(f"recorded log folder {stored!r} is not a build's folder")
-    yield (*parts, LOG_NAME)
+    yield parts
 
 
 def _open_under(root: Path, names: Sequence[str]) -> int | None:
@@ -193,13 +194,14 @@ def _open_at(name: str, flags: int, parent: int) -> int | None:
         raise LogRefusedError(f"{name}: {'a symbolic link' if link else exc.strerror}") from None
 
 
-def open_log(ctx: WebContext, row: Any) -> int | None:
-    """A descriptor of the build's log (a regular file under the log dir), None while
-    there is none; ApiError 404 (logged) when it is refused."""
+def open_log(ctx: WebContext, row: Any, names: Sequence[str] = (LOG_NAME,)) -> int | None:
+    """A descriptor of a file of the build's log folder (``job-output.txt`` by default;
+    a regular file under the log dir), None while there is none; ApiError 404 (logged)
+    when it is refused."""
     log_dir = ctx.settings.log_dir
     try:
-        for names in _log_paths(log_dir, row):
-            fd = _open_under(log_dir, names)
+        for folder in _log_folders(log_dir, row):
+            fd = _open_under(log_dir, (*folder, *names))
             if fd is not None:
                 return fd
     except LogRefusedError as exc:
@@ -265,3 +267,59 @@ def build_log_stream(call: Call) -> Any:
                 yield None, None, LOG_INTERVAL
 
     return _sse(call, produce())
+
+
+# A file of the build's log folder, at the folder URL a build's ``log_url`` gives
+# (``.../build/<uuid>/log/<path>``): a path of safe names, no "..", at most 16 deep.
+LOG_FILE = rf"(?:{SAFE_NAME.pattern}/){{0,15}}{SAFE_NAME.pattern}"
+INVENTORY = ("zuul-info", "inventory.yaml")
+TEXT_SUFFIXES = (".txt", ".log", ".yaml", ".yml", ".json")
+
+
+def inventory_of(row: Mapping[str, Any]) -> bytes:
+    """The build's ``zuul-info/inventory.yaml`` when its folder holds none: Zuul's
+    inventory shape (``all.hosts``, ``all.vars.zuul``) from what the history knows."""
+    zuul = {
+        "build": row["uuid"],
+        "buildset": row["buildset"],
+        "job": row["job"],
+        "attempts": row["attempt"],
+        "voting": row["voting"],
+        "tenant": row["tenant"],
+        "pipeline": row["pipeline"],
+        "project": {"name": row["project"], "short_name": str(row["project"]).rsplit("/")[-1]},
+        "branch": row["branch"],
+        "ref": row["ref"],
+        "newrev": row["newrev"],
+        "executor": {"hostname": row["executor"]},
+    }
+    document = {"all": {"hosts": {}, "vars": {"zuul": zuul}}}
+    return yaml.safe_dump(document, sort_keys=False).encode()
+
+
+def _chunks(fd: int) -> Iterator[bytes]:
+    try:
+        while chunk := os.read(fd, CHUNK):
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+@API.get(
+    T + "/build/{uuid}/log/{path:path}",
+    path_params=(Param("uuid", pattern=UUID), Param("path", pattern=LOG_FILE)),
+)
+def build_log_file(call: Call) -> Any:
+    """A file of the build's log folder (``job-output.txt``, ``zuul-info/inventory.yaml``)."""
+    ctx, tenant = tenant_of(call)
+    row = _build_row(ctx, tenant, call["uuid"])
+    names = tuple(call["path"].split("/"))
+    fd = open_log(ctx, row, names)
+    text = names[-1].endswith(TEXT_SUFFIXES)
+    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+    kind = "text/plain; charset=utf-8" if text else "application/octet-stream"
+    if fd is None:
+        if names == INVENTORY:
+            return Response(inventory_of(row), media_type=kind, headers=headers)
+        raise ApiError(404, f"build {row['uuid']} has no log file {call['path']!r}", "path")
+    return StreamingResponse(_chunks(fd), media_type=kind, headers=headers)

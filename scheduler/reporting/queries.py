@@ -21,7 +21,7 @@ from typing import Any, TypedDict, TypeVar
 from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.orm import Session
 
-from scheduler.model.results import Result
+from scheduler.model.results import RETRYABLE, Result
 from scheduler.reporting.database import read_only_options
 from scheduler.reporting.errors import ReportingError
 from scheduler.reporting.models import BuildRow, BuildsetRow
@@ -227,8 +227,9 @@ def list_buildsets(
     uuid: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    complete: bool | None = None,
 ) -> list[BuildsetDict]:
-    """Buildsets matching every filter given, newest first."""
+    """Buildsets matching every filter given, newest first (``complete``: reported or not)."""
     filters: dict[Any, object] = {
         BuildsetRow.tenant: tenant,
         BuildsetRow.project: project,
@@ -239,11 +240,61 @@ def list_buildsets(
         BuildsetRow.result: parse_result(result),
         BuildsetRow.uuid: uuid,
     }
-    stmt = _page(
-        _where(select(BuildsetRow), filters).order_by(BuildsetRow.id.desc()), limit, offset
-    )
+    stmt = _where(select(BuildsetRow), filters)
+    if complete is not None:
+        done = BuildsetRow.result.is_not(None)
+        stmt = stmt.where(done if complete else BuildsetRow.result.is_(None))
+    stmt = _page(stmt.order_by(BuildsetRow.id.desc()), limit, offset)
     with _reading(engine) as session:
         return [buildset_dict(row) for row in session.scalars(stmt)]
+
+
+def build_times(
+    engine: Engine,
+    *,
+    tenant: str,
+    project: str | None = None,
+    pipeline: str | None = None,
+    branch: str | None = None,
+    ref: str | None = None,
+    job: str | None = None,
+    result: Result | str | None = None,
+    exclude_result: Result | str | None = None,
+    final: bool | None = None,
+    ended_after: datetime | None = None,
+    ended_before: datetime | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[BuildDict]:
+    """Finished build attempts, latest end first (Zuul's build times).
+
+    ``ended_after`` / ``ended_before`` bound the end time (inclusive), as
+    Zuul's ``start_time`` / ``end_time`` filters do.
+    """
+    filters: dict[Any, object] = {
+        BuildRow.tenant: tenant,
+        BuildRow.project: project,
+        BuildRow.pipeline: pipeline,
+        BuildRow.job: job,
+        BuildRow.branch: branch,
+        BuildRow.ref: ref,
+        BuildRow.result: parse_result(result),
+    }
+    stmt = select(BuildRow, BuildsetRow.uuid, BuildsetRow.reason).join(BuildRow.buildset)
+    stmt = _where(stmt, filters).where(BuildRow.result.is_not(None))
+    excluded = parse_result(exclude_result)
+    if excluded is not None:
+        stmt = stmt.where(BuildRow.result != excluded)
+    if final is not None:
+        retried = BuildRow.result.in_(sorted(RETRYABLE))
+        stmt = stmt.where(~retried if final else retried)
+    if ended_after is not None:
+        stmt = stmt.where(BuildRow.end_time >= ended_after)
+    if ended_before is not None:
+        stmt = stmt.where(BuildRow.end_time <= ended_before)
+    stmt = _page(stmt.order_by(BuildRow.end_time.desc(), BuildRow.id.desc()), limit, offset)
+    with _reading(engine) as session:
+        return [build_dict(build, uuid, reason) for build, uuid, reason in session.execute(stmt)]
 
 
 def job_durations(

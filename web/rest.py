@@ -381,16 +381,31 @@ def project(call: Call) -> Any:
     raise ApiError(404, f"no project {call['project']!r} in tenant {tenant!r}", "project")
 
 
+def _connection(ctx: WebContext, tenant: str, project: str) -> str:
+    try:
+        return project_connection(ctx.layouts, tenant, project)
+    except UnknownProjectError as exc:
+        raise ApiError(404, str(exc), "project") from None
+
+
 @API.get(T + "/key/{project:path}.pub", path_params=(Param("project", pattern=PROJECT),))
 def project_public_key(call: Call) -> Any:
     """The project's public key (PEM), to encrypt its secrets with (``zuul-client encrypt``)."""
     ctx, tenant = tenant_of(call)
-    try:
-        connection = project_connection(ctx.layouts, tenant, call["project"])
-    except UnknownProjectError as exc:
-        raise ApiError(404, str(exc), "project") from None
+    connection = _connection(ctx, tenant, call["project"])
     pem = ctx.keystore.public_pem(connection, call["project"])
     return Response(pem, media_type="text/plain")
+
+
+@API.get(
+    T + "/project-ssh-key/{project:path}.pub", path_params=(Param("project", pattern=PROJECT),)
+)
+def project_ssh_key(call: Call) -> Any:
+    """The project's public SSH key (``ssh-rsa ...``), e.g. to allow it to push."""
+    ctx, tenant = tenant_of(call)
+    connection = _connection(ctx, tenant, call["project"])
+    key = ctx.keystore.public_ssh(connection, call["project"])
+    return Response(key + b"\n", media_type="text/plain")
 
 
 @API.get(T + "/pipelines")

@@ -29,8 +29,21 @@ def test_the_document_lists_every_endpoint(web: WebServer) -> None:
         "/api/tenant/{tenant}/project/{project}/enqueue",
         "/api/tenant/{tenant}/promote",
         "/api/tenant/{tenant}/autohold/{id}",
+        "/api/tenant/{tenant}/build-times",
+        "/api/tenant/{tenant}/badge",
+        "/api/tenant/{tenant}/semaphores",
+        "/api/tenant/{tenant}/labels",
+        "/api/tenant/{tenant}/nodes",
+        "/api/tenant/{tenant}/project-ssh-key/{project}.pub",
+        "/api/tenant/{tenant}/authorizations",
+        "/api/authorizations",
+        "/api/tenant/{tenant}/build/{uuid}/log/{path}",
     ):
         assert path in paths, path
+    times = {p["name"] for p in paths["/api/tenant/{tenant}/build-times"]["get"]["parameters"]}
+    assert {"project", "pipeline", "branch", "job_name", "result", "exclude_result"} <= times
+    assert {"start_time", "end_time", "limit", "skip"} <= times
+    assert paths["/api/authorizations"]["get"]["security"] == [{"bearer": []}]
     enqueue = paths["/api/tenant/{tenant}/project/{project}/enqueue"]["post"]
     assert enqueue["security"] == [{"bearer": []}]
     limit = next(p for p in paths["/api/tenant/{tenant}/builds"]["get"]["parameters"]

@@ -10,14 +10,17 @@ replaces what it shows, no reload.
 returns the bytes from ``offset`` (and the next offset in
 ``X-Log-Offset``); ``.../log/stream`` follows the file as server-sent
 ``log`` events until the build has finished and every byte was sent, then
-sends ``end``. When ``<log dir>/<uuid>/`` has no log, the folder the
+sends ``end``; ``.../log/<path>`` serves a file of the build's log folder
+(the folder a build's ``log_url`` names: ``job-output.txt``, and
+``zuul-info/inventory.yaml``, made from the history when the folder holds
+none). When ``<log dir>/<uuid>/`` has no log, the folder the
 build's history row records (``log_url``) is read, if it lies under the log
 dir. A web instance reads logs from its own filesystem: with executors on
 other hosts, give every web instance the executors' log folders (a shared
 mount at its ``<state_dir>/logs``), or run a web instance on each executor
 host and send log requests there (docs/web.md).
 
-A job writes in its log folder, so a log is opened as hostile (:func:`open_log`):
+A job writes in its log folder, so a file of it is opened as hostile (:func:`open_log`):
 every folder under the log dir is opened with ``O_NOFOLLOW`` from its
 parent's descriptor, and the log itself with ``O_NOFOLLOW | O_NONBLOCK``
 and served only if ``fstat`` says it is a regular file. A symbolic link

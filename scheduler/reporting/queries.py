@@ -208,8 +208,17 @@ def list_builds(
         BuildRow.uuid: uuid,
         BuildRow.voting: voting,
     }
+    stmt = _page(_builds(filters).order_by(BuildRow.id.desc()), limit, offset)
+    return _build_dicts(engine, stmt)
+
+
+def _builds(filters: Mapping[Any, object]) -> Select[tuple[BuildRow, str, Any]]:
+    """Builds with their buildset's uuid and reason, matching ``filters``."""
     stmt = select(BuildRow, BuildsetRow.uuid, BuildsetRow.reason).join(BuildRow.buildset)
-    stmt = _page(_where(stmt, filters).order_by(BuildRow.id.desc()), limit, offset)
+    return _where(stmt, filters)
+
+
+def _build_dicts(engine: Engine, stmt: Select[tuple[BuildRow, str, Any]]) -> list[BuildDict]:
     with _reading(engine) as session:
         return [build_dict(build, uuid, reason) for build, uuid, reason in session.execute(stmt)]
 
@@ -280,8 +289,7 @@ def build_times(
         BuildRow.ref: ref,
         BuildRow.result: parse_result(result),
     }
-    stmt = select(BuildRow, BuildsetRow.uuid, BuildsetRow.reason).join(BuildRow.buildset)
-    stmt = _where(stmt, filters).where(BuildRow.result.is_not(None))
+    stmt = _builds(filters).where(BuildRow.result.is_not(None))
     excluded = parse_result(exclude_result)
     if excluded is not None:
         stmt = stmt.where(BuildRow.result != excluded)
@@ -293,8 +301,7 @@ def build_times(
     if ended_before is not None:
         stmt = stmt.where(BuildRow.end_time <= ended_before)
     stmt = _page(stmt.order_by(BuildRow.end_time.desc(), BuildRow.id.desc()), limit, offset)
-    with _reading(engine) as session:
-        return [build_dict(build, uuid, reason) for build, uuid, reason in session.execute(stmt)]
+    return _build_dicts(engine, stmt)
 
 
 def job_durations(

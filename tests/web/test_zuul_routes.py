@@ -13,24 +13,25 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
 from scheduler.stores.node_records import NodeRequestState
 from scheduler.stores.nodes import NodeStore
-from scheduler.zk.client import ZooKeeperClient, connect
-from tests.e2e.system import TENANT_YAML, SluiceSystem
+from scheduler.zk.client import ZooKeeperClient
+from tests.e2e.system import SluiceSystem
 from tests.e2e.test_check_pipeline import prepare_check
+from tests.e2e.test_launcher import _configure as configure_nodes
+from tests.e2e.test_launcher import client  # noqa: F401 (a fixture)
 from tests.fixtures.waiting import wait_until
+from tests.web.gates import HeldGate
 from tests.web.server import WEB_CONFIG, WebServer, start_web, token
 from tests.web.test_api import ran_check
-from tests.web.test_read_scopes import PROTECTED, TWO_TENANTS
+from tests.web.test_read_scopes import protected  # noqa: F401 (a fixture)
 
 ZUUL_CLIENT = str(Path(sys.executable).parent / "zuul-client")
 
@@ -166,16 +167,8 @@ def test_build_times_badges_and_log_urls(web: WebServer) -> None:
     assert jobs("result=FAILURE") == ["experimental", "experimental", "unit"]
 
 
-SEMAPHORE_CONFIG = {
-    "zuul.d/pipelines.yaml": """
-        - pipeline:
-            name: check
-            manager: independent
-            trigger: {}
-        - job:
-            name: base
-            parent: null
-            timeout: 300
+SEMAPHORES = {
+    "zuul.d/semaphores.yaml": """
         - semaphore:
             name: db
             max: 1
@@ -184,32 +177,26 @@ SEMAPHORE_CONFIG = {
             max: 3
         """,
 }
+UNIT_TAKES_DB = {
+    ".zuul.yaml": """
+        - job:
+            name: unit
+            run: ci/unit.sh
+            semaphores: [db]
+        - project:
+            check:
+              jobs: [unit]
+        """,
+}
 
 
 def test_semaphores_and_authorizations(web: WebServer) -> None:
     system = web.system
-    flag = system.root / "release"
-    script = (
-        f"#!/bin/sh\nfor i in $(seq 1 1200); do test -e {flag} && exit 0; sleep 0.1; done\nexit 1\n"
-    )
-    app = {
-        ".zuul.yaml": """
-            - job:
-                name: unit
-                run: ci/unit.sh
-                semaphores: [db]
-            - project:
-                check:
-                  jobs: [unit]
-            """,
-        "ci/unit.sh": script,
-    }
-    system.tenant(TENANT_YAML)
-    system.repos.commit("config", "main", SEMAPHORE_CONFIG)
-    base = system.repos.commit("app", "main", app)
+    gate = HeldGate(system)  # unit runs until released; here it takes semaphore db
+    system.repos.commit("config", "main", SEMAPHORES)
+    gate.base = system.repos.commit("app", "main", UNIT_TAKES_DB)
     for ref in ("one", "two"):
-        system.repos.commit("app", ref, {f"{ref}.txt": "x\n"}, base=base)
-    system.repos.git("app", "checkout", "-q", "--detach")
+        gate.change(ref)
     system.start_worker(concurrency=4)
     system.sluice("reconfigure")
     path = "/api/tenant/demo/semaphores"
@@ -249,7 +236,7 @@ def test_semaphores_and_authorizations(web: WebServer) -> None:
     running = [i for i in queued if not any(j["waiting_status"] for j in i["jobs"])]
     assert [i["buildset"] for i in running] == [holder["buildset_uuid"]]
     assert web.get(path)[0]["holders"]["count"] == 1
-    flag.write_text("go\n")
+    gate.release()
     system.sluice("wait", "--idle", "--timeout", "90")
     assert web.get(path)[0]["holders"]["count"] == 0
     assert refused(web, "/api/tenant/nope/semaphores", 404)["description"] == "Unknown tenant"
@@ -278,37 +265,17 @@ def test_semaphores_and_authorizations(web: WebServer) -> None:
     assert root == {"zuul": {"admin": False, "scope": ["*"]}, "admin_tenants": ["demo", "other"]}
 
 
-NODES = """
-nodes:
-  check_interval: 1
-  node_dir: {root}/nodes
-  providers:
-    - name: hosts
-      driver: static
-      labels: {{ubuntu: 2, debian: 1}}
-      hosts:
-        - name: h1.example.com
-          labels: [ubuntu, debian]
-          max_parallel_jobs: 2
-"""
-
-
-@pytest.fixture
-def client(system: SluiceSystem) -> Iterator[ZooKeeperClient]:
-    made = connect(system.environment.zookeeper.settings())
-    yield made
-    made.stop()
-    made.close()
-
-
-def test_labels_nodes_and_project_ssh_keys(system: SluiceSystem, client: ZooKeeperClient) -> None:
+def test_labels_nodes_and_project_ssh_keys(
+    system: SluiceSystem,
+    client: ZooKeeperClient,  # noqa: F811 (the fixture)
+) -> None:
     prepare_check(system)
-    system.config.write_text(system.config.read_text() + NODES.format(root=system.root))
+    configure_nodes(system)  # a static provider (ubuntu) and a local one (sandbox)
     system.start_worker(("launcher",))
     system.start_worker(("scheduler", "merger"))
     system.sluice("reconfigure")
     with start_web(system, WEB_CONFIG) as web:
-        assert web.get("/api/tenant/demo/labels") == [{"name": "debian"}, {"name": "ubuntu"}]
+        assert web.get("/api/tenant/demo/labels") == [{"name": "sandbox"}, {"name": "ubuntu"}]
         assert web.get("/api/tenant/demo/nodes") == []
         store = NodeStore(client)
         request_id = store.submit(["ubuntu"], "tests/nodes")
@@ -321,7 +288,7 @@ def test_labels_nodes_and_project_ssh_keys(system: SluiceSystem, client: ZooKeep
         (node,) = web.get("/api/tenant/demo/nodes")
         assert node["id"] == request.nodes[0] and node["type"] == ["ubuntu"]
         assert node["provider"] == "hosts" and node["state"] == "ready"
-        assert node["external_id"] == "h1.example.com" and node["connection_type"] == "ssh"
+        assert node["external_id"].endswith(".example.com") and node["connection_type"] == "ssh"
         assert node["state_time"] <= time.time() and "comment" in node
         assert "connection" not in node and "username" not in str(node)
         for route in ("labels", "nodes"):
@@ -344,13 +311,10 @@ def test_labels_nodes_and_project_ssh_keys(system: SluiceSystem, client: ZooKeep
         assert body["description"] == "Unknown tenant"
 
 
-def test_protected_reads_cover_the_new_routes(system: SluiceSystem) -> None:
-    prepare_check(system)
-    system.tenant(TWO_TENANTS)
-    system.start_workers()
-    system.sluice("reconfigure")
-    system.enqueue("feature")
-    system.sluice("wait", "--idle", "--timeout", "90")
+def test_protected_reads_cover_the_new_routes(
+    protected: WebServer,  # noqa: F811 (the fixture)
+) -> None:
+    web = protected
     routes = (
         "build-times",
         "badge",
@@ -359,28 +323,23 @@ def test_protected_reads_cover_the_new_routes(system: SluiceSystem) -> None:
         "nodes",
         "project-ssh-key/app.pub",
     )
-    with start_web(system, PROTECTED) as web:
-        for route in routes:
-            for tenant in ("demo", "nope"):
-                path = f"/api/tenant/{tenant}/{route}"
-                assert web.request("GET", path).status == 401, path
-                assert web.request("GET", path, auth=token("other")).status == 403, path
-            answer = web.request("GET", f"/api/tenant/demo/{route}", auth=token("demo"))
-            assert answer.status == 200, (route, answer)
-        (build,) = [
-            b
-            for b in web.get("/api/tenant/demo/builds", auth=token("demo"))
-            if b["job_name"] == "lint"
-        ]
-        log = build["log_url"] + "job-output.txt"
-        assert httpx.get(log).status_code == 401
-        auth = {"Authorization": f"Bearer {token('demo')}"}
-        assert "linting" in httpx.get(log, headers=auth).text
-        assert (
-            httpx.get(log, headers={"Authorization": f"Bearer {token('other')}"}).status_code == 403
-        )
-        # what a token may do: a tenant it cannot read is a 403 here
-        path = "/api/tenant/demo/authorizations"
-        assert web.request("GET", path, auth=token("other")).status == 403
-        assert web.get(path, auth=token("demo"))["zuul"]["admin"] is True
-        assert web.get("/api/authorizations", auth=token("other"))["zuul"]["admin"] is False
+    for route in routes:
+        for tenant in ("demo", "nope"):
+            path = f"/api/tenant/{tenant}/{route}"
+            assert web.request("GET", path).status == 401, path
+            assert web.request("GET", path, auth=token("other")).status == 403, path
+        answer = web.request("GET", f"/api/tenant/demo/{route}", auth=token("demo"))
+        assert answer.status == 200, (route, answer)
+    (build,) = [
+        b for b in web.get("/api/tenant/demo/builds", auth=token("demo")) if b["job_name"] == "lint"
+    ]
+    log = build["log_url"] + "job-output.txt"
+    assert httpx.get(log).status_code == 401
+    auth = {"Authorization": f"Bearer {token('demo')}"}
+    assert "linting" in httpx.get(log, headers=auth).text
+    assert httpx.get(log, headers={"Authorization": f"Bearer {token('other')}"}).status_code == 403
+    # what a token may do: a tenant it cannot read is a 403 here
+    path = "/api/tenant/demo/authorizations"
+    assert web.request("GET", path, auth=token("other")).status == 403
+    assert web.get(path, auth=token("demo"))["zuul"]["admin"] is True
+    assert web.get("/api/authorizations", auth=token("other"))["zuul"]["admin"] is False

@@ -121,6 +121,8 @@ def test_build_times_badges_and_log_urls(web: WebServer) -> None:
     assert unknown.status == 404 and "unknown" in unknown.body
     assert refused(web, f"{base}/badge?project=nope", 404)["description"] == "Unknown project"
     assert refused(web, f"{base}/badge?project=no%20pe", 400)["field"] == "project"
+    assert refused(web, f"{base}/badge?branch={'b' * 5000}", 400)["field"] == "branch"
+    assert refused(web, f"{base}/badge?pipeline=../gate", 400)["field"] == "pipeline"
     assert refused(web, "/api/tenant/nope/badge", 404)["description"] == "Unknown tenant"
 
     # a build's log_url is the web's folder of its logs: Zuul's clients join names to it
@@ -241,6 +243,7 @@ def test_semaphores_and_authorizations(web: WebServer) -> None:
     assert web.get(path)[0]["holders"]["count"] == 0
     assert refused(web, "/api/tenant/nope/semaphores", 404)["description"] == "Unknown tenant"
     assert web.request("GET", path + "?name=db").status == 400
+    assert refused(web, "/api/tenant/de%20mo/semaphores", 400)["field"] == "tenant"
 
     # authorizations: what the bearer of the token may do (Zuul's shape)
     tenant_path = "/api/tenant/demo/authorizations"
@@ -307,6 +310,8 @@ def test_labels_nodes_and_project_ssh_keys(
         body = refused(web, "/api/tenant/demo/project-ssh-key/nope.pub", 404)
         assert body["field"] == "project" and "nope" in body["description"]
         assert refused(web, "/api/tenant/demo/project-ssh-key/a%20b.pub", 400)["field"] == "project"
+        huge = "/api/tenant/demo/project-ssh-key/" + "p" * 5000 + ".pub"
+        assert refused(web, huge, 400)["field"] == "project"
         body = refused(web, "/api/tenant/nope/project-ssh-key/app.pub", 404)
         assert body["description"] == "Unknown tenant"
 

@@ -159,6 +159,8 @@ class Endpoint:
     # needs a valid token even when reads are open (what may its bearer do?)
     token: bool = False
     status: int = 200
+    # what a success answers (the OpenAPI document says it)
+    media_type: str = "application/json"
 
     def scope(self, request: Request) -> str | None:
         """The tenant a token must name to call this endpoint (see :data:`Authorizer`)."""
@@ -249,7 +251,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     ]
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     responses: dict[str, Any] = {
-        str(endpoint.status): {"description": "OK"},
+        str(endpoint.status): _success(endpoint),
         "400": {"description": "A parameter is wrong", "content": error},
         "404": {"description": "Not found", "content": error},
     }
@@ -278,6 +280,12 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         responses["401"] = {"description": "No valid token", "content": error}
         responses["403"] = {"description": "Not an admin of the tenant", "content": error}
     return operation
+
+
+def _success(endpoint: Endpoint) -> dict[str, Any]:
+    if endpoint.status == 204:
+        return {"description": "Done"}
+    return {"description": "OK", "content": {endpoint.media_type: {"schema": {}}}}
 
 
 def _methods(endpoints: Sequence[Endpoint]) -> list[str]:

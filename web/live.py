@@ -97,7 +97,7 @@ def _expiry(claims: Mapping[str, Any]) -> float | None:
         return None
 
 
-@API.get(T + "/status/events")
+@API.get(T + "/status/events", media_type="text/event-stream")
 def status_events(call: Call) -> Any:
     """The tenant's status as server-sent events (``status``), sent when it changes."""
     ctx, tenant = tenant_of(call)
@@ -230,7 +230,12 @@ LOG_PARAMS = (
 )
 
 
-@API.get(T + "/build/{uuid}/log", path_params=(Param("uuid", pattern=UUID),), query=LOG_PARAMS)
+@API.get(
+    T + "/build/{uuid}/log",
+    path_params=(Param("uuid", pattern=UUID),),
+    query=LOG_PARAMS,
+    media_type="text/plain",
+)
 def build_log(call: Call) -> Any:
     """The build's log from ``offset`` (text; the next offset in ``X-Log-Offset``)."""
     ctx, tenant = tenant_of(call)
@@ -244,7 +249,11 @@ def build_log(call: Call) -> Any:
     return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
 
 
-@API.get(T + "/build/{uuid}/log/stream", path_params=(Param("uuid", pattern=UUID),))
+@API.get(
+    T + "/build/{uuid}/log/stream",
+    path_params=(Param("uuid", pattern=UUID),),
+    media_type="text/event-stream",
+)
 def build_log_stream(call: Call) -> Any:
     """The build's log as it grows (server-sent ``log`` events, then ``end``)."""
     ctx, tenant = tenant_of(call)
@@ -311,6 +320,7 @@ def _chunks(fd: int) -> Iterator[bytes]:
 @API.get(
     T + "/build/{uuid}/log/{path:path}",
     path_params=(Param("uuid", pattern=UUID), Param("path", pattern=LOG_FILE)),
+    media_type="text/plain",
 )
 def build_log_file(call: Call) -> Any:
     """A file of the build's log folder (``job-output.txt``, ``zuul-info/inventory.yaml``)."""

@@ -307,6 +307,7 @@ def check_project(ctx: WebContext, tenant: str, project: str) -> str:
 @API.get(
     T + "/badge",
     query=(Param("project", pattern=PROJECT), Param("pipeline", pattern=NAME), Param("branch")),
+    media_type="image/svg+xml",
 )
 def badge(call: Call) -> Any:
     """An SVG badge of the latest reported buildset: passing, failing (404: unknown)."""
@@ -388,7 +389,11 @@ def _connection(ctx: WebContext, tenant: str, project: str) -> str:
         raise ApiError(404, str(exc), "project") from None
 
 
-@API.get(T + "/key/{project:path}.pub", path_params=(Param("project", pattern=PROJECT),))
+@API.get(
+    T + "/key/{project:path}.pub",
+    path_params=(Param("project", pattern=PROJECT),),
+    media_type="text/plain",
+)
 def project_public_key(call: Call) -> Any:
     """The project's public key (PEM), to encrypt its secrets with (``zuul-client encrypt``)."""
     ctx, tenant = tenant_of(call)
@@ -398,7 +403,9 @@ def project_public_key(call: Call) -> Any:
 
 
 @API.get(
-    T + "/project-ssh-key/{project:path}.pub", path_params=(Param("project", pattern=PROJECT),)
+    T + "/project-ssh-key/{project:path}.pub",
+    path_params=(Param("project", pattern=PROJECT),),
+    media_type="text/plain",
 )
 def project_ssh_key(call: Call) -> Any:
     """The project's public SSH key (``ssh-rsa ...``), e.g. to allow it to push."""

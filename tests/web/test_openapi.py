@@ -44,6 +44,10 @@ def test_the_document_lists_every_endpoint(web: WebServer) -> None:
     assert {"project", "pipeline", "branch", "job_name", "result", "exclude_result"} <= times
     assert {"start_time", "end_time", "limit", "skip"} <= times
     assert paths["/api/authorizations"]["get"]["security"] == [{"bearer": []}]
+    badge = paths["/api/tenant/{tenant}/badge"]["get"]["responses"]["200"]
+    assert list(badge["content"]) == ["image/svg+xml"]
+    key = paths["/api/tenant/{tenant}/project-ssh-key/{project}.pub"]["get"]["responses"]["200"]
+    assert list(key["content"]) == ["text/plain"]
     enqueue = paths["/api/tenant/{tenant}/project/{project}/enqueue"]["post"]
     assert enqueue["security"] == [{"bearer": []}]
     limit = next(p for p in paths["/api/tenant/{tenant}/builds"]["get"]["parameters"]

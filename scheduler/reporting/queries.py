@@ -6,7 +6,8 @@ are ISO-8601 UTC strings, ``YYYY-MM-DDTHH:MM:SSZ``, or null; ``result`` is
 one of :class:`~scheduler.model.results.Result`'s values, or null
 while running. Lists are newest first.
 
-:func:`job_durations` gives the last successful durations of a job, the
+:func:`build_times` lists finished builds by their end (Zuul's build
+times). :func:`job_durations` gives the last successful durations of a job, the
 basis of the status page's progress estimates (:func:`estimate_duration`,
 or :func:`estimate_durations` for many jobs in one query).
 """

@@ -15,6 +15,7 @@ from scheduler.project_keys import UnknownProjectError, project_connection
 from scheduler.reporting import queries
 from scheduler.stores.autoholds import AutoholdRequest, AutoholdStore
 from scheduler.stores.components import all_components
+from scheduler.stores.keystore import SECRETS, SSH
 from scheduler.views.deliveries import delivery_rows
 from web import shapes
 from web.auth import ALL, allows, tenants_of
@@ -382,37 +383,34 @@ def project(call: Call) -> Any:
     raise ApiError(404, f"no project {call['project']!r} in tenant {tenant!r}", "project")
 
 
-def _connection(ctx: WebContext, tenant: str, project: str) -> str:
+# a project's public key: PEM for its secrets, OpenSSH's line for SSH
+PUBLIC_KEY = {"path_params": (Param("project", pattern=PROJECT),), "media_type": "text/plain"}
+
+
+def _project_key(call: Call, kind: str) -> Response:
+    ctx, tenant = tenant_of(call)
+    project = call["project"]
     try:
-        return project_connection(ctx.layouts, tenant, project)
+        connection = project_connection(ctx.layouts, tenant, project)
     except UnknownProjectError as exc:
         raise ApiError(404, str(exc), "project") from None
+    if kind == SSH:
+        key = ctx.keystore.public_ssh(connection, project) + b"\n"
+    else:
+        key = ctx.keystore.public_pem(connection, project)
+    return Response(key, media_type="text/plain")
 
 
-@API.get(
-    T + "/key/{project:path}.pub",
-    path_params=(Param("project", pattern=PROJECT),),
-    media_type="text/plain",
-)
+@API.get(T + "/key/{project:path}.pub", **PUBLIC_KEY)
 def project_public_key(call: Call) -> Any:
     """The project's public key (PEM), to encrypt its secrets with (``zuul-client encrypt``)."""
-    ctx, tenant = tenant_of(call)
-    connection = _connection(ctx, tenant, call["project"])
-    pem = ctx.keystore.public_pem(connection, call["project"])
-    return Response(pem, media_type="text/plain")
+    return _project_key(call, SECRETS)
 
 
-@API.get(
-    T + "/project-ssh-key/{project:path}.pub",
-    path_params=(Param("project", pattern=PROJECT),),
-    media_type="text/plain",
-)
+@API.get(T + "/project-ssh-key/{project:path}.pub", **PUBLIC_KEY)
 def project_ssh_key(call: Call) -> Any:
     """The project's public SSH key (``ssh-rsa ...``), e.g. to allow it to push."""
-    ctx, tenant = tenant_of(call)
-    connection = _connection(ctx, tenant, call["project"])
-    key = ctx.keystore.public_ssh(connection, call["project"])
-    return Response(key + b"\n", media_type="text/plain")
+    return _project_key(call, SSH)
 
 
 @API.get(T + "/pipelines")

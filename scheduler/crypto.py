@@ -67,6 +67,14 @@ def public_pem(key: RSAPrivateKey) -> bytes:
     )
 
 
+def public_ssh(key: RSAPrivateKey) -> bytes:
+    """The public half in OpenSSH's format (``ssh-rsa AAAA...``), as Zuul serves a project's
+    SSH key."""
+    return key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+
+
 def private_pem(key: RSAPrivateKey, password: str) -> bytes:
     """The key as PKCS#8 PEM encrypted with ``password`` (``ENCRYPTED PRIVATE KEY``)."""
     if not password:

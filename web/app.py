@@ -27,7 +27,8 @@ import web.admin
 import web.events
 import web.jobgraph
 import web.live
-import web.nodes  # noqa: F401 (each registers its endpoints)
+import web.nodes
+import web.resources  # noqa: F401 (each registers its endpoints)
 from scheduler.settings.sections import Settings
 from web import hooks
 from web.auth import ALL

@@ -109,7 +109,7 @@ class WebContext:
     def check_tenant(self, tenant: str) -> str:
         """``tenant`` if it exists (has a layout); ApiError 404 otherwise."""
         if self.layouts.state(tenant) is None:
-            raise ApiError(404, f"no tenant {tenant!r}", "tenant")
+            raise ApiError(404, "Unknown tenant", "tenant")  # Zuul's words
         return tenant
 
     def layout(self, tenant: str) -> TenantLayout:

@@ -156,7 +156,11 @@ class Endpoint:
     # tenants the token may read (the tenant list); otherwise an endpoint outside
     # /api/tenant/<t>/ needs a token for every tenant ("*")
     listing: bool = False
+    # needs a valid token even when reads are open (what may its bearer do?)
+    token: bool = False
     status: int = 200
+    # what a success answers (the OpenAPI document says it)
+    media_type: str = "application/json"
 
     def scope(self, request: Request) -> str | None:
         """The tenant a token must name to call this endpoint (see :data:`Authorizer`)."""
@@ -250,7 +254,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     ]
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     responses: dict[str, Any] = {
-        str(endpoint.status): {"description": "OK"},
+        str(endpoint.status): _success(endpoint),
         "400": {"description": "A parameter is wrong", "content": error},
         "404": {"description": "Not found", "content": error},
     }
@@ -274,11 +278,17 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
                 }
             },
         }
-    if endpoint.admin:
+    if endpoint.admin or endpoint.token:
         operation["security"] = [{"bearer": []}]
         responses["401"] = {"description": "No valid token", "content": error}
         responses["403"] = {"description": "Not an admin of the tenant", "content": error}
     return operation
+
+
+def _success(endpoint: Endpoint) -> dict[str, Any]:
+    if endpoint.status == 204:
+        return {"description": "Done"}
+    return {"description": "OK", "content": {endpoint.media_type: {"schema": {}}}}
 
 
 def _methods(endpoints: Sequence[Endpoint]) -> list[str]:
@@ -332,6 +342,8 @@ async def _call(
     if endpoint.admin or (protect_reads and not endpoint.public):
         scope = endpoint.scope(request)
         claims = await run_in_threadpool(authorize, request, scope, endpoint.admin)
+    elif endpoint.token:
+        claims = await run_in_threadpool(authorize, request, None, False)
     args: dict[str, Any] = {}
     for param in endpoint.path_params:
         args[param.name] = param.parse(request.path_params.get(param.name), "path parameter")

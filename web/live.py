@@ -10,14 +10,17 @@ replaces what it shows, no reload.
 returns the bytes from ``offset`` (and the next offset in
 ``X-Log-Offset``); ``.../log/stream`` follows the file as server-sent
 ``log`` events until the build has finished and every byte was sent, then
-sends ``end``. When ``<log dir>/<uuid>/`` has no log, the folder the
+sends ``end``; ``.../log/<path>`` serves a file of the build's log folder
+(the folder a build's ``log_url`` names: ``job-output.txt``, and
+``zuul-info/inventory.yaml``, made from the history when the folder holds
+none). When ``<log dir>/<uuid>/`` has no log, the folder the
 build's history row records (``log_url``) is read, if it lies under the log
 dir. A web instance reads logs from its own filesystem: with executors on
 other hosts, give every web instance the executors' log folders (a shared
 mount at its ``<state_dir>/logs``), or run a web instance on each executor
 host and send log requests there (docs/web.md).
 
-A job writes in its log folder, so a log is opened as hostile (:func:`open_log`):
+A job writes in its log folder, so a file of it is opened as hostile (:func:`open_log`):
 every folder under the log dir is opened with ``O_NOFOLLOW`` from its
 parent's descriptor, and the log itself with ``O_NOFOLLOW | O_NONBLOCK``
 and served only if ``fstat`` says it is a regular file. A symbolic link
@@ -38,6 +41,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -93,7 +97,7 @@ def _expiry(claims: Mapping[str, Any]) -> float | None:
         return None
 
 
-@API.get(T + "/status/events")
+@API.get(T + "/status/events", media_type="text/event-stream")
 def status_events(call: Call) -> Any:
     """The tenant's status as server-sent events (``status``), sent when it changes."""
     ctx, tenant = tenant_of(call)
@@ -127,12 +131,12 @@ class LogRefusedError(Exception):
     """A build's log is not a plain file under the log dir (a link, a FIFO, outside...)."""
 
 
-def _log_paths(log_dir: Path, row: Any) -> Iterator[tuple[str, ...]]:
-    """Where the build's log may be, as names under ``log_dir``: ``<uuid>/job-output.txt``,
+def _log_folders(log_dir: Path, row: Any) -> Iterator[tuple[str, ...]]:
+    """Where the build's log folder may be, as names under ``log_dir``: ``<uuid>``,
     then the folder its row records (``log_url``; LogRefusedError for one outside)."""
     uuid = str(row["uuid"])
     if SAFE_NAME.fullmatch(uuid):
-        yield (uuid, LOG_NAME)
+        yield (uuid,)
     stored = str(row["log_url"] or "")
     if not stored or "://" in stored:
         return
@@ -146,7 +150,7 @@ def _log_paths(log_dir: Path, row: Any) -> Iterator[tuple[str, ...]]:
         raise LogRefusedError(f"recorded log folder {stored!r} is outside {log_dir}") from None
     if not parts or not all(SAFE_NAME.fullmatch(p) for p in parts):
         raise LogRefusedError(f"recorded log folder {stored!r} is not a build's folder")
-    yield (*parts, LOG_NAME)
+    yield parts
 
 
 def _open_under(root: Path, names: Sequence[str]) -> int | None:
@@ -193,13 +197,14 @@ def _open_at(name: str, flags: int, parent: int) -> int | None:
         raise LogRefusedError(f"{name}: {'a symbolic link' if link else exc.strerror}") from None
 
 
-def open_log(ctx: WebContext, row: Any) -> int | None:
-    """A descriptor of the build's log (a regular file under the log dir), None while
-    there is none; ApiError 404 (logged) when it is refused."""
+def open_log(ctx: WebContext, row: Any, names: Sequence[str] = (LOG_NAME,)) -> int | None:
+    """A descriptor of a file of the build's log folder (``job-output.txt`` by default;
+    a regular file under the log dir), None while there is none; ApiError 404 (logged)
+    when it is refused."""
     log_dir = ctx.settings.log_dir
     try:
-        for names in _log_paths(log_dir, row):
-            fd = _open_under(log_dir, names)
+        for folder in _log_folders(log_dir, row):
+            fd = _open_under(log_dir, (*folder, *names))
             if fd is not None:
                 return fd
     except LogRefusedError as exc:
@@ -225,7 +230,12 @@ LOG_PARAMS = (
 )
 
 
-@API.get(T + "/build/{uuid}/log", path_params=(Param("uuid", pattern=UUID),), query=LOG_PARAMS)
+@API.get(
+    T + "/build/{uuid}/log",
+    path_params=(Param("uuid", pattern=UUID),),
+    query=LOG_PARAMS,
+    media_type="text/plain",
+)
 def build_log(call: Call) -> Any:
     """The build's log from ``offset`` (text; the next offset in ``X-Log-Offset``)."""
     ctx, tenant = tenant_of(call)
@@ -239,7 +249,11 @@ def build_log(call: Call) -> Any:
     return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
 
 
-@API.get(T + "/build/{uuid}/log/stream", path_params=(Param("uuid", pattern=UUID),))
+@API.get(
+    T + "/build/{uuid}/log/stream",
+    path_params=(Param("uuid", pattern=UUID),),
+    media_type="text/event-stream",
+)
 def build_log_stream(call: Call) -> Any:
     """The build's log as it grows (server-sent ``log`` events, then ``end``)."""
     ctx, tenant = tenant_of(call)
@@ -265,3 +279,60 @@ def build_log_stream(call: Call) -> Any:
                 yield None, None, LOG_INTERVAL
 
     return _sse(call, produce())
+
+
+# A file of the build's log folder, at the folder URL a build's ``log_url`` gives
+# (``.../build/<uuid>/log/<path>``): a path of safe names, no "..", at most 16 deep.
+LOG_FILE = rf"(?:{SAFE_NAME.pattern}/){{0,15}}{SAFE_NAME.pattern}"
+INVENTORY = ("zuul-info", "inventory.yaml")
+TEXT_SUFFIXES = (".txt", ".log", ".yaml", ".yml", ".json")
+
+
+def inventory_of(row: Mapping[str, Any]) -> bytes:
+    """The build's ``zuul-info/inventory.yaml`` when its folder holds none: Zuul's
+    inventory shape (``all.hosts``, ``all.vars.zuul``) from what the history knows."""
+    zuul = {
+        "build": row["uuid"],
+        "buildset": row["buildset"],
+        "job": row["job"],
+        "attempts": row["attempt"],
+        "voting": row["voting"],
+        "tenant": row["tenant"],
+        "pipeline": row["pipeline"],
+        "project": {"name": row["project"], "short_name": str(row["project"]).rsplit("/")[-1]},
+        "branch": row["branch"],
+        "ref": row["ref"],
+        "newrev": row["newrev"],
+        "executor": {"hostname": row["executor"]},
+    }
+    document = {"all": {"hosts": {}, "vars": {"zuul": zuul}}}
+    return yaml.safe_dump(document, sort_keys=False).encode()
+
+
+def _chunks(fd: int) -> Iterator[bytes]:
+    try:
+        while chunk := os.read(fd, CHUNK):
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+@API.get(
+    T + "/build/{uuid}/log/{path:path}",
+    path_params=(Param("uuid", pattern=UUID), Param("path", pattern=LOG_FILE)),
+    media_type="text/plain",
+)
+def build_log_file(call: Call) -> Any:
+    """A file of the build's log folder (``job-output.txt``, ``zuul-info/inventory.yaml``)."""
+    ctx, tenant = tenant_of(call)
+    row = _build_row(ctx, tenant, call["uuid"])
+    names = tuple(call["path"].split("/"))
+    fd = open_log(ctx, row, names)
+    text = names[-1].endswith(TEXT_SUFFIXES)
+    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+    kind = "text/plain; charset=utf-8" if text else "application/octet-stream"
+    if fd is None:
+        if names == INVENTORY:
+            return Response(inventory_of(row), media_type=kind, headers=headers)
+        raise ApiError(404, f"build {row['uuid']} has no log file {call['path']!r}", "path")
+    return StreamingResponse(_chunks(fd), media_type=kind, headers=headers)

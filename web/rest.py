@@ -5,6 +5,7 @@ Admin verbs are in :mod:`web.admin`; both register on :data:`API`.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.responses import Response
@@ -14,9 +15,10 @@ from scheduler.project_keys import UnknownProjectError, project_connection
 from scheduler.reporting import queries
 from scheduler.stores.autoholds import AutoholdRequest, AutoholdStore
 from scheduler.stores.components import all_components
+from scheduler.stores.keystore import SECRETS, SSH
 from scheduler.views.deliveries import delivery_rows
 from web import shapes
-from web.auth import allows
+from web.auth import ALL, allows, tenants_of
 from web.context import WebContext
 from web.endpoints import NAME, PROJECT, UUID, Api, Call, Param
 from web.errors import ApiError
@@ -102,6 +104,24 @@ def tenants(call: Call) -> Any:
     return found
 
 
+def _authorizations(claims: Any, scope: str, admin: bool) -> dict[str, Any]:
+    named = sorted(t for t in tenants_of(claims) if t != ALL)
+    return {"zuul": {"admin": admin, "scope": [scope]}, "admin_tenants": named}
+
+
+@API.get("/api/authorizations", token=True, listing=True)
+def root_authorizations(call: Call) -> Any:
+    """What the bearer of the token may do: admin of every tenant or not."""
+    return _authorizations(call.claims, ALL, ALL in tenants_of(call.claims))
+
+
+@API.get(T + "/authorizations", token=True)
+def tenant_authorizations(call: Call) -> Any:
+    """What the bearer of the token may do in the tenant (``admin``: the admin verbs)."""
+    _, tenant = tenant_of(call)
+    return _authorizations(call.claims, tenant, allows(call.claims, tenant))
+
+
 # -- status -----------------------------------------------------------------
 
 
@@ -184,14 +204,14 @@ def builds(call: Call) -> Any:
     final = call.get("final")
     if final is not None:
         found = [b for b in found if b["final"] == final]
-    return [shapes.build(b) for b in found]
+    return [shapes.build(b, ctx.settings.web.url) for b in found]
 
 
 @API.get(T + "/build/{uuid}", path_params=(Param("uuid", pattern=UUID),))
 def build(call: Call) -> Any:
     """One build attempt (a running one too)."""
     ctx, tenant = tenant_of(call)
-    return shapes.build(build_row(ctx, tenant, call["uuid"]))
+    return shapes.build(build_row(ctx, tenant, call["uuid"]), ctx.settings.web.url)
 
 
 def build_row(ctx: WebContext, tenant: str, uuid: str) -> Any:
@@ -210,7 +230,7 @@ def buildsets(call: Call) -> Any:
     """Buildsets, newest first."""
     ctx, tenant = tenant_of(call)
     found = queries.list_buildsets(ctx.engine, tenant=tenant, **_history_args(call))
-    return [shapes.buildset(b) for b in found]
+    return [shapes.buildset(b, ctx.settings.web.url) for b in found]
 
 
 @API.get(T + "/buildset/{uuid}", path_params=(Param("uuid", pattern=UUID),))
@@ -221,7 +241,98 @@ def buildset(call: Call) -> Any:
     if not found:
         raise ApiError(404, f"no buildset {call['uuid']!r} in tenant {tenant!r}", "uuid")
     members = queries.list_builds(ctx.engine, tenant=tenant, buildset=call["uuid"])
-    return shapes.buildset(found[0], members)
+    return shapes.buildset(found[0], ctx.settings.web.url, members)
+
+
+TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?)?Z?"
+
+
+def _moment(call: Call, name: str) -> datetime | None:
+    """A time filter (ISO 8601, UTC unless it says otherwise); 400 naming it when invalid."""
+    raw = call.get(name)
+    if raw is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"query parameter {name!r}: {exc}", name) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@API.get(
+    T + "/build-times",
+    query=(
+        Param("project", pattern=PROJECT),
+        Param("pipeline", pattern=NAME),
+        Param("branch"),
+        Param("ref"),
+        Param("job_name", pattern=NAME),
+        Param("result", choices=RESULTS),
+        Param("exclude_result", choices=RESULTS),
+        Param("final", bool),
+        Param("start_time", pattern=TIME, help="builds that ended at or after this (UTC)"),
+        Param("end_time", pattern=TIME, help="builds that ended at or before this (UTC)"),
+        *PAGE,
+    ),
+)
+def build_times(call: Call) -> Any:
+    """Finished builds and their durations, latest end first (Zuul's build times)."""
+    ctx, tenant = tenant_of(call)
+    found = queries.build_times(
+        ctx.engine,
+        tenant=tenant,
+        project=call.get("project"),
+        pipeline=call.get("pipeline"),
+        branch=call.get("branch"),
+        ref=call.get("ref"),
+        job=call.get("job_name"),
+        result=call.get("result"),
+        exclude_result=call.get("exclude_result"),
+        final=call.get("final"),
+        ended_after=_moment(call, "start_time"),
+        ended_before=_moment(call, "end_time"),
+        limit=call.get("limit", 50),
+        offset=call.get("skip", 0),
+    )
+    return [shapes.build_time(b) for b in found]
+
+
+def check_project(ctx: WebContext, tenant: str, project: str) -> str:
+    """``project`` if the tenant has it; Zuul's 404 otherwise."""
+    state = ctx.layouts.state(tenant)
+    if state is None or state.tenant.project(project) is None:
+        raise ApiError(404, "Unknown project", "project")
+    return project
+
+
+@API.get(
+    T + "/badge",
+    query=(Param("project", pattern=PROJECT), Param("pipeline", pattern=NAME), Param("branch")),
+    media_type="image/svg+xml",
+)
+def badge(call: Call) -> Any:
+    """An SVG badge of the latest reported buildset: passing, failing (404: unknown)."""
+    ctx, tenant = tenant_of(call)
+    if call.get("project"):
+        check_project(ctx, tenant, call["project"])
+    found = queries.list_buildsets(
+        ctx.engine,
+        tenant=tenant,
+        project=call.get("project"),
+        pipeline=call.get("pipeline"),
+        branch=call.get("branch"),
+        complete=True,
+        limit=1,
+    )
+    verdict = "unknown"
+    if found:
+        verdict = "passing" if found[0]["result"] == "SUCCESS" else "failing"
+    return Response(
+        shapes.badge(verdict),
+        status_code=404 if verdict == "unknown" else 200,
+        media_type="image/svg+xml",
+        headers={"Cache-Control": "no-cache"},
+    )
 
 
 # -- configuration ----------------------------------------------------------
@@ -272,16 +383,34 @@ def project(call: Call) -> Any:
     raise ApiError(404, f"no project {call['project']!r} in tenant {tenant!r}", "project")
 
 
-@API.get(T + "/key/{project:path}.pub", path_params=(Param("project", pattern=PROJECT),))
-def project_public_key(call: Call) -> Any:
-    """The project's public key (PEM), to encrypt its secrets with (``zuul-client encrypt``)."""
+# a project's public key: PEM for its secrets, OpenSSH's line for SSH
+PUBLIC_KEY = {"path_params": (Param("project", pattern=PROJECT),), "media_type": "text/plain"}
+
+
+def _project_key(call: Call, kind: str) -> Response:
     ctx, tenant = tenant_of(call)
+    project = call["project"]
     try:
-        connection = project_connection(ctx.layouts, tenant, call["project"])
+        connection = project_connection(ctx.layouts, tenant, project)
     except UnknownProjectError as exc:
         raise ApiError(404, str(exc), "project") from None
-    pem = ctx.keystore.public_pem(connection, call["project"])
-    return Response(pem, media_type="text/plain")
+    if kind == SSH:
+        key = ctx.keystore.public_ssh(connection, project) + b"\n"
+    else:
+        key = ctx.keystore.public_pem(connection, project)
+    return Response(key, media_type="text/plain")
+
+
+@API.get(T + "/key/{project:path}.pub", **PUBLIC_KEY)
+def project_public_key(call: Call) -> Any:
+    """The project's public key (PEM), to encrypt its secrets with (``zuul-client encrypt``)."""
+    return _project_key(call, SECRETS)
+
+
+@API.get(T + "/project-ssh-key/{project:path}.pub", **PUBLIC_KEY)
+def project_ssh_key(call: Call) -> Any:
+    """The project's public SSH key (``ssh-rsa ...``), e.g. to allow it to push."""
+    return _project_key(call, SSH)
 
 
 @API.get(T + "/pipelines")

@@ -26,7 +26,23 @@ def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else int(seconds * 1000)
 
 
-def build(found: Mapping[str, Any]) -> dict[str, Any]:
+def log_url(found: Mapping[str, Any], base_url: str) -> str | None:
+    """Where the web serves the build's log folder (``job-output.txt`` in it).
+
+    The history row records the log file on the executor's disk; clients get
+    the web's URL of the folder (with a trailing slash, so Zuul's clients join
+    ``job-output.txt`` and ``zuul-info/inventory.yaml`` to it). A row that
+    records a URL (an outside log server) keeps it.
+    """
+    stored = str(found.get("log_url") or "")
+    if "://" in stored:
+        return stored
+    if not found.get("tenant") or not found.get("uuid"):
+        return None
+    return f"{base_url}/api/tenant/{found['tenant']}/build/{found['uuid']}/log/"
+
+
+def build(found: Mapping[str, Any], base_url: str) -> dict[str, Any]:
     """A build as Zuul's ``/api/tenant/<t>/build/<uuid>`` has it (plus Sluice's own fields).
 
     Flat ``project``/``branch``/``ref`` (a string) as Zuul's older API and
@@ -35,9 +51,12 @@ def build(found: Mapping[str, Any]) -> dict[str, Any]:
     return {
         **found,
         "job_name": found["job"],
+        "log_url": log_url(found, base_url),
         "event_id": None,
         "held": False,
         "patchset": None,
+        "artifacts": [],
+        "provides": [],
         "refs": [
             {
                 "project": found["project"],
@@ -52,8 +71,42 @@ def build(found: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def build_time(found: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished build as Zuul's ``build-times`` lists it."""
+    keys = ("uuid", "result", "start_time", "end_time", "duration", "final")
+    return {
+        **{k: found[k] for k in keys},
+        "job_name": found["job"],
+        "project": found["project"],
+        "branch": found["branch"],
+        "pipeline": found["pipeline"],
+        "ref": found["ref"],
+        "attempt": found["attempt"],
+    }
+
+
+BADGE_COLOURS = {"passing": "#4c1", "failing": "#e05d44", "unknown": "#9f9f9f"}
+
+
+def badge(verdict: str) -> str:
+    """A flat SVG badge "sluice | <verdict>" (passing, failing or unknown)."""
+    colour = BADGE_COLOURS[verdict]
+    right = 8 + 7 * len(verdict)
+    width = 44 + right
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="20" role="img" '
+        f'aria-label="sluice: {verdict}"><title>sluice: {verdict}</title>'
+        f'<rect width="44" height="20" fill="#555"/>'
+        f'<rect x="44" width="{right}" height="20" fill="{colour}"/>'
+        '<g fill="#fff" text-anchor="middle" font-family="Verdana,DejaVu Sans,sans-serif" '
+        'font-size="11">'
+        '<text x="22" y="14">sluice</text>'
+        f'<text x="{44 + right / 2:g}" y="14">{verdict}</text></g></svg>'
+    )
+
+
 def buildset(
-    found: BuildsetDict, builds: Sequence[Mapping[str, Any]] | None = None
+    found: BuildsetDict, base_url: str, builds: Sequence[Mapping[str, Any]] | None = None
 ) -> dict[str, Any]:
     shaped: dict[str, Any] = {
         **found,
@@ -69,7 +122,7 @@ def buildset(
         "last_build_end_time": found["end_time"],
     }
     if builds is not None:
-        shaped["builds"] = [build(b) for b in builds]
+        shaped["builds"] = [build(b, base_url) for b in builds]
     return shaped
 
 

@@ -6,7 +6,8 @@ are ISO-8601 UTC strings, ``YYYY-MM-DDTHH:MM:SSZ``, or null; ``result`` is
 one of :class:`~scheduler.model.results.Result`'s values, or null
 while running. Lists are newest first.
 
-:func:`job_durations` gives the last successful durations of a job, the
+:func:`build_times` lists finished builds by their end (Zuul's build
+times). :func:`job_durations` gives the last successful durations of a job, the
 basis of the status page's progress estimates (:func:`estimate_duration`,
 or :func:`estimate_durations` for many jobs in one query).
 """
@@ -21,7 +22,7 @@ from typing import Any, TypedDict, TypeVar
 from sqlalchemy import Engine, Select, func, select
 from sqlalchemy.orm import Session
 
-from scheduler.model.results import Result
+from scheduler.model.results import RETRYABLE, Result
 from scheduler.reporting.database import read_only_options
 from scheduler.reporting.errors import ReportingError
 from scheduler.reporting.models import BuildRow, BuildsetRow
@@ -208,8 +209,17 @@ def list_builds(
         BuildRow.uuid: uuid,
         BuildRow.voting: voting,
     }
+    stmt = _page(_builds(filters).order_by(BuildRow.id.desc()), limit, offset)
+    return _build_dicts(engine, stmt)
+
+
+def _builds(filters: Mapping[Any, object]) -> Select[tuple[BuildRow, str, Any]]:
+    """Builds with their buildset's uuid and reason, matching ``filters``."""
     stmt = select(BuildRow, BuildsetRow.uuid, BuildsetRow.reason).join(BuildRow.buildset)
-    stmt = _page(_where(stmt, filters).order_by(BuildRow.id.desc()), limit, offset)
+    return _where(stmt, filters)
+
+
+def _build_dicts(engine: Engine, stmt: Select[tuple[BuildRow, str, Any]]) -> list[BuildDict]:
     with _reading(engine) as session:
         return [build_dict(build, uuid, reason) for build, uuid, reason in session.execute(stmt)]
 
@@ -227,8 +237,9 @@ def list_buildsets(
     uuid: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    complete: bool | None = None,
 ) -> list[BuildsetDict]:
-    """Buildsets matching every filter given, newest first."""
+    """Buildsets matching every filter given, newest first (``complete``: reported or not)."""
     filters: dict[Any, object] = {
         BuildsetRow.tenant: tenant,
         BuildsetRow.project: project,
@@ -239,11 +250,59 @@ def list_buildsets(
         BuildsetRow.result: parse_result(result),
         BuildsetRow.uuid: uuid,
     }
-    stmt = _page(
-        _where(select(BuildsetRow), filters).order_by(BuildsetRow.id.desc()), limit, offset
-    )
+    stmt = _where(select(BuildsetRow), filters)
+    if complete is not None:
+        done = BuildsetRow.result.is_not(None)
+        stmt = stmt.where(done if complete else BuildsetRow.result.is_(None))
+    stmt = _page(stmt.order_by(BuildsetRow.id.desc()), limit, offset)
     with _reading(engine) as session:
         return [buildset_dict(row) for row in session.scalars(stmt)]
+
+
+def build_times(
+    engine: Engine,
+    *,
+    tenant: str,
+    project: str | None = None,
+    pipeline: str | None = None,
+    branch: str | None = None,
+    ref: str | None = None,
+    job: str | None = None,
+    result: Result | str | None = None,
+    exclude_result: Result | str | None = None,
+    final: bool | None = None,
+    ended_after: datetime | None = None,
+    ended_before: datetime | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[BuildDict]:
+    """Finished build attempts, latest end first (Zuul's build times).
+
+    ``ended_after`` / ``ended_before`` bound the end time (inclusive), as
+    Zuul's ``start_time`` / ``end_time`` filters do.
+    """
+    filters: dict[Any, object] = {
+        BuildRow.tenant: tenant,
+        BuildRow.project: project,
+        BuildRow.pipeline: pipeline,
+        BuildRow.job: job,
+        BuildRow.branch: branch,
+        BuildRow.ref: ref,
+        BuildRow.result: parse_result(result),
+    }
+    stmt = _builds(filters).where(BuildRow.result.is_not(None))
+    excluded = parse_result(exclude_result)
+    if excluded is not None:
+        stmt = stmt.where(BuildRow.result != excluded)
+    if final is not None:
+        retried = BuildRow.result.in_(sorted(RETRYABLE))
+        stmt = stmt.where(~retried if final else retried)
+    if ended_after is not None:
+        stmt = stmt.where(BuildRow.end_time >= ended_after)
+    if ended_before is not None:
+        stmt = stmt.where(BuildRow.end_time <= ended_before)
+    stmt = _page(stmt.order_by(BuildRow.end_time.desc(), BuildRow.id.desc()), limit, offset)
+    return _build_dicts(engine, stmt)
 
 
 def job_durations(

@@ -1,6 +1,9 @@
 """Project key pairs in ZooKeeper, their private keys encrypted (Zuul's keystorage).
 
-``/keystorage/<connection>/<project>/secrets`` holds a stored object
+A project has two key pairs, as in Zuul: ``secrets`` (4096 bits; its
+secrets are encrypted to it) and ``ssh`` (2048 bits; its public half is
+served in OpenSSH's format, ``/api/tenant/<t>/project-ssh-key/<p>.pub``).
+``/keystorage/<connection>/<project>/<kind>`` holds a stored object
 ``{"schema": 1, "keys": [{"version": 0, "created": <seconds>,
 "private_key": "<PEM>"}]}``, Zuul's shape (a list, so a key can be
 rotated later). The PEM is PKCS#8 encrypted with the keystore password
@@ -10,7 +13,7 @@ no usable private key, and the public key is derived from the private one.
 
 Guarantees:
 
-* **One key per project.** A key pair is made on first use and created
+* **One key per project and kind.** A key pair is made on first use and created
   with a plain ``create``: two processes that race on first use both
   generate one, ZooKeeper takes exactly one create, and the loser reads
   and uses the winner's key. A stored key is never replaced.
@@ -43,6 +46,11 @@ from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import DecodeError
 
+SECRETS = "secrets"
+SSH = "ssh"
+# Zuul's project SSH keys are 2048-bit RSA keys
+SSH_BITS = 2048
+
 
 class KeyStore:
     """Every project's key pair, read from (or first created in) ZooKeeper."""
@@ -56,29 +64,33 @@ class KeyStore:
         self.client = client
         self._password = password
         self._bits = bits
-        self._keys: dict[tuple[str, str], RSAPrivateKey] = {}
+        self._keys: dict[tuple[str, str, str], RSAPrivateKey] = {}
         # One load-or-create at a time: two threads never both make a 4096-bit key.
         self._lock = threading.Lock()
 
-    def private_key(self, connection: str, project: str) -> RSAPrivateKey:
-        """The project's private key (made and stored on first use)."""
+    def private_key(self, connection: str, project: str, kind: str = SECRETS) -> RSAPrivateKey:
+        """The project's private key of ``kind`` (made and stored on first use)."""
         with self._lock:
-            key = self._keys.get((connection, project))
+            key = self._keys.get((connection, project, kind))
             if key is None:
-                key = self._load_or_create(connection, project)
-                self._keys[connection, project] = key
+                key = self._load_or_create(connection, project, kind)
+                self._keys[connection, project, kind] = key
             return key
 
     def public_pem(self, connection: str, project: str) -> bytes:
         """The project's public key as PEM (what ``/api/tenant/<t>/key/<project>.pub`` serves)."""
         return crypto.public_pem(self.private_key(connection, project))
 
-    def _load_or_create(self, connection: str, project: str) -> RSAPrivateKey:
-        path = paths.keystorage(connection, project)
+    def public_ssh(self, connection: str, project: str) -> bytes:
+        """The project's public SSH key, ``ssh-rsa AAAA...`` (``project-ssh-key/<p>.pub``)."""
+        return crypto.public_ssh(self.private_key(connection, project, SSH))
+
+    def _load_or_create(self, connection: str, project: str, kind: str) -> RSAPrivateKey:
+        path = paths.keystorage(connection, project, kind)
         found = self._read(path)
         if found is not None:
             return found
-        key = crypto.generate_private_key(self._bits)
+        key = crypto.generate_private_key(self._bits if kind == SECRETS else SSH_BITS)
         document = {
             "keys": [
                 {

@@ -73,10 +73,14 @@ class NodeRequestQueue:
         self.client = client
 
     def submit(
-        self, labels: Sequence[str], requestor: str, priority: int = DEFAULT_PRIORITY
+        self,
+        labels: Sequence[str],
+        requestor: str,
+        priority: int = DEFAULT_PRIORITY,
+        notify: PipelineRequestor | None = None,
     ) -> str:
         """A new ``requested`` request for one node per label; returns its id."""
-        draft = _draft(labels, requestor, priority, None)
+        draft = _draft(labels, requestor, priority, notify)
         created = self.client.create(
             paths_nodepool.node_request_prefix(priority),
             stored.encode(draft.to_dict()),

@@ -22,7 +22,9 @@ def node_row(node: Node) -> dict[str, Any]:
         "id": node.id,
         "uuid": node.id,
         "type": [node.label],
-        "connection_type": "ssh" if node.connection else None,
+        "connection_type": ("namespace" if "netns" in node.connection else "ssh")
+        if node.connection
+        else None,
         "external_id": node.host or None,
         "provider": node.provider,
         "state": node.state,

@@ -214,9 +214,10 @@ def component_prefix(kind: str, hostname: str) -> str:
 # ---------------------------------------------------------------- keys
 
 
-def keystorage(connection: str, project: str) -> str:
-    """A project's secrets key pair, its private key encrypted (``stores/keystore.py``)."""
-    return join("keystorage", *_s(connection, project), "secrets")
+def keystorage(connection: str, project: str, kind: str = "secrets") -> str:
+    """A project's key pair of ``kind`` (``secrets``, ``ssh``), its private key encrypted
+    (``stores/keystore.py``)."""
+    return join("keystorage", *_s(connection, project), segment(kind))
 
 
 # ---------------------------------------------------------------- config

@@ -22,6 +22,7 @@ from scheduler.reporting import (
     list_builds,
     list_buildsets,
 )
+from scheduler.reporting.queries import build_times
 from tests.reporting.factories import at, build, buildset
 
 # The CLI contract of issue 7: these keys at least, with these JSON types.
@@ -151,6 +152,33 @@ def test_filters(history: Engine) -> None:
         assert [b["uuid"] for b in list_builds(history, **filters)] == expected, filters
     for filters, expected in BUILDSET_FILTERS:
         assert [b["uuid"] for b in list_buildsets(history, **filters)] == expected, filters
+
+
+def test_build_times_are_finished_builds_latest_end_first(history: Engine) -> None:
+    reporter, bs = SqlReporter(history), buildset("bs-5")
+    reporter.record_buildset_start(BuildsetStart(bs, start_time=at(400)))
+    retried = build("bs-5-unit", "unit")
+    reporter.record_build_start(BuildStart(bs, retried, start_time=at(400)))
+    reporter.record_build_end(BuildEnd(bs, retried, Result.RETRY, end_time=at(405)))
+    again = build("bs-5-unit", "unit", attempt=2)
+    reporter.record_build_start(BuildStart(bs, again, start_time=at(410)))  # still running
+
+    def uuids(**filters: Any) -> list[str]:
+        return [b["uuid"] for b in build_times(history, tenant="acme", **filters)]
+
+    assert uuids() == ["bs-5-unit", "bs-3-unit", "bs-2-unit", "bs-1-nv-lint", "bs-1-unit"]
+    assert uuids(final=False) == ["bs-5-unit"]
+    assert uuids(final=True, result="SUCCESS") == ["bs-3-unit", "bs-1-unit"]
+    assert uuids(exclude_result="SUCCESS", final=True) == ["bs-2-unit", "bs-1-nv-lint"]
+    assert uuids(ended_after=at(110), ended_before=at(300)) == ["bs-3-unit", "bs-2-unit"]
+    assert uuids(pipeline="gate", job="unit") == ["bs-2-unit"]
+    assert uuids(project="org/web", branch="main", ref="refs/heads/topic") == ["bs-3-unit"]
+    assert uuids(limit=2, offset=1) == ["bs-3-unit", "bs-2-unit"]
+    (first,) = build_times(history, tenant="acme", limit=1)
+    assert (first["attempt"], first["result"], first["duration"]) == (1, "RETRY", 5.0)
+    assert first["final"] is False
+    with pytest.raises(ReportingError, match="BOGUS"):
+        build_times(history, tenant="acme", exclude_result="BOGUS")
 
 
 def test_an_unknown_result_filter_is_refused(history: Engine) -> None:

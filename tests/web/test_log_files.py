@@ -29,9 +29,16 @@ from tests.web.test_api import ran_check
 SECRET = "TOP-SECRET-HOST-FILE-CONTENT"
 
 
-def log_of(web: WebServer, uuid: str, stream: bool = False) -> httpx.Response:
-    path = f"/api/tenant/demo/build/{uuid}/log" + ("/stream" if stream else "")
-    return httpx.get(web.url + path, timeout=10)
+def log_of(web: WebServer, uuid: str, suffix: str = "") -> httpx.Response:
+    """The log by offset, its stream (``/stream``) or the file of its folder URL
+    (``/job-output.txt``, where a build's ``log_url`` leads)."""
+    return httpx.get(f"{web.url}/api/tenant/demo/build/{uuid}/log{suffix}", timeout=10)
+
+
+def log_file(web: WebServer, uuid: str) -> Path:
+    """Where the executor wrote the build's log (its history row records it)."""
+    settings = load_settings(web.system.config, environ=web.system.env())
+    return settings.log_dir / uuid / "job-output.txt"
 
 
 def set_log_url(web: WebServer, uuid: str, log_url: str) -> None:
@@ -45,26 +52,28 @@ def set_log_url(web: WebServer, uuid: str, log_url: str) -> None:
 
 def test_links_fifos_and_foreign_folders_are_not_served(web: WebServer, tmp_path: Path) -> None:
     ran_check(web)
-    builds = [b for b in web.get("/api/tenant/demo/builds") if Path(b["log_url"]).is_file()]
+    builds = [b for b in web.get("/api/tenant/demo/builds") if log_file(web, b["uuid"]).is_file()]
     for build in builds:
-        served = log_of(web, build["uuid"])
-        assert served.status_code == 200 and served.content == Path(build["log_url"]).read_bytes()
+        for suffix in ("", "/job-output.txt"):
+            served = log_of(web, build["uuid"], suffix)
+            assert served.status_code == 200
+            assert served.content == log_file(web, build["uuid"]).read_bytes()
     first, second = builds[:2]  # (lint and experimental run whatever becomes of unit)
-    log_dir = Path(first["log_url"]).parent.parent
+    log_dir = log_file(web, first["uuid"]).parent.parent
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "job-output.txt").write_text(SECRET)
 
     def refused(uuid: str) -> None:
         started = time.monotonic()
-        for stream in (False, True):
-            answer = log_of(web, uuid, stream)
+        for suffix in ("", "/stream", "/job-output.txt"):
+            answer = log_of(web, uuid, suffix)
             assert answer.status_code == 404, answer.text
             assert SECRET not in answer.text and str(tmp_path) not in answer.text
         assert time.monotonic() - started < 5  # nothing was waited on
 
     # job-output.txt a symbolic link to a file with a secret
-    log = Path(first["log_url"])
+    log = log_file(web, first["uuid"])
     log.unlink()
     log.symlink_to(secret / "job-output.txt")
     refused(first["uuid"])
@@ -94,6 +103,7 @@ def test_links_fifos_and_foreign_folders_are_not_served(web: WebServer, tmp_path
     moved.write_text("the moved log\n")
     set_log_url(web, uuid, str(moved))
     assert log_of(web, uuid).text == "the moved log\n"
+    assert log_of(web, uuid, "/job-output.txt").text == "the moved log\n"
     set_log_url(web, uuid, str(moved.parent))  # a folder, as older rows record it
     assert log_of(web, uuid).text == "the moved log\n"
     # a link on the way to the recorded folder

@@ -35,6 +35,14 @@ def test_the_document_lists_every_endpoint(web: WebServer) -> None:
         "/api/tenant/{tenant}/nodes",
         "/api/tenant/{tenant}/nodeset-requests",
         "/api/tenant/{tenant}/nodeset-requests/{request}",
+        "/api/tenant/{tenant}/build-times",
+        "/api/tenant/{tenant}/badge",
+        "/api/tenant/{tenant}/semaphores",
+        "/api/tenant/{tenant}/labels",
+        "/api/tenant/{tenant}/project-ssh-key/{project}.pub",
+        "/api/tenant/{tenant}/authorizations",
+        "/api/authorizations",
+        "/api/tenant/{tenant}/build/{uuid}/log/{path}",
     ):
         assert path in paths, path
     node = paths["/api/tenant/{tenant}/nodes/{node}"]["put"]
@@ -42,6 +50,14 @@ def test_the_document_lists_every_endpoint(web: WebServer) -> None:
     assert node["requestBody"]["content"]["application/json"]["schema"]["properties"] == {
         "state": {"type": "string", "enum": ["hold", "used"]}
     }
+    times = {p["name"] for p in paths["/api/tenant/{tenant}/build-times"]["get"]["parameters"]}
+    assert {"project", "pipeline", "branch", "job_name", "result", "exclude_result"} <= times
+    assert {"start_time", "end_time", "limit", "skip"} <= times
+    assert paths["/api/authorizations"]["get"]["security"] == [{"bearer": []}]
+    badge = paths["/api/tenant/{tenant}/badge"]["get"]["responses"]["200"]
+    assert list(badge["content"]) == ["image/svg+xml"]
+    key = paths["/api/tenant/{tenant}/project-ssh-key/{project}.pub"]["get"]["responses"]["200"]
+    assert list(key["content"]) == ["text/plain"]
     enqueue = paths["/api/tenant/{tenant}/project/{project}/enqueue"]["post"]
     assert enqueue["security"] == [{"bearer": []}]
     limit = next(p for p in paths["/api/tenant/{tenant}/builds"]["get"]["parameters"]

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from scheduler import reconfiguration, scope, testhooks
+from scheduler.manager import actions, settling
 from scheduler.manager import events as ev
-from scheduler.manager import settling
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState
@@ -115,6 +115,8 @@ class PipelinePass:
     node_requests: list[str] = field(default_factory=list)
     # the state was at rest (scheduler.processing.quiet): the pass runs only to verify
     skippable: bool = False
+    # items this pass enqueued (their ``enqueue`` report follows the commit)
+    enqueued: list[str] = field(default_factory=list)
     # the result events into the manager's; it keeps the node requests of stale or
     # failed answers, deleted after the commit with the manager's (cancelled builds)
     decoder: EventDecoder = field(init=False)
@@ -171,7 +173,7 @@ class PipelinePass:
             return True
         self.nudge(manager, ledger)
         self.wake(waking, state)
-        self.report_starts(manager, state)
+        self.announce(manager, state)
         landed = self.report(manager, store, tree, state)
         self.measure()
         # Another pass only if it can find something: items left the queue
@@ -315,12 +317,19 @@ class PipelinePass:
             delay = max(0.0, min(after.values()) - time.time())
             self.env.nudge_later(self.tenant, self.pipeline, delay + 0.05)
 
-    def report_starts(self, manager: PipelineManager, state: PipelineState) -> None:
-        """Items whose first merge was requested in this pass have started (``start:``)."""
+    def announce(self, manager: PipelineManager, state: PipelineState) -> None:
+        """Items enqueued in this pass (``enqueue:``), then those whose first merge was
+        requested in it (``start:``); nothing while the pipeline is disabled."""
+        if not actions.announces(state):
+            return
+        for item_uuid in self.enqueued:
+            item = state.items.peek(item_uuid)
+            if item is not None and not item.dequeued:
+                self.env.announce(self.tenant, self.pipeline, item, "enqueue")
         for merge in manager.intents.merges:
             item = state.items.get(merge.item)
             if item is not None and item.buildset.jobs is None:
-                self.env.report_start(self.tenant, self.pipeline, item)
+                self.env.announce(self.tenant, self.pipeline, item, "start")
 
     def report(
         self, manager: PipelineManager, store: PipelineStore, tree: DocTree, state: PipelineState
@@ -364,7 +373,9 @@ class PipelinePass:
                         manager.merge_failed(state, decoded.item, decoded.message)
                 elif decoded is not None:
                     affected = _named_items(state, decoded)
+                    before = _live(state, decoded)
                     manager.apply(state, decoded)
+                    self.enqueued += [u for u in _live(state, decoded) if u not in before]
                     self._record_outcome(state, decoded, affected)
 
     def _note_config_merge(self, state: PipelineState, item_uuid: str) -> None:
@@ -485,12 +496,14 @@ class PipelinePass:
                 continue
             error = ""
             if item.result is not Result.SKIPPED:
-                error = self.env.report(self.tenant, self.pipeline, item)
+                action = actions.final_action(state, item, manager.settings.reporter_actions)
+                error = self.env.report(self.tenant, self.pipeline, item, action)
             if error:
                 failed = True
                 manager.report_failed(state, item_uuid, error)
             else:
                 landed.append(item_uuid)
+                actions.counted(state, item, manager.settings.disable_after)
         retry_flag = paths.pipeline_report_retry(self.tenant, self.pipeline)
         if failed:
             flags.raise_flag(self.env.client, retry_flag)
@@ -502,6 +515,18 @@ class PipelinePass:
         if recovered and not waiting:
             flags.lower_flag(self.env.client, retry_flag)
         return landed
+
+
+def _live(state: PipelineState, event: ev.PipelineEvent) -> list[str]:
+    """The live items of an enqueue's change and commit (to tell which it added)."""
+    if not isinstance(event, Enqueue):
+        return []
+    change = event.change
+    return [
+        i.uuid
+        for i in state.items.peek_values()
+        if not i.dequeued and i.change.same_change(change) and i.change.commit == change.commit
+    ]
 
 
 def _waking(state: PipelineState) -> dict[str, float]:

@@ -59,6 +59,8 @@ CHANGE_REF = re.compile(r"^refs/(?:pull|merge-requests)/(\d+)/head$")
 DRIVERS = ("github", "gitlab")
 # tenant, pipeline -> the pipeline (its reporters and messages), None if it is gone
 ReporterConfig = Callable[[str, str], Pipeline | None]
+# the longest commit status description GitHub accepts
+DESCRIPTION_MAX = 140
 # the actions told as they happen (a status, a comment only if asked)
 ANNOUNCED = ("enqueue", "start")
 # Zuul's introductory texts where the pipeline sets none ("" : none)
@@ -156,7 +158,7 @@ def send(api: Any, project: str, ref: str, commit: str, report: ForgeReport) -> 
             commit,
             report.status,
             context=report.context,
-            description=(report.text.splitlines() or [""])[0],
+            description=(report.text.splitlines() or [""])[0][:DESCRIPTION_MAX],
             url=report.url,
         )
     if report.check and hasattr(api, "set_check_run"):

@@ -17,7 +17,7 @@ from typing import Any
 from tests.e2e.system import SluiceSystem
 from tests.fixtures.fake_github import FakeGitHub, Pull
 from tests.fixtures.waiting import wait_until
-from tests.web.test_github_journey import APP, forge_system
+from tests.web.test_github_journey import forge_system
 
 TRIGGER = """
             trigger:

@@ -42,7 +42,7 @@ APP = {
     "ci/pass.sh": "#!/bin/sh\nexit 0\n",
     "ci/fail.sh": "#!/bin/sh\necho broken\nexit 1\n",
     "ci/veto.sh": (
-        "#!/bin/sh\necho '{\"zuul\": {\"retry\": false}}' > \"$SLUICE_RESULT_FILE\"\nexit 1\n"
+        '#!/bin/sh\necho \'{"zuul": {"retry": false}}\' > "$SLUICE_RESULT_FILE"\nexit 1\n'
     ),
 }
 

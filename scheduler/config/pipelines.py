@@ -108,6 +108,16 @@ TRIGGER_EVENTS: Mapping[str, frozenset[str]] = {
     "github": frozenset({"pull_request", "pull_request_review", "push", "check_run", "status"}),
     "gitlab": frozenset({"gl_merge_request", "gl_push"}),
 }
+# the options of a forge's reporter, and Zuul's that Sluice does not support yet
+REPORTER_KEYS: Mapping[str, frozenset[str]] = {
+    "github": frozenset({"status", "check", "comment", "merge", "label", "unlabel"}),
+    "gitlab": frozenset({"status", "comment", "merge", "label", "unlabel"}),
+}
+REPORTER_UNSUPPORTED: Mapping[str, frozenset[str]] = {
+    "github": frozenset({"status-url", "review", "review-body"}),
+    "gitlab": frozenset({"approval"}),
+}
+GITHUB_STATES = ("pending", "success", "failure", "error")
 REQUIRE_KEYS: Mapping[str, frozenset[str]] = {
     "github": frozenset(
         {"open", "merged", "current-patchset", "draft", "status", "review", "label"}
@@ -213,10 +223,36 @@ def _reporters(fields: Fields, drivers: Mapping[str, str]) -> dict[str, dict[str
         value = None if key is None else fields.mapping(key)
         if key is None or value is None:
             continue
-        for conn in value:
-            _connection(fields, key, conn, drivers)
+        for conn, options in value.items():
+            driver = _connection(fields, key, conn, drivers)
+            _reporter_options(fields, key, conn, driver, options)
         result[action] = fields.json(key)
     return result
+
+
+def _reporter_options(fields: Fields, key: str, conn: str, driver: str, options: Any) -> None:
+    """A forge reporter's options: Zuul's keys, ``label``/``unlabel`` names, a GitHub state."""
+    allowed = REPORTER_KEYS.get(driver)
+    if allowed is None or options is None:
+        return
+    if not isinstance(options, MarkedDict):
+        raise fields.error(key, f"{conn}: expected a mapping of options, got {type_name(options)}")
+    for name in options:
+        if name in REPORTER_UNSUPPORTED[driver]:
+            raise fields.error(key, f"{conn}: '{name}' is not supported by Sluice yet")
+        if name not in allowed:
+            known = ", ".join(sorted(allowed))
+            raise fields.error(key, f"{conn}: unknown reporter option {name!r} (known: {known})")
+    for name in ("label", "unlabel"):
+        labels = options.get(name, [])
+        labels = [labels] if isinstance(labels, str) else labels
+        if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
+            raise fields.error(key, f"{conn}: '{name}' must be a label name or a list of them")
+    status = options.get("status")
+    if driver == "github" and status is not None and status not in GITHUB_STATES:
+        raise fields.error(
+            key, f"{conn}: status {status!r} is not one of: {', '.join(GITHUB_STATES)}"
+        )
 
 
 def _messages(fields: Fields) -> dict[str, str]:

@@ -150,6 +150,11 @@ def reason_lines(item: QueueItem) -> list[str]:
     return lines
 
 
+def _names(value: Any) -> tuple[str, ...]:
+    """Label names as the config gives them: one name or a list."""
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value or ())
+
+
 def send(api: Any, project: str, ref: str, commit: str, report: ForgeReport) -> None:
     """Tell the forge ``report`` about the change at ``ref``/``commit``: status, check, comment."""
     if report.status:
@@ -166,6 +171,8 @@ def send(api: Any, project: str, ref: str, commit: str, report: ForgeReport) -> 
     match = CHANGE_REF.match(ref)
     if match and report.comment and report.text:
         api.comment(project, int(match[1]), report.text)
+    if match and (report.labels or report.unlabels):
+        api.label(project, int(match[1]), report.labels, report.unlabels)
 
 
 class ForgeReporter:
@@ -229,6 +236,8 @@ class ForgeReporter:
             check="" if announced else str(options.get("check") or ""),
             comment=bool(options.get("comment", not announced)),
             url=url,
+            labels=_names(options.get("label")),
+            unlabels=_names(options.get("unlabel")),
         )
 
     def _send(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:

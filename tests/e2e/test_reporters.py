@@ -55,9 +55,9 @@ ACTIONS = (
             start:
               github: {status: pending}
             success:
-              github: {status: success}
+              github: {status: success, label: [passed], unlabel: failed}
             failure:
-              github: {status: failure}
+              github: {status: failure, label: failed, unlabel: [passed]}
             merge-failure:
               github: {status: error}
             config-error:
@@ -134,9 +134,13 @@ def test_each_reporter_action_fires_with_its_message(system: SluiceSystem) -> No
         assert queued == "Queued for check."
         assert passed == "Build succeeded (demo/check).\n\n- unit: SUCCESS\n\n-- the Sluice bot"
 
+        assert good.labels == ["passed"]  # success: label
+
         bad = pull_of(system, forge, "bad", {"src/bad.py": "x\n"})
+        bad.labels.append("passed")  # as if it had passed before
         waited("failure", lambda: "failure" in forge.statuses_of(bad))
         assert forge.statuses_of(bad) == ["pending", "failure"]
+        waited("the failure's labels", lambda: bad.labels == ["failed"])  # label, unlabel
 
         docs = pull_of(system, forge, "docs", {"doc/readme.md": "x\n"})
         waited("no-jobs", lambda: len(comments(forge, docs)) == 2)

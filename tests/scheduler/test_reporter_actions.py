@@ -87,6 +87,13 @@ def test_merge_failure_is_zuuls_older_name_of_merge_conflict() -> None:
         ("disable-after-consecutive-failures: 0", "disable-after-consecutive-failures"),
         ("disable-after-consecutive-failures: many", "disable-after-consecutive-failures"),
         ("disable-after-consecutive-failure: 3", "disable-after-consecutive-failure"),
+        ("success: {github: {review: approve}}", "'review' is not supported by Sluice yet"),
+        ("success: {gitlab: {approval: true}}", "'approval' is not supported by Sluice yet"),
+        ("success: {github: {colour: red}}", "unknown reporter option 'colour'"),
+        ("success: {github: {label: [1]}}", "'label' must be a label name or a list of them"),
+        ("failure: {gitlab: {unlabel: ''}}", "'unlabel' must be a label name or a list"),
+        ("success: {github: {status: green}}", "status 'green' is not one of"),
+        ("success: {github: true}", "github: expected a mapping of options, got boolean"),
     ],
 )
 def test_hostile_reporter_keys_are_refused_with_their_name(extra: str, expected: str) -> None:

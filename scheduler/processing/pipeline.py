@@ -247,8 +247,10 @@ class PipelinePass:
         events: list[tuple[EventQueue, list[Event]]],
     ) -> None:
         """Apply the queued events, then advance every item (the manager decides)."""
+        before = set(_listed(state))
         self._apply_events(manager, state, events)
         manager.advance(state)
+        self.enqueued = [item_uuid for item_uuid in _listed(state) if item_uuid not in before]
 
     def decide(
         self, manager: PipelineManager, state: PipelineState, ledger: TxnLedger
@@ -373,9 +375,7 @@ class PipelinePass:
                         manager.merge_failed(state, decoded.item, decoded.message)
                 elif decoded is not None:
                     affected = _named_items(state, decoded)
-                    before = _live(state, decoded)
                     manager.apply(state, decoded)
-                    self.enqueued += [u for u in _live(state, decoded) if u not in before]
                     self._record_outcome(state, decoded, affected)
 
     def _note_config_merge(self, state: PipelineState, item_uuid: str) -> None:
@@ -517,16 +517,9 @@ class PipelinePass:
         return landed
 
 
-def _live(state: PipelineState, event: ev.PipelineEvent) -> list[str]:
-    """The live items of an enqueue's change and commit (to tell which it added)."""
-    if not isinstance(event, Enqueue):
-        return []
-    change = event.change
-    return [
-        i.uuid
-        for i in state.items.peek_values()
-        if not i.dequeued and i.change.same_change(change) and i.change.commit == change.commit
-    ]
+def _listed(state: PipelineState) -> list[str]:
+    """The items of every queue, in order (only an enqueue adds one)."""
+    return [item_uuid for queue in state.queues.values() for item_uuid in queue.items]
 
 
 def _waking(state: PipelineState) -> dict[str, float]:

@@ -11,10 +11,11 @@ keeps it disabled and a success enables it again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
-from tests.e2e.system import SluiceSystem
+from tests.e2e.system import TENANT_YAML, SluiceSystem
 from tests.fixtures.fake_github import FakeGitHub, Pull
 from tests.fixtures.waiting import wait_until
 from tests.web.test_github_journey import forge_system
@@ -234,3 +235,57 @@ def test_consecutive_failures_disable_the_pipeline_until_a_success(system: Sluic
         five = fail("five")
         assert forge.statuses_of(five) == ["pending", "failure"]  # enabled again
         assert len(comments(forge, five)) == 1  # the failure reporter's (comment by default)
+
+
+GIT_CONFIG = {
+    "zuul.d/base.yaml": """
+        - pipeline:
+            name: check
+            manager: independent
+            trigger: {}
+            disable-after-consecutive-failures: 2
+            success:
+              local: {}
+            failure:
+              local: {}
+            disabled:
+              local: {}
+        - job:
+            name: base
+            parent: null
+            timeout: 60
+        """,
+}
+GIT_APP = {
+    ".zuul.yaml": "- job: {name: unit, run: ci/unit.sh}\n- project: {check: {jobs: [unit]}}\n",
+    "ci/unit.sh": "#!/bin/sh\ntest ! -e bad\n",
+}
+
+
+def test_the_git_driver_disables_and_enables_a_pipeline(system: SluiceSystem) -> None:
+    system.tenant(TENANT_YAML)
+    system.repos.commit("config", "main", GIT_CONFIG)
+    base = system.repos.commit("app", "main", GIT_APP)
+    for name in ("one", "two", "three"):
+        system.repos.commit("app", name, {"bad": name}, base=base)
+    system.repos.commit("app", "good", {"good": "x\n"}, base=base)
+    system.start_workers()
+    system.sluice("reconfigure")
+
+    def check() -> dict[str, Any]:
+        document = json.loads(system.sluice("status", "--json", "--tenant", "demo"))
+        (found,) = [p for p in document["tenants"][0]["pipelines"] if p["name"] == "check"]
+        return dict(found)
+
+    seen, said = [], []
+    for name in ("one", "two", "three", "good"):
+        system.enqueue(name)
+        system.sluice("wait", "--idle", "--timeout", "60")
+        found = check()
+        seen.append((found.get("disabled", False), found.get("consecutive_failures", 0)))
+        said.append(system.sluice("status", "--tenant", "demo").splitlines()[1].strip())
+    assert seen == [(False, 1), (True, 2), (True, 3), (False, 0)]
+    assert said[2] == "pipeline check: 0 item(s) (disabled: 3 failures in a row)"
+    assert said[3] == "pipeline check: 0 item(s)"  # enabled again by the success
+    results = sorted(b["result"] for b in system.buildsets())
+    assert results == ["FAILURE", "FAILURE", "FAILURE", "SUCCESS"]  # the history is kept

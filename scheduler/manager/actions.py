@@ -17,7 +17,8 @@ A finished item is reported with exactly one action, chosen as Zuul's
 count of failures in a row, a ``success`` sets it back to 0. The report that
 reaches N is still made as usual; from the next one on, the pipeline is
 disabled: its final reports go to its ``disabled`` reporters only, and
-nothing else (``enqueue``, ``start``, ``dequeue``) is reported. A success
+nothing else (``enqueue``, ``start``, ``dequeue``) is reported; a gate
+merges only if a ``disabled`` reporter says ``merge: true``. A success
 while disabled resets the count and enables the pipeline again. Both are in
 the pipeline document in ZooKeeper (:class:`~scheduler.model.item.PipelineState`),
 so they survive a restart and a reconfiguration.
@@ -31,7 +32,9 @@ once (the count is committed with the item's removal).
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model import reasons
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
@@ -69,6 +72,14 @@ def final_action(state: PipelineState, item: QueueItem, configured: Collection[s
     if state.disabled:
         return "disabled" if action in FINAL else ""
     return action
+
+
+def settings_for(settings: PipelineSettings, state: PipelineState) -> PipelineSettings:
+    """What a manager decides with: a disabled gate merges only if its ``disabled``
+    reporters say ``merge: true`` (its ``success`` reporters are not told)."""
+    if not state.disabled or settings.merge_on_success == settings.merge_when_disabled:
+        return settings
+    return replace(settings, merge_on_success=settings.merge_when_disabled)
 
 
 def announces(state: PipelineState) -> bool:

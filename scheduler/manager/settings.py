@@ -65,6 +65,8 @@ class PipelineSettings:
     reporter_actions: frozenset[str] = frozenset()
     # Zuul's disable-after-consecutive-failures (None: never disabled)
     disable_after: int | None = None
+    # a ``disabled`` reporter says ``merge: true``: a disabled gate still merges
+    merge_when_disabled: bool = False
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,7 @@ class PipelinePass:
             return False  # no event, and the state is as this process left it at rest
         quiet.forget(self.env.client, self.tenant, self.pipeline)  # until this pass ends
         tree, state = self.read(store, look)
+        manager.settings = actions.settings_for(manager.settings, state)
         # items settled under the manager's layout are not advanced again
         state.fence = ledger.layout_fence or settling.FIXED_LAYOUT
         waking = _waking(state)

@@ -155,6 +155,16 @@ def test_failures_in_a_row_disable_the_pipeline_and_a_success_enables_it() -> No
     assert state.consecutive_failures == 0
 
 
+def test_a_disabled_gate_merges_only_if_its_disabled_reporters_merge() -> None:
+    gate = PipelineSettings("gate", "dependent", merge_on_success=True)
+    state = PipelineState("t", "gate")
+    assert actions.settings_for(gate, state) is gate
+    state.disabled = True
+    assert not actions.settings_for(gate, state).merge_on_success
+    merging = replace(gate, merge_when_disabled=True)
+    assert actions.settings_for(merging, state).merge_on_success
+
+
 def test_the_disabled_state_is_in_the_pipeline_document() -> None:
     state = PipelineState("t", "p", consecutive_failures=3, disabled=True)
     docs = codec.encode(state)

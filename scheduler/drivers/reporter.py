@@ -202,11 +202,14 @@ class ForgeReporter:
             return  # the forge merged it, told of its success first (before_merge)
         self._send(tenant, pipeline, item, action)
 
-    def before_merge(self, tenant: str, pipeline: str, item: QueueItem) -> ForgeReport | None:
-        """The success report a forge gets before it merges ``item`` (None: nothing to tell)."""
+    def before_merge(
+        self, tenant: str, pipeline: str, item: QueueItem, action: str = "success"
+    ) -> ForgeReport | None:
+        """The report (``success``, or ``disabled``) a forge gets before it merges ``item``
+        (None: nothing to tell)."""
         if self._connection(item) is None:
             return None
-        return self._report(tenant, pipeline, item, "success")
+        return self._report(tenant, pipeline, item, action)
 
     def _connection(self, item: QueueItem) -> ConnectionSettings | None:
         connection = self.connections.get(item.change.connection)

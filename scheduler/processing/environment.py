@@ -55,8 +55,11 @@ class RequestFormats(Protocol):
     def build(self, tenant: str, pipeline: str, item: QueueItem, intent: BuildIntent) -> NewRequest:
         """The executor request (and its parameters) for a build intent."""
 
-    def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
-        """The merger request that pushes an item's tested merge to its branch."""
+    def push(
+        self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str, action: str
+    ) -> NewRequest:
+        """The merger request that pushes an item's tested merge to its branch; the
+        forge hears ``action`` (``success``, or ``disabled``) before it merges."""
 
     def merge_outcome(self, result: JobResult) -> MergeOutcome: ...
 

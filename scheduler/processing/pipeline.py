@@ -420,8 +420,9 @@ class PipelinePass:
             item = state.items[item_uuid]
             request_uuid = push_request_uuid(item)
             if merger.get(request_uuid) is None:  # pushed once per buildset, not per pass
+                action = "disabled" if state.disabled else "success"
                 self.requests.append(
-                    self.env.formats.push(self.tenant, self.pipeline, item, request_uuid)
+                    self.env.formats.push(self.tenant, self.pipeline, item, request_uuid, action)
                 )
         for new in self.requests:
             self._queue(new.queue_root).submit_ops(new.request, new.params, txn)

@@ -6,7 +6,9 @@ Zuul's older name ``merge-failure``), ``config-error``, ``no-jobs`` and
 and ``footer-message``; a new patchset dequeues the old item
 (``dequeue-on-new-patchset``) or keeps it; ``disable-after-consecutive-failures``
 disables a pipeline (its ``disabled`` reporters only), a reconfiguration
-keeps it disabled and a success enables it again.
+keeps it disabled and a success enables it again (on GitHub, and with the
+git driver through ``sluice status``); GitLab hears ``enqueue``, ``start``
+and ``success`` with its labels.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from tests.e2e.system import TENANT_YAML, SluiceSystem
 from tests.fixtures.fake_github import FakeGitHub, Pull
 from tests.fixtures.waiting import wait_until
 from tests.web.test_github_journey import forge_system
+from tests.web.test_gitlab_journey import CONFIG as GITLAB_CONFIG
+from tests.web.test_gitlab_journey import gitlab_web
 
 TRIGGER = """
             trigger:
@@ -289,3 +293,29 @@ def test_the_git_driver_disables_and_enables_a_pipeline(system: SluiceSystem) ->
     assert said[3] == "pipeline check: 0 item(s)"  # enabled again by the success
     results = sorted(b["result"] for b in system.buildsets())
     assert results == ["FAILURE", "FAILURE", "FAILURE", "SUCCESS"]  # the history is kept
+
+
+def test_gitlab_hears_enqueue_start_success_and_its_labels(system: SluiceSystem) -> None:
+    text = GITLAB_CONFIG["zuul.d/pipelines.yaml"]
+    text = text.replace(
+        "            success:\n              gitlab: {status: success, comment: true}\n",
+        "            enqueue:\n              gitlab: {comment: true}\n"
+        "            start:\n              gitlab: {status: pending}\n"
+        "            success:\n"
+        "              gitlab: {status: success, label: passed, unlabel: [failed]}\n"
+        "            enqueue-message: Queued.\n"
+        "            footer-message: -- the bot\n",
+    )
+    with gitlab_web(system, config={**GITLAB_CONFIG, "zuul.d/pipelines.yaml": text}) as (
+        forge,
+        _web,
+    ):
+        mr = forge.open("group/lib", "feature", "Add a feature")
+        mr.labels.append("failed")
+        waited("success", lambda: "success" in forge.statuses_of(mr))
+        assert forge.statuses_of(mr) == ["pending", "success"]
+        waited("the labels", lambda: mr.labels == ["passed"])
+        notes = [n["body"] for n in forge.notes if n["iid"] == mr.iid]
+        assert notes[0] == "Queued."
+        assert notes[1].startswith("Build succeeded (demo/check).")
+        assert notes[1].endswith("-- the bot")

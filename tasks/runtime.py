@@ -13,9 +13,10 @@ always did for the broker and ZooKeeper connections.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from scheduler.config.model import Pipeline
 from scheduler.drivers.reporter import DRIVERS, ForgeReporter, ReporterConfig
 from scheduler.layouts import LayoutManagerSource, TenantLayouts
 from scheduler.layouts.source import ProjectsNeeded
@@ -65,9 +66,8 @@ def _nudge_later(settings: Settings) -> Callable[[str, str, float], None]:
 
 
 def _reporter_config(layouts: TenantLayouts) -> ReporterConfig:
-    def config(tenant: str, pipeline: str) -> Mapping[str, Mapping[str, Any]]:
-        found = layouts.get(tenant).layout.pipelines.get(pipeline)
-        return found.reporters if found is not None else {}
+    def config(tenant: str, pipeline: str) -> Pipeline | None:
+        return layouts.get(tenant).layout.pipelines.get(pipeline)
 
     return config
 

@@ -216,6 +216,8 @@ class Pipeline:
     reject: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     window: Window | None = None
     messages: Mapping[str, str] = field(default_factory=dict)
+    # Zuul's disable-after-consecutive-failures (None: never disabled)
+    disable_after: int | None = None
     batch: BatchConfig | None = None
     # Sluice's own: a failed item waits for this many items behind it to finish
     pending_failure_depth: int = 0

@@ -41,7 +41,13 @@ REPORTER_ACTIONS = (
     "dequeue",
     "no-jobs",
     "config-error",
+    "disabled",
 )
+# Zuul's older names, read as the new ones (giving both is an error)
+OLD_NAMES = {
+    "merge-failure": "merge-conflict",
+    "merge-failure-message": "merge-conflict-message",
+}
 WINDOW_KEYS = (
     "window",
     "window-floor",
@@ -66,6 +72,8 @@ PIPELINE_KEYS = frozenset(
         "batch",
         "pending-failure-depth",
         "failure-verdict",
+        "disable-after-consecutive-failures",
+        *OLD_NAMES,
         *MESSAGE_KEYS,
         *REPORTER_ACTIONS,
         *WINDOW_KEYS,
@@ -100,6 +108,16 @@ TRIGGER_EVENTS: Mapping[str, frozenset[str]] = {
     "github": frozenset({"pull_request", "pull_request_review", "push", "check_run", "status"}),
     "gitlab": frozenset({"gl_merge_request", "gl_push"}),
 }
+# the options of a forge's reporter, and Zuul's that Sluice does not support yet
+REPORTER_KEYS: Mapping[str, frozenset[str]] = {
+    "github": frozenset({"status", "check", "comment", "merge", "label", "unlabel"}),
+    "gitlab": frozenset({"status", "comment", "merge", "label", "unlabel"}),
+}
+REPORTER_UNSUPPORTED: Mapping[str, frozenset[str]] = {
+    "github": frozenset({"status-url", "review", "review-body"}),
+    "gitlab": frozenset({"approval"}),
+}
+GITHUB_STATES = ("pending", "success", "failure", "error")
 REQUIRE_KEYS: Mapping[str, frozenset[str]] = {
     "github": frozenset(
         {"open", "merged", "current-patchset", "draft", "status", "review", "label"}
@@ -133,7 +151,8 @@ def parse_pipeline(
         require=_requirements(fields, "require", drivers),
         reject=_requirements(fields, "reject", drivers),
         window=_window(fields, manager),
-        messages={key: value for key in MESSAGE_KEYS if (value := fields.string(key))},
+        messages=_messages(fields),
+        disable_after=fields.integer("disable-after-consecutive-failures", minimum=1),
         batch=_batch(fields, manager),
         pending_failure_depth=_pending_failure_depth(fields, manager) or 0,
         failure_verdict=_failure_verdict(fields, manager),
@@ -187,16 +206,62 @@ def _event_filter(fields: Fields, conn: str, driver: str, item: Any) -> dict[str
     return plain
 
 
+def _named(fields: Fields, key: str) -> str | None:
+    """The key a value of ``key`` is given under: its own or Zuul's older name."""
+    old = [name for name, new in OLD_NAMES.items() if new == key and fields.has(name)]
+    if old and fields.has(key):
+        raise fields.error(old[0], f"give either '{key}' or its older name '{old[0]}', not both")
+    if old:
+        return old[0]
+    return key if fields.has(key) else None
+
+
 def _reporters(fields: Fields, drivers: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     result: dict[str, dict[str, Any]] = {}
     for action in REPORTER_ACTIONS:
-        value = fields.mapping(action)
-        if value is None:
+        key = _named(fields, action)
+        value = None if key is None else fields.mapping(key)
+        if key is None or value is None:
             continue
-        for conn in value:
-            _connection(fields, action, conn, drivers)
-        result[action] = fields.json(action)
+        for conn, options in value.items():
+            driver = _connection(fields, key, conn, drivers)
+            _reporter_options(fields, key, conn, driver, options)
+        result[action] = fields.json(key)
     return result
+
+
+def _reporter_options(fields: Fields, key: str, conn: str, driver: str, options: Any) -> None:
+    """A forge reporter's options: Zuul's keys, ``label``/``unlabel`` names, a GitHub state."""
+    allowed = REPORTER_KEYS.get(driver)
+    if allowed is None or options is None:
+        return
+    if not isinstance(options, MarkedDict):
+        raise fields.error(key, f"{conn}: expected a mapping of options, got {type_name(options)}")
+    for name in options:
+        if name in REPORTER_UNSUPPORTED[driver]:
+            raise fields.error(key, f"{conn}: '{name}' is not supported by Sluice yet")
+        if name not in allowed:
+            known = ", ".join(sorted(allowed))
+            raise fields.error(key, f"{conn}: unknown reporter option {name!r} (known: {known})")
+    for name in ("label", "unlabel"):
+        labels = options.get(name, [])
+        labels = [labels] if isinstance(labels, str) else labels
+        if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
+            raise fields.error(key, f"{conn}: '{name}' must be a label name or a list of them")
+    status = options.get("status")
+    if driver == "github" and status is not None and status not in GITHUB_STATES:
+        raise fields.error(
+            key, f"{conn}: status {status!r} is not one of: {', '.join(GITHUB_STATES)}"
+        )
+
+
+def _messages(fields: Fields) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key in MESSAGE_KEYS:
+        given = _named(fields, key)
+        if given is not None and (value := fields.string(given)):
+            found[key] = value
+    return found
 
 
 def _requirements(

@@ -1,5 +1,13 @@
 """Reporting to a forge (GitHub, GitLab): a commit status and a comment when an item is reported.
 
+Every reporter action of Zuul is told: ``enqueue`` and ``start`` as they
+happen (:meth:`ForgeReporter.announce`), and an item's final action
+(``success``, ``failure``, ``merge-conflict``, ``config-error``,
+``no-jobs``, ``dequeue`` or ``disabled``, chosen by
+:mod:`scheduler.manager.actions`) when it is reported. The text is the
+pipeline's ``*-message`` for what happened to the item (Zuul's defaults
+otherwise), the jobs' results, why it failed, and ``footer-message``.
+
 The pipeline's reporter configuration is Zuul's::
 
     - pipeline:
@@ -35,7 +43,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from scheduler.config.model import Pipeline
 from scheduler.drivers.webhooks import forge_api
+from scheduler.manager.actions import item_action
 from scheduler.model.item import PushState, QueueItem
 from scheduler.model.reasons import describe_waste
 from scheduler.model.results import Result
@@ -47,19 +57,59 @@ log = logging.getLogger(__name__)
 # the change ref of a pull request (GitHub) or merge request (GitLab): its number
 CHANGE_REF = re.compile(r"^refs/(?:pull|merge-requests)/(\d+)/head$")
 DRIVERS = ("github", "gitlab")
-# tenant, pipeline -> the pipeline's reporter config {action: {connection: options}}
-ReporterConfig = Callable[[str, str], Mapping[str, Mapping[str, Any]]]
+# tenant, pipeline -> the pipeline (its reporters and messages), None if it is gone
+ReporterConfig = Callable[[str, str], Pipeline | None]
+# the longest commit status description GitHub accepts
+DESCRIPTION_MAX = 140
+# the actions told as they happen (a status, a comment only if asked)
+ANNOUNCED = ("enqueue", "start")
+# Zuul's introductory texts where the pipeline sets none ("" : none)
+MERGE_CONFLICT_TEXT = (
+    "Merge Failed.\n\nThis change or one of its cross-repo dependencies was unable to be"
+    " automatically merged with the current state of its repository. Please rebase the"
+    " change and upload a new patchset."
+)
+START_TEXT = "Starting {pipeline.name} jobs."
+DEQUEUE_TEXT = "Build canceled."
+# the fields a start-message may name (Zuul formats it; only these are replaced)
+START_FIELDS = re.compile(r"\{(pipeline\.name|status_url|change\.project|change\.ref)\}")
 
 
-def action_of(item: QueueItem) -> str:
-    if item.dequeued and item.result in (None, Result.DEQUEUED):
-        return "dequeue"
-    return "success" if item.result is Result.SUCCESS else "failure"
+def intro(kind: str, tenant: str, pipeline: str, messages: Mapping[str, str]) -> str:
+    """The first words of a report about an item whose report is ``kind``."""
+    if kind == "success":
+        return messages.get("success-message") or f"Build succeeded ({tenant}/{pipeline})."
+    if kind == "merge-conflict":
+        return messages.get("merge-conflict-message") or MERGE_CONFLICT_TEXT
+    if kind == "dequeue":
+        return messages.get("dequeue-message") or DEQUEUE_TEXT
+    if kind == "no-jobs":
+        return messages.get("no-jobs-message", "")
+    return messages.get("failure-message") or f"Build failed ({tenant}/{pipeline})."
 
 
-def summary(item: QueueItem, tenant: str, pipeline: str) -> str:
-    result = item.result.value if item.result else "UNKNOWN"
-    lines = [f"Build {'succeeded' if result == 'SUCCESS' else 'failed'} ({tenant}/{pipeline}).", ""]
+def announcement(
+    action: str, item: QueueItem, pipeline: str, messages: Mapping[str, str], url: str
+) -> str:
+    """The text of an ``enqueue`` or ``start`` report (``start-message`` is formatted)."""
+    if action == "enqueue":
+        return messages.get("enqueue-message", "")
+    values = {
+        "pipeline.name": pipeline,
+        "status_url": url,
+        "change.project": item.change.project,
+        "change.ref": item.change.ref,
+    }
+    template = messages.get("start-message") or START_TEXT
+    return START_FIELDS.sub(lambda m: values[m[1]], template)
+
+
+def summary(
+    item: QueueItem, tenant: str, pipeline: str, messages: Mapping[str, str] | None = None
+) -> str:
+    """A final report's text: the intro, the jobs' results, why, and the footer."""
+    messages = messages or {}
+    lines = [intro(item_action(item), tenant, pipeline, messages), ""]
     for job in item.buildset.graph:
         outcome = job.result.value if job.result else "NOT RUN"
         voting = "" if job.info.voting else " (non-voting)"
@@ -67,7 +117,9 @@ def summary(item: QueueItem, tenant: str, pipeline: str) -> str:
     if item.message:
         lines += ["", item.message]
     lines += reason_lines(item)
-    return "\n".join(lines)
+    if messages.get("footer-message"):
+        lines += ["", messages["footer-message"]]
+    return "\n".join(lines).strip("\n")
 
 
 def reason_lines(item: QueueItem) -> list[str]:
@@ -98,6 +150,11 @@ def reason_lines(item: QueueItem) -> list[str]:
     return lines
 
 
+def _names(value: Any) -> tuple[str, ...]:
+    """Label names as the config gives them: one name or a list."""
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value or ())
+
+
 def send(api: Any, project: str, ref: str, commit: str, report: ForgeReport) -> None:
     """Tell the forge ``report`` about the change at ``ref``/``commit``: status, check, comment."""
     if report.status:
@@ -106,14 +163,16 @@ def send(api: Any, project: str, ref: str, commit: str, report: ForgeReport) -> 
             commit,
             report.status,
             context=report.context,
-            description=report.text.splitlines()[0],
+            description=(report.text.splitlines() or [""])[0][:DESCRIPTION_MAX],
             url=report.url,
         )
     if report.check and hasattr(api, "set_check_run"):
         api.set_check_run(project, commit, report.check, name=report.context, summary=report.text)
     match = CHANGE_REF.match(ref)
-    if match and report.comment:
+    if match and report.comment and report.text:
         api.comment(project, int(match[1]), report.text)
+    if match and (report.labels or report.unlabels):
+        api.label(project, int(match[1]), report.labels, report.unlabels)
 
 
 class ForgeReporter:
@@ -133,20 +192,24 @@ class ForgeReporter:
             self._apis[connection.name] = forge_api(connection)
         return self._apis[connection.name]
 
-    def report_start(self, tenant: str, pipeline: str, item: QueueItem) -> None:
-        """The pipeline's ``start:`` (a pending status; a comment only if it asks)."""
-        self._send(tenant, pipeline, item, "start")
+    def announce(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:
+        """The pipeline's ``enqueue:`` or ``start:`` (a status; a comment only if it asks)."""
+        self._send(tenant, pipeline, item, action)
 
-    def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
-        if item.push is PushState.PUSHED:
+    def report(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:
+        """The item's final ``action`` (``""``: nothing is told)."""
+        if item.push is PushState.PUSHED or not action:
             return  # the forge merged it, told of its success first (before_merge)
-        self._send(tenant, pipeline, item, action_of(item))
+        self._send(tenant, pipeline, item, action)
 
-    def before_merge(self, tenant: str, pipeline: str, item: QueueItem) -> ForgeReport | None:
-        """The success report a forge gets before it merges ``item`` (None: nothing to tell)."""
+    def before_merge(
+        self, tenant: str, pipeline: str, item: QueueItem, action: str = "success"
+    ) -> ForgeReport | None:
+        """The report (``success``, or ``disabled``) a forge gets before it merges ``item``
+        (None: nothing to tell)."""
         if self._connection(item) is None:
             return None
-        return self._report(tenant, pipeline, item, "success")
+        return self._report(tenant, pipeline, item, action)
 
     def _connection(self, item: QueueItem) -> ConnectionSettings | None:
         connection = self.connections.get(item.change.connection)
@@ -157,21 +220,27 @@ class ForgeReporter:
     def _report(
         self, tenant: str, pipeline: str, item: QueueItem, action: str
     ) -> ForgeReport | None:
-        options = self.config(tenant, pipeline).get(action, {}).get(item.change.connection)
+        config = self.config(tenant, pipeline)
+        if config is None:
+            return None
+        options = config.reporters.get(action, {}).get(item.change.connection)
         if not isinstance(options, Mapping):
             return None
-        if action == "start":
-            text = f"Testing started ({tenant}/{pipeline})."
-        else:
-            text = summary(item, tenant, pipeline)
         url = f"{self.web_url}/t/{tenant}/buildset/{item.buildset.uuid}" if self.web_url else ""
+        announced = action in ANNOUNCED
+        if announced:
+            text = announcement(action, item, pipeline, config.messages, url)
+        else:
+            text = summary(item, tenant, pipeline, config.messages)
         return ForgeReport(
             context=f"{tenant}/{pipeline}",
             text=text,
             status=str(options.get("status") or ""),
-            check="" if action == "start" else str(options.get("check") or ""),
-            comment=bool(options.get("comment", action != "start")),
+            check="" if announced else str(options.get("check") or ""),
+            comment=bool(options.get("comment", not announced)),
             url=url,
+            labels=_names(options.get("label")),
+            unlabels=_names(options.get("unlabel")),
         )
 
     def _send(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:

@@ -185,11 +185,11 @@ def window_settings(window: Window | None) -> WindowSettings:
     )
 
 
-def merges_on_success(config: Pipeline) -> bool:
-    """A success reporter of the pipeline says ``merge: true`` (git, GitHub, GitLab)."""
+def merges_on_success(config: Pipeline, action: str = "success") -> bool:
+    """A reporter of ``action`` says ``merge: true`` (git, GitHub, GitLab)."""
     return any(
         isinstance(options, Mapping) and options.get("merge") is True
-        for options in config.reporters.get("success", {}).values()
+        for options in config.reporters.get(action, {}).values()
     )
 
 
@@ -238,6 +238,9 @@ def pipeline_settings(layout: Layout, config: Pipeline, nodes: bool = False) -> 
         name=config.name,
         manager=config.manager,
         dequeue_on_new_patchset=config.dequeue_on_new_patchset,
+        reporter_actions=frozenset(a for a, conns in config.reporters.items() if conns),
+        disable_after=config.disable_after,
+        merge_when_disabled=merges_on_success(config, "disabled"),
         window=window_settings(config.window),
         queue_for=queue_for,
         merge_on_success=merges_on_success(config),

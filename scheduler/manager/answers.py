@@ -105,9 +105,10 @@ def merge_completed(manager: Answered, state: PipelineState, event: ev.MergeComp
     if frozen.jobs:
         manager.merge_shared(state, item, outcome)
     else:
-        # Zuul's rule: a change with no jobs in this pipeline is not reported.
+        # Zuul's rule: a change with no jobs is reported to the no-jobs reporters only
         log.info("%s: no jobs for %s; dequeued", manager.settings.name, item.change.key)
-        manager.dequeue(state, item, "no jobs to run", report=False, kind=reasons.NO_JOBS)
+        told = "no-jobs" in manager.settings.reporter_actions
+        manager.dequeue(state, item, "no jobs to run", report=told, kind=reasons.NO_JOBS)
 
 
 def _find_build(

@@ -61,6 +61,12 @@ class PipelineSettings:
     pending_failure_for: Callable[[str, str], int] = lambda project, branch: 0
     # dependent pipelines: a failed job is run again to judge the failure
     failure_verdict: bool = False
+    # the reporter actions the pipeline has reporters for (scheduler.manager.actions)
+    reporter_actions: frozenset[str] = frozenset()
+    # Zuul's disable-after-consecutive-failures (None: never disabled)
+    disable_after: int | None = None
+    # a ``disabled`` reporter says ``merge: true``: a disabled gate still merges
+    merge_when_disabled: bool = False
 
 
 @dataclass(frozen=True)

@@ -508,6 +508,11 @@ class PipelineState:
     # copied on first lookup (scheduler.model.item_map): peek to only read
     items: ItemMap = field(default_factory=ItemMap)
     layout_uuid: str = ""
+    # Zuul's disable-after-consecutive-failures: failed reports in a row, and
+    # whether the pipeline reports with its ``disabled`` reporters only
+    # (scheduler.manager.actions; kept across reconfigurations)
+    consecutive_failures: int = 0
+    disabled: bool = False
     # items whose advance decides nothing while they, the items ahead of them
     # and the layout are unchanged: uuid -> the layout fence it holds under
     # (scheduler.state.items keeps it between passes; managers skip them)
@@ -575,7 +580,16 @@ class PipelineState:
             "pipeline": self.pipeline,
             "layout_uuid": self.layout_uuid,
             "items": len(self.items),
-        }
+        } | self.disabled_state()
+
+    def disabled_state(self) -> dict[str, Any]:
+        """The disable-after-consecutive-failures state, where there is one."""
+        found: dict[str, Any] = {}
+        if self.consecutive_failures:
+            found["consecutive_failures"] = self.consecutive_failures
+        if self.disabled:
+            found["disabled"] = True
+        return found
 
     def order(self) -> dict[str, Any]:
         """The queues and their items in order (a document of its own: see the codec)."""

@@ -55,8 +55,11 @@ class RequestFormats(Protocol):
     def build(self, tenant: str, pipeline: str, item: QueueItem, intent: BuildIntent) -> NewRequest:
         """The executor request (and its parameters) for a build intent."""
 
-    def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
-        """The merger request that pushes an item's tested merge to its branch."""
+    def push(
+        self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str, action: str
+    ) -> NewRequest:
+        """The merger request that pushes an item's tested merge to its branch; the
+        forge hears ``action`` (``success``, or ``disabled``) before it merges."""
 
     def merge_outcome(self, result: JobResult) -> MergeOutcome: ...
 
@@ -74,8 +77,10 @@ class ManagerSource(Protocol):
 
 
 class ItemReporter(Protocol):
-    def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
-        """Report a finished item; must be idempotent (a crash may repeat it).
+    def report(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:
+        """Report a finished item with Zuul's reporter ``action`` (``success``,
+        ``failure``, ``dequeue``, ``disabled``, ...: :mod:`scheduler.manager.actions`;
+        ``""``: no forge is told); must be idempotent (a crash may repeat it).
 
         Raises if the report did not land (it is tried again later)."""
 
@@ -103,7 +108,7 @@ class Environment:
     # batch); None: the sweep does, by the pipeline's retry flag
     nudge_later: Callable[[str, str, float], None] | None = None
 
-    def report(self, tenant: str, pipeline: str, item: QueueItem) -> str:
+    def report(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> str:
         """Run every reporter; "" if all landed, else why not (the item is reported again).
 
         A failing reporter is logged and never stops the others; every
@@ -113,7 +118,7 @@ class Environment:
         errors: list[str] = []
         for reporter in self.reporters:
             try:
-                reporter.report(tenant, pipeline, item)
+                reporter.report(tenant, pipeline, item, action)
             except Exception as exc:  # a hook boundary: log it, go on (STYLE.md habit 8)
                 log.warning(
                     "reporter %s failed for item %s of %s/%s (retried later): %s",
@@ -126,18 +131,24 @@ class Environment:
                 errors.append(f"{type(reporter).__name__}: {exc}")
         return "; ".join(errors)
 
-    def report_start(self, tenant: str, pipeline: str, item: QueueItem) -> None:
-        """Tell the reporters that can (a forge's ``start:``) that ``item``'s testing began.
+    def announce(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:
+        """Tell the reporters that can (a forge's ``enqueue:`` and ``start:``) that
+        ``item`` was enqueued or its testing began.
 
         Best effort: a failure is logged; the item's result is reported anyway.
         """
         for reporter in self.reporters:
-            start = getattr(reporter, "report_start", None)
-            if start is None:
+            announce = getattr(reporter, "announce", None)
+            if announce is None:
                 continue
             try:
-                start(tenant, pipeline, item)
+                announce(tenant, pipeline, item, action)
             except Exception as exc:  # a hook boundary: log it, go on
                 log.warning(
-                    "start report of item %s of %s/%s failed: %s", item.uuid, tenant, pipeline, exc
+                    "%s report of item %s of %s/%s failed: %s",
+                    action,
+                    item.uuid,
+                    tenant,
+                    pipeline,
+                    exc,
                 )

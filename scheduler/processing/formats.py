@@ -101,8 +101,8 @@ def _no_hold(tenant: str, project: str, job: str, ref: str) -> bool:
     return False
 
 
-# (tenant, pipeline, item) -> what its forge hears before it merges the item
-BeforeMerge = Callable[[str, str, QueueItem], "wire.ForgeReport | None"]
+# (tenant, pipeline, item, action) -> what its forge hears before it merges the item
+BeforeMerge = Callable[[str, str, QueueItem, str], "wire.ForgeReport | None"]
 
 
 class WireFormats:
@@ -186,7 +186,9 @@ class WireFormats:
             ),
         )
 
-    def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
+    def push(
+        self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str, action: str
+    ) -> NewRequest:
         change = item.change
         commit = (item.buildset.repo_state or {}).get(change.project, {}).get(change.branch, "")
         job = wire.PushJob(
@@ -198,7 +200,7 @@ class WireFormats:
             change_ref=change.ref,
             change_commit=change.commit,
             merge_request=item.buildset.merge_request or "",
-            report=self.before_merge(tenant, pipeline, item) if self.before_merge else None,
+            report=self.before_merge(tenant, pipeline, item, action) if self.before_merge else None,
         )
         request, params = new_request(
             job,

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from scheduler import reconfiguration, scope, testhooks
+from scheduler.manager import actions, settling
 from scheduler.manager import events as ev
-from scheduler.manager import settling
 from scheduler.manager.base import PipelineManager
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState
@@ -120,6 +120,8 @@ class PipelinePass:
     node_requests: list[str] = field(default_factory=list)
     # the state was at rest (scheduler.processing.quiet): the pass runs only to verify
     skippable: bool = False
+    # items this pass enqueued (their ``enqueue`` report follows the commit)
+    enqueued: list[str] = field(default_factory=list)
     # the result events into the manager's; it keeps the node requests of stale or
     # failed answers, deleted after the commit with the manager's (cancelled builds)
     decoder: EventDecoder = field(init=False)
@@ -145,6 +147,7 @@ class PipelinePass:
             return False  # no event, and the state is as this process left it at rest
         quiet.forget(self.env.client, self.tenant, self.pipeline)  # until this pass ends
         tree, state = self.read(store, look)
+        manager.settings = actions.settings_for(manager.settings, state)
         # items settled under the manager's layout are not advanced again
         state.fence = ledger.layout_fence or settling.FIXED_LAYOUT
         waking = _waking(state)
@@ -176,7 +179,7 @@ class PipelinePass:
             return True
         self.nudge(manager, ledger)
         self.wake(waking, state)
-        self.report_starts(manager, state)
+        self.announce(manager, state)
         landed = self.report(manager, store, tree, state)
         self.measure()
         # Another pass only if it can find something: items left the queue
@@ -253,8 +256,10 @@ class PipelinePass:
         events: list[tuple[EventQueue, list[Event]]],
     ) -> None:
         """Apply the queued events, then advance every item (the manager decides)."""
+        before = set(_listed(state))
         self._apply_events(manager, state, events)
         manager.advance(state)
+        self.enqueued = [item_uuid for item_uuid in _listed(state) if item_uuid not in before]
 
     def decide(
         self, manager: PipelineManager, state: PipelineState, ledger: TxnLedger
@@ -323,12 +328,19 @@ class PipelinePass:
             delay = max(0.0, min(after.values()) - time.time())
             self.env.nudge_later(self.tenant, self.pipeline, delay + 0.05)
 
-    def report_starts(self, manager: PipelineManager, state: PipelineState) -> None:
-        """Items whose first merge was requested in this pass have started (``start:``)."""
+    def announce(self, manager: PipelineManager, state: PipelineState) -> None:
+        """Items enqueued in this pass (``enqueue:``), then those whose first merge was
+        requested in it (``start:``); nothing while the pipeline is disabled."""
+        if not actions.announces(state):
+            return
+        for item_uuid in self.enqueued:
+            item = state.items.peek(item_uuid)
+            if item is not None and not item.dequeued:
+                self.env.announce(self.tenant, self.pipeline, item, "enqueue")
         for merge in manager.intents.merges:
             item = state.items.get(merge.item)
             if item is not None and item.buildset.jobs is None:
-                self.env.report_start(self.tenant, self.pipeline, item)
+                self.env.announce(self.tenant, self.pipeline, item, "start")
 
     def report(
         self, manager: PipelineManager, store: PipelineStore, tree: DocTree, state: PipelineState
@@ -416,8 +428,9 @@ class PipelinePass:
             item = state.items[item_uuid]
             request_uuid = push_request_uuid(item)
             if merger.get(request_uuid) is None:  # pushed once per buildset, not per pass
+                action = "disabled" if state.disabled else "success"
                 self.requests.append(
-                    self.env.formats.push(self.tenant, self.pipeline, item, request_uuid)
+                    self.env.formats.push(self.tenant, self.pipeline, item, request_uuid, action)
                 )
         for new in self.requests:
             self._queue(new.queue_root).submit_ops(new.request, new.params, txn)
@@ -493,12 +506,14 @@ class PipelinePass:
                 continue
             error = ""
             if item.result is not Result.SKIPPED:
-                error = self.env.report(self.tenant, self.pipeline, item)
+                action = actions.final_action(state, item, manager.settings.reporter_actions)
+                error = self.env.report(self.tenant, self.pipeline, item, action)
             if error:
                 failed = True
                 manager.report_failed(state, item_uuid, error)
             else:
                 landed.append(item_uuid)
+                actions.counted(state, item, manager.settings.disable_after)
         retry_flag = paths.pipeline_report_retry(self.tenant, self.pipeline)
         if failed:
             flags.raise_flag(self.env.client, retry_flag)
@@ -510,6 +525,11 @@ class PipelinePass:
         if recovered and not waiting:
             flags.lower_flag(self.env.client, retry_flag)
         return landed
+
+
+def _listed(state: PipelineState) -> list[str]:
+    """The items of every queue, in order (only an enqueue adds one)."""
+    return [item_uuid for queue in state.queues.values() for item_uuid in queue.items]
 
 
 def _waking(state: PipelineState) -> dict[str, float]:

@@ -72,9 +72,10 @@ class HistoryReporter:
     def __init__(self, reporters: ReporterSet) -> None:
         self.reporters = reporters
 
-    def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
+    def report(self, tenant: str, pipeline: str, item: QueueItem, action: str = "") -> None:
         """The item's buildset, every build attempt and the result, as one report
-        (one SQL transaction: ``ReporterSet.record_item``)."""
+        (one SQL transaction: ``ReporterSet.record_item``), whatever the action:
+        the history is kept for every item, as Zuul's database does."""
         info = buildset_info(tenant, pipeline, item)
         started = _time(item.enqueue_time, item.enqueue_time)
         builds = tuple(

@@ -129,6 +129,8 @@ class Reader:
         if root is None:
             return state
         state.layout_uuid = str(root.get("layout_uuid", ""))
+        state.consecutive_failures = int(root.get("consecutive_failures", 0))
+        state.disabled = bool(root.get("disabled", False))
         for raw in queue_docs(self.tenant, self.pipeline, self.docs):
             queue = ChangeQueue.from_dict(raw)
             state.queues[queue.name] = queue

@@ -123,7 +123,12 @@ def pipeline_status(state: PipelineState, now: float | None = None) -> dict[str,
     for queue in state.queues.values():
         items = [item_status(state.items[u], now) for u in queue.items if u in state.items]
         queues.append({"name": queue.name, "items": items})
-    return {"name": state.pipeline, "queues": queues}
+    found: dict[str, Any] = {"name": state.pipeline, "queues": queues}
+    if state.disabled or state.consecutive_failures:
+        # disable-after-consecutive-failures (scheduler.manager.actions)
+        found["disabled"] = state.disabled
+        found["consecutive_failures"] = state.consecutive_failures
+    return found
 
 
 def tenant_status(name: str, pipelines: Iterable[PipelineState]) -> dict[str, Any]:
@@ -137,7 +142,10 @@ def render_text(status: dict[str, Any]) -> str:
         lines.append(f"tenant {tenant['name']}")
         for pipeline in tenant["pipelines"]:
             items = [i for q in pipeline["queues"] for i in q["items"]]
-            lines.append(f"  pipeline {pipeline['name']}: {len(items)} item(s)")
+            disabled = ""
+            if pipeline.get("disabled"):
+                disabled = f" (disabled: {pipeline['consecutive_failures']} failures in a row)"
+            lines.append(f"  pipeline {pipeline['name']}: {len(items)} item(s){disabled}")
             for item in items:
                 state = item["result"] or f"merge {item['merge'].lower()}"
                 lines.append(

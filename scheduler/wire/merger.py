@@ -395,11 +395,11 @@ class PushJob(Record):
 
 @dataclasses.dataclass(frozen=True)
 class ForgeReport(Record):
-    """A pipeline's success report to a forge, sent before the forge merges.
+    """A pipeline's report to a forge; a gate's success is sent before the forge merges.
 
     Zuul's order: the commit status (``status``, under ``context``), the
-    check run (``check``), the comment (``text``, if ``comment``), then the
-    merge. ``url``: where the status links to ("" for nowhere).
+    check run (``check``), the comment (``text``, if ``comment``), the
+    labels, then the merge. ``url``: where the status links to ("" for nowhere).
     """
 
     context: str
@@ -408,6 +408,9 @@ class ForgeReport(Record):
     check: str = ""
     comment: bool = False
     url: str = ""
+    # labels added to and removed from the pull or merge request (Zuul's label, unlabel)
+    labels: tuple[str, ...] = ()
+    unlabels: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,7 +43,9 @@ class GateManagers:
 class GateFormats(Formats):
     """Push requests on the merger queue, answered ``{"pushed": bool, "why": str}``."""
 
-    def push(self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str) -> NewRequest:
+    def push(
+        self, tenant: str, pipeline: str, item: QueueItem, request_uuid: str, action: str
+    ) -> NewRequest:
         request = JobRequest(
             request_uuid,
             tenant=tenant,

@@ -78,9 +78,11 @@ class Formats:
 class Reports:
     def __init__(self) -> None:
         self.items: list[QueueItem] = []
+        self.actions: list[str] = []
 
-    def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
+    def report(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:
         self.items.append(item)
+        self.actions.append(action)
 
 
 class World:

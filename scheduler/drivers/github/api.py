@@ -45,9 +45,10 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -379,6 +380,18 @@ class GitHubApi:
     def comment(self, project: str, number: int, text: str) -> None:
         path = f"{repo_path(project)}/issues/{int(number)}/comments"
         self.request("POST", path, project, {"body": text})
+
+    def label(self, project: str, number: int, add: Sequence[str], remove: Sequence[str]) -> None:
+        """Add and remove labels of a pull request (a label it lacks is not removed)."""
+        path = f"{repo_path(project)}/issues/{int(number)}/labels"
+        if add:
+            self.request("POST", path, project, {"labels": list(add)})
+        for name in remove:
+            try:
+                self.request("DELETE", f"{path}/{_quoted(name)}", project)
+            except GitHubError as exc:
+                if exc.status != HTTPStatus.NOT_FOUND:
+                    raise
 
     def is_merged(self, project: str, number: int, sha: str) -> bool:
         """Whether the pull request was merged with ``sha`` as its head."""

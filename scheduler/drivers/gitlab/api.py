@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,6 +186,11 @@ class GitLabApi:
 
     def comment(self, project: str, iid: int, text: str) -> None:
         self.request("POST", f"{self._mr(project, iid)}/notes", {"body": text})
+
+    def label(self, project: str, iid: int, add: Sequence[str], remove: Sequence[str]) -> None:
+        """Add and remove labels of a merge request (one update)."""
+        body = {"add_labels": ",".join(add), "remove_labels": ",".join(remove)}
+        self.request("PUT", self._mr(project, iid), body)
 
     def is_merged(self, project: str, iid: int, sha: str) -> bool:
         """Whether the merge request was merged with ``sha`` as its head."""

@@ -1,0 +1,156 @@
+"""Zuul's ``provides`` and ``requires`` between changes, and the artifacts a job receives.
+
+A job that ``requires`` a name waits for the jobs that ``provide`` it in the
+items it is tested with:
+
+* the items ahead of it in its queue (a dependent pipeline's chain,
+  ``QueueItem.ahead``), nearest first;
+* the live items, anywhere in the pipeline, of the changes it depends on
+  (``Depends-On`` not merged when it was enqueued: ``Change.needs``).
+
+Each providing job of those items must have succeeded (or paused, Zuul's
+rule); while one has not ended the requiring job waits (its item is not at
+rest: :func:`waiting`). A providing job that ended otherwise (failed,
+skipped, aborted) fails the requiring job at once, without a build, with
+Zuul's message (:func:`failure`). A change that merged already, or whose
+item is not in the pipeline, provides nothing and is not waited for (Zuul
+looks such a change's last build up in its database; Sluice does not).
+
+The job then receives in ``zuul.artifacts`` the artifacts those providers
+returned (farthest item first), followed by those its parents within its
+own buildset returned (its dependencies, in the order of the job graph),
+each tagged with where it came from (:mod:`scheduler.model.artifacts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.model import artifacts
+from scheduler.model.build import Build, BuildState, JobState
+from scheduler.model.change import Change
+from scheduler.model.item import PipelineState, QueueItem
+from scheduler.model.results import Result
+
+# how far a chain of items ahead is followed (a guard against a corrupt loop)
+MAX_AHEAD = 10_000
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """Whether a job's requirements are met now, and what they give it.
+
+    ``ready``: every provider ended well (or there is none); ``failure``: a
+    provider ended otherwise, the job can never run (Zuul's message);
+    neither: it waits.
+    """
+
+    ready: bool
+    failure: str = ""
+    artifacts: tuple[dict[str, Any], ...] = field(default=())
+
+
+def _needed(change: Change) -> tuple[Change, ...]:
+    return tuple(n for n in change.needs if n.key != change.key)
+
+
+def providers(state: PipelineState, item: QueueItem) -> Iterator[QueueItem]:
+    """The items whose providing jobs ``item``'s jobs wait for, nearest first (read only)."""
+    seen = {item.uuid}
+    ahead, steps = item.ahead, 0
+    while ahead is not None and ahead not in seen and steps < MAX_AHEAD:
+        found = state.items.peek(ahead)
+        if found is None:
+            break
+        seen.add(found.uuid)
+        if not found.dequeued:
+            yield found
+        ahead, steps = found.ahead, steps + 1
+    for need in _needed(item.change):
+        for other in state.items.peek_values():
+            if other.uuid in seen or other.dequeued or not other.change.same_change(need):
+                continue
+            if need.commit and other.change.commit != need.commit:
+                continue  # another patchset of the change: not what this one is tested with
+            seen.add(other.uuid)
+            yield other
+            break
+
+
+def failure(job: str, provider: JobState, build: Build | None, change: Change) -> str:
+    """Zuul's message for a requiring ``job`` whose ``provider`` ended without success."""
+    wanted = sorted(set(provider.info.provides))
+    result = provider.result.value if provider.result is not None else "UNKNOWN"
+    number = artifacts.change_numbers(change.ref).get("change", change.ref)
+    return (
+        f"Job {job} requires artifact(s) {', '.join(wanted)} provided by build "
+        f"{build.uuid if build is not None else ''} (triggered by change {number} on project "
+        f'{change.project}), but that build failed with result "{result}"'
+    )
+
+
+def resolve(state: PipelineState, item: QueueItem, job: JobState) -> Requirements:
+    """Whether ``job`` of ``item`` may start as its ``requires`` go, and its artifacts."""
+    requires = set(job.info.requires)
+    found: list[list[dict[str, Any]]] = []
+    if requires:
+        for provider in providers(state, item):
+            jobs = provider.buildset.jobs
+            if jobs is None:
+                if provider.result is None:
+                    return Requirements(False)  # not frozen yet: its providers are unknown
+                continue  # ended without jobs (a merge conflict): it provides nothing
+            mine: list[dict[str, Any]] = []
+            for other in jobs.values():
+                if not requires.intersection(other.info.provides):
+                    continue
+                build = other.current
+                if other.succeeded_for_dependents and build is not None:
+                    mine.extend(artifacts.received(build.result_data, provider.change, other.name))
+                elif other.result is not None:
+                    message = failure(job.name, other, build, provider.change)
+                    return Requirements(False, failure=message)
+                else:
+                    return Requirements(False)
+            found.append(mine)
+    found.reverse()  # Zuul's order: the farthest item's first
+    return Requirements(True, artifacts=tuple(artifacts.merged(*found, parents(item, job))))
+
+
+def parents(item: QueueItem, job: JobState) -> list[dict[str, Any]]:
+    """The artifacts ``job``'s parents returned (its dependencies, directly or through
+    others, in its buildset), in the order of the job graph."""
+    jobs = item.buildset.jobs or {}
+    wanted: set[str] = set()
+    todo = [d.name for d in job.info.dependencies]
+    while todo:
+        name = todo.pop()
+        if name not in wanted and name in jobs:
+            wanted.add(name)
+            todo.extend(d.name for d in jobs[name].info.dependencies)
+    found: list[dict[str, Any]] = []
+    for other in jobs.values():
+        build = other.current
+        if other.name in wanted and build is not None and build.result_data:
+            found.extend(artifacts.received(build.result_data, item.change, other.name))
+    return found
+
+
+def waiting(item: QueueItem) -> bool:
+    """A job of ``item`` that requires something has not started (it may be waiting)."""
+    return any(
+        job.info.requires and job.current is None and job.result is None
+        for job in (item.buildset.jobs or {}).values()
+    )
+
+
+def fail(job: JobState, uuid: str, message: str, now: float) -> None:
+    """End ``job`` FAILURE with ``message``, without running it (Zuul's fake build)."""
+    build = Build(uuid=uuid, job=job.name, attempt=job.next_attempt)
+    build.state = BuildState.COMPLETED
+    build.result = Result.FAILURE
+    build.message = message
+    build.start_time = build.end_time = now
+    job.builds.append(build)

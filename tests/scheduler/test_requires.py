@@ -1,0 +1,277 @@
+"""Zuul's provides/requires between changes, driven through the managers directly.
+
+A job that ``requires`` a name waits for the jobs that ``provide`` it in the
+items ahead of its item (a gate's chain) and in the live items of its
+Depends-On changes (any pipeline), fails with Zuul's message when one of them
+failed, and receives their artifacts (and its parents') in ``zuul.artifacts``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.config.model import Dependency
+from scheduler.manager import events as ev
+from scheduler.manager import requirements, settling
+from scheduler.model import artifacts
+from scheduler.model.build import JobInfo
+from scheduler.model.change import Change
+from scheduler.model.item import QueueItem
+from scheduler.model.results import Result
+from scheduler.wire.build_spec import BuildContext, BuildSpecError
+from scheduler.wire.events import Enqueue
+from tests.scheduler.gate_harness import Gate
+from tests.scheduler.test_manager_independent import Harness
+
+IMAGE = {"zuul": {"artifacts": [{"name": "image", "url": "https://r.example/app:1"}]}}
+
+JOBS = (
+    JobInfo("build-image", provides=("image",)),
+    JobInfo("use-image", requires=("image",)),
+)
+
+
+def completed(
+    item: QueueItem, job: str, result: Result, data: dict[str, Any] | None = None
+) -> ev.BuildCompleted:
+    assert item.buildset.jobs is not None
+    build = item.buildset.jobs[job].current
+    assert build is not None
+    return ev.BuildCompleted(
+        build.uuid, item.uuid, item.buildset.uuid, job, result, result_data=data or {}
+    )
+
+
+def started(builds: list[Any], ref_item: QueueItem) -> dict[str, tuple[dict[str, Any], ...]]:
+    """The jobs started for ``ref_item``, with the artifacts each was given."""
+    return {b.job.name: b.artifacts for b in builds if b.item == ref_item.uuid}
+
+
+def gate_of_two() -> tuple[Gate, QueueItem, QueueItem]:
+    gate = Gate(JOBS)
+    a, b = gate.enqueue("a", "b")
+    gate.merge_all()
+    return gate, a, b
+
+
+# -- a gate: the items ahead -----------------------------------------------------
+
+
+def test_the_requirer_behind_waits_for_the_provider_ahead_and_gets_its_artifact() -> None:
+    gate, a, b = gate_of_two()
+    # a has nothing ahead: both its jobs start; b's requirer waits for a's provider
+    assert started(gate.builds, a) == {"build-image": (), "use-image": ()}
+    assert started(gate.builds, b) == {"build-image": ()}
+    assert requirements.waiting(gate.item("b")) and not settling.at_rest(gate.item("b"))
+    gate.builds.clear()
+    gate.run(completed(gate.item("a"), "build-image", Result.SUCCESS, IMAGE))
+    (given,) = started(gate.builds, b)["use-image"]
+    assert given == {
+        "name": "image",
+        "url": "https://r.example/app:1",
+        "project": "app",
+        "branch": "main",
+        "job": "build-image",
+    }
+    assert not requirements.waiting(gate.item("b"))
+
+
+def test_a_paused_provider_gives_its_artifacts_at_once() -> None:
+    gate, _a, b = gate_of_two()
+    gate.builds.clear()
+    item = gate.item("a")
+    assert item.buildset.jobs is not None
+    build = item.buildset.jobs["build-image"].current
+    assert build is not None
+    data = {**IMAGE, "zuul": {**IMAGE["zuul"], "pause": True}}
+    gate.run(ev.BuildPaused(build.uuid, item.uuid, item.buildset.uuid, "build-image", data))
+    assert [a["name"] for a in started(gate.builds, b)["use-image"]] == ["image"]
+
+
+def test_a_failed_provider_ahead_fails_the_requirer_with_zuuls_message() -> None:
+    jobs = (
+        JobInfo("build-image", provides=("image",), voting=False),
+        JobInfo("use-image", requires=("image",)),
+    )
+    gate = Gate(jobs)
+    _a, b = gate.enqueue("a", "b")
+    gate.merge_all()
+    item = gate.item("a")
+    assert item.buildset.jobs is not None
+    provider = item.buildset.jobs["build-image"].current
+    assert provider is not None
+    gate.builds.clear()
+    gate.run(completed(item, "build-image", Result.FAILURE))
+    assert "use-image" not in started(gate.builds, b)  # it never runs
+    use = gate.item("b").buildset.jobs["use-image"]  # type: ignore[index]
+    assert use.result is Result.FAILURE
+    assert use.current is not None and use.current.message == (
+        f"Job use-image requires artifact(s) image provided by build {provider.uuid} "
+        '(triggered by change a on project app), but that build failed with result "FAILURE"'
+    )
+
+
+def test_a_provider_whose_item_merged_is_not_waited_for() -> None:
+    gate = Gate(JOBS)
+    gate.enqueue("a")
+    gate.merge_all()
+    gate.run(completed(gate.item("a"), "build-image", Result.SUCCESS, IMAGE))
+    gate.run(completed(gate.item("a"), "use-image", Result.SUCCESS))
+    assert gate.reported == [("a", Result.SUCCESS)]  # a left the queue: it merged
+    # b enqueued after a merged: nothing ahead provides, its requirer starts at once
+    (b,) = gate.enqueue("b")
+    gate.merge_all()
+    assert started(gate.builds, b) == {"build-image": (), "use-image": ()}
+
+
+def test_a_job_without_requires_never_waits() -> None:
+    gate = Gate((JobInfo("build-image", provides=("image",)), JobInfo("unit")))
+    _a, b = gate.enqueue("a", "b")
+    gate.merge_all()
+    assert started(gate.builds, b) == {"build-image": (), "unit": ()}
+    assert not requirements.waiting(b)
+
+
+def test_only_matching_names_are_waited_for() -> None:
+    jobs = (
+        JobInfo("build-image", provides=("image",)),
+        JobInfo("use-docs", requires=("docs",)),
+    )
+    gate = Gate(jobs)
+    _a, b = gate.enqueue("a", "b")
+    gate.merge_all()
+    assert started(gate.builds, b) == {"build-image": (), "use-docs": ()}
+
+
+# -- Depends-On, in an independent pipeline -------------------------------------
+
+
+def change(ref: str, commit: str = "c1", needs: tuple[Change, ...] = ()) -> Change:
+    return Change("local", "app", "main", ref, commit, needs=needs)
+
+
+def check_with(*changes: Change) -> tuple[Harness, list[QueueItem]]:
+    h = Harness(list(JOBS))
+    items = []
+    for c in changes:
+        h.run(Enqueue(c))
+        items.append(next(i for i in h.state.items.values() if i.change.ref == c.ref))
+    h.take_intents()
+    for item in items:
+        h.run(h.merge_ok(item))
+    return h, items
+
+
+def test_a_depends_on_change_in_the_pipeline_is_waited_for() -> None:
+    h, (a, b) = check_with(change("a"), change("b", needs=(change("a"),)))
+    first = h.take_intents().builds
+    assert {x.job.name for x in first if x.item == b.uuid} == {"build-image"}
+    h.run(completed(a, "build-image", Result.SUCCESS, IMAGE))
+    builds = h.take_intents().builds
+    (use,) = [x for x in builds if x.item == b.uuid]
+    assert use.job.name == "use-image" and [x["name"] for x in use.artifacts] == ["image"]
+
+
+def test_a_failed_provider_of_a_depends_on_change_fails_the_requirer() -> None:
+    h, (a, b) = check_with(change("a"), change("b", needs=(change("a"),)))
+    h.take_intents()
+    h.run(completed(a, "build-image", Result.FAILURE))
+    assert [x for x in h.take_intents().builds if x.item == b.uuid] == []
+    assert b.buildset.jobs is not None
+    use = b.buildset.jobs["use-image"]
+    assert use.result is Result.FAILURE and use.current is not None
+    assert "requires artifact(s) image provided by build" in use.current.message
+    assert 'but that build failed with result "FAILURE"' in use.current.message
+    h.run(completed(b, "build-image", Result.SUCCESS))
+    assert b.result is Result.FAILURE and b.message == "failed: use-image"
+
+
+def test_a_depends_on_change_not_in_the_pipeline_provides_nothing() -> None:
+    """Merged, or never enqueued here: the requirer runs without its artifacts."""
+    h, (_b,) = check_with(change("b", needs=(change("gone"),)))
+    builds = h.take_intents().builds
+    assert {x.job.name: x.artifacts for x in builds} == {"build-image": (), "use-image": ()}
+
+
+def test_another_patchset_of_the_depends_on_change_is_not_waited_for() -> None:
+    h, (_a, b) = check_with(change("a", "c2"), change("b", needs=(change("a", "c1"),)))
+    builds = h.take_intents().builds
+    assert {x.job.name for x in builds if x.item == b.uuid} == {"build-image", "use-image"}
+
+
+# -- the parents' artifacts (one buildset) --------------------------------------
+
+
+def test_parents_artifacts_pass_to_dependents_with_the_log_url_joined() -> None:
+    h = Harness(
+        [
+            JobInfo("build"),
+            JobInfo("test", dependencies=(Dependency("build"),)),
+            JobInfo("deploy", dependencies=(Dependency("test"),)),
+        ]
+    )
+    h.run(Enqueue(change("a")))
+    (item,) = h.state.items.values()
+    h.run(h.merge_ok(item))
+    h.take_intents()
+    data = {
+        "zuul": {
+            "log_url": "https://logs.example/1",
+            "artifacts": [{"name": "docs", "url": "docs/", "metadata": {"type": "docs"}}],
+        }
+    }
+    h.run(completed(item, "build", Result.SUCCESS, data))
+    (test,) = h.take_intents().builds
+    docs = {
+        "name": "docs",
+        "url": "https://logs.example/1/docs/",
+        "metadata": {"type": "docs"},
+        "project": "app",
+        "branch": "main",
+        "job": "build",
+    }
+    assert test.artifacts == (docs,)
+    h.run(completed(item, "test", Result.SUCCESS))
+    (deploy,) = h.take_intents().builds
+    assert deploy.artifacts == (docs,)  # a grandparent's too (Zuul's recursive parents)
+    assert deploy.parent_data == {}  # parent data stays its direct parents'
+
+
+# -- what a build returns --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"zuul": "artifacts"},
+        {"zuul": {"artifacts": "image"}},
+        {"zuul": {"artifacts": [{"name": "image"}]}},
+        {"zuul": {"artifacts": [{"name": 3, "url": "u"}]}},
+        {"zuul": {"artifacts": [{"name": "i", "url": "u", "metadata": "x"}]}},
+        {"zuul": {"artifacts": [{"name": "i", "url": "u"}, "junk"]}},
+        {"zuul": {"artifacts": [{"name": "i", "url": "u"}], "log_url": 5}},
+    ],
+)
+def test_result_data_that_breaks_zuuls_artifact_schema_returns_none(data: dict[str, Any]) -> None:
+    assert artifacts.returned(data) == []
+
+
+def test_gerrit_and_github_refs_give_the_change_and_patchset() -> None:
+    gerrit = Change("gerrit", "app", "main", "refs/changes/34/1234/5")
+    github = Change("github", "app", "main", "refs/pull/7/head")
+    (found,) = artifacts.received(IMAGE, gerrit, "j")
+    assert (found["change"], found["patchset"]) == ("1234", "5")
+    assert artifacts.received(IMAGE, github, "j")[0]["change"] == "7"
+
+
+def test_the_build_context_carries_artifacts_and_refuses_malformed_ones() -> None:
+    base = {"tenant": "t", "build_uuid": "b1", "repo_state": {}, "sources": {}}
+    given = [{"name": "image", "url": "u", "project": "app", "job": "j"}]
+    context = BuildContext.from_dict({**base, "artifacts": given})
+    assert list(context.artifacts) == given
+    assert BuildContext.from_dict(context.to_dict()) == context
+    for bad in ("image", [{"name": "image"}], [["name", "url"]], [{"name": None, "url": "u"}]):
+        with pytest.raises(BuildSpecError, match="artifacts"):
+            BuildContext.from_dict({**base, "artifacts": bad})

@@ -1,0 +1,139 @@
+"""Zuul's provides/requires between changes in a gate, on real workers.
+
+Change c1 builds an "image" (its ``build-image`` job returns it as a
+``zuul.artifacts`` entry); c2, behind it in the gate, runs ``use-image``,
+which ``requires: image``: it waits for c1's ``build-image`` and its
+playbook finds c1's artifact in ``zuul.artifacts``. A provider that failed
+fails the requirer with Zuul's message; a provider whose change merged
+already is not waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.system import TENANT_YAML, SluiceSystem
+from tests.e2e.test_gate import change, gate_config
+
+APP = {
+    ".zuul.yaml": """
+        - job:
+            name: build-image
+            run: ci/build-image.sh
+            provides: image
+            voting: false
+        - job:
+            name: use-image
+            run: ci/use-image.yaml
+            requires: [image]
+        - project:
+            gate:
+              jobs: [build-image, use-image]
+        """,
+    # returns its image as an artifact; a change with FAIL_IMAGE breaks it
+    "ci/build-image.sh": (
+        "#!/bin/sh\n"
+        "sleep 2\n"
+        "test ! -e FAIL_IMAGE || exit 1\n"
+        'printf \'{"zuul": {"artifacts": [{"name": "image", "url": "%s", '
+        '"metadata": {"type": "container_image"}}]}}\' '
+        '"registry.example/app:$SLUICE_REF" > "$SLUICE_RESULT_FILE"\n'
+    ),
+    "ci/use-image.yaml": """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: show what it received
+      debug:
+        msg: "ARTIFACTS={{ zuul.artifacts | default([]) | to_json }}"
+""",
+}
+
+
+@pytest.fixture
+def gate(system: SluiceSystem) -> SluiceSystem:
+    system.tenant(TENANT_YAML)
+    system.repos.commit("config", "main", gate_config())
+    system.base = system.repos.commit("app", "main", APP)  # type: ignore[attr-defined]
+    system.repos.git("app", "checkout", "-q", "--detach")  # the merge queue pushes to main
+    return system
+
+
+def builds_of(system: SluiceSystem) -> dict[tuple[str, str], dict[str, Any]]:
+    """The last build of each (ref, job)."""
+    return {(b["ref"], b["job"]): b for b in system.builds()}
+
+
+def received(build: dict[str, Any]) -> list[dict[str, Any]]:
+    """The artifacts the use-image playbook printed."""
+    log = Path(build["log_url"]).read_text()
+    match = re.search(r"ARTIFACTS=(\[.*?\])\"?$", log, re.MULTILINE)
+    assert match is not None, log
+    found: list[dict[str, Any]] = json.loads(match.group(1).replace('\\"', '"'))
+    return found
+
+
+def test_the_change_behind_receives_the_image_of_the_change_ahead(gate: SluiceSystem) -> None:
+    change(gate, "c1", {"src/one.py": "1\n"})
+    change(gate, "c2", {"src/two.py": "2\n"})
+    gate.start_workers()
+    gate.sluice("reconfigure")
+    for ref in ("c1", "c2"):
+        gate.enqueue(ref, "gate")
+    gate.sluice("wait", "--idle", "--timeout", "180")
+    builds = builds_of(gate)
+    assert {key: b["result"] for key, b in builds.items()} == {
+        ("c1", "build-image"): "SUCCESS",
+        ("c1", "use-image"): "SUCCESS",
+        ("c2", "build-image"): "SUCCESS",
+        ("c2", "use-image"): "SUCCESS",
+    }
+    assert received(builds["c1", "use-image"]) == []  # nothing ahead of c1
+    assert received(builds["c2", "use-image"]) == [
+        {
+            "name": "image",
+            "url": "registry.example/app:c1",
+            "metadata": {"type": "container_image"},
+            "project": "app",
+            "branch": "main",
+            "job": "build-image",
+        }
+    ]
+    # c2's requirer started only once c1's provider had ended
+    assert builds["c2", "use-image"]["start_time"] >= builds["c1", "build-image"]["end_time"]
+
+
+def test_a_failed_provider_fails_the_requirer_and_a_merged_one_is_not_required(
+    gate: SluiceSystem,
+) -> None:
+    change(gate, "c1", {"FAIL_IMAGE": "x\n"})
+    change(gate, "c2", {"src/two.py": "2\n"})
+    gate.start_workers()
+    gate.sluice("reconfigure")
+    for ref in ("c1", "c2"):
+        gate.enqueue(ref, "gate")
+    gate.sluice("wait", "--idle", "--timeout", "180")
+    builds = builds_of(gate)
+    failed = builds["c1", "build-image"]
+    assert failed["result"] == "FAILURE"  # non-voting: c1 merges all the same
+    requirer = builds["c2", "use-image"]
+    assert requirer["result"] == "FAILURE"
+    assert requirer["error_detail"] == (
+        f"Job use-image requires artifact(s) image provided by build {failed['uuid']} "
+        '(triggered by change c1 on project app), but that build failed with result "FAILURE"'
+    )
+    results = {b["ref"]: b["result"] for b in gate.buildsets()}
+    assert results == {"c1": "SUCCESS", "c2": "FAILURE"}
+
+    # c1 merged with its failed provider: a change enqueued now does not wait for it
+    change(gate, "c3", {"src/three.py": "3\n"})
+    gate.enqueue("c3", "gate")
+    gate.sluice("wait", "--idle", "--timeout", "120")
+    builds = builds_of(gate)
+    assert builds["c3", "use-image"]["result"] == "SUCCESS"
+    assert received(builds["c3", "use-image"]) == []

@@ -69,6 +69,18 @@ def builds_of(system: SluiceSystem) -> dict[tuple[str, str], dict[str, Any]]:
     return {(b["ref"], b["job"]): b for b in system.builds()}
 
 
+def gate_two(system: SluiceSystem, first: dict[str, str]) -> dict[tuple[str, str], Any]:
+    """c1 (with ``first``) and c2 gated together, to the end; their builds."""
+    change(system, "c1", first)
+    change(system, "c2", {"src/two.py": "2\n"})
+    system.start_workers()
+    system.sluice("reconfigure")
+    for ref in ("c1", "c2"):
+        system.enqueue(ref, "gate")
+    system.sluice("wait", "--idle", "--timeout", "180")
+    return builds_of(system)
+
+
 def received(build: dict[str, Any]) -> list[dict[str, Any]]:
     """The artifacts the use-image playbook printed."""
     log = Path(build["log_url"]).read_text()
@@ -79,14 +91,7 @@ def received(build: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_the_change_behind_receives_the_image_of_the_change_ahead(gate: SluiceSystem) -> None:
-    change(gate, "c1", {"src/one.py": "1\n"})
-    change(gate, "c2", {"src/two.py": "2\n"})
-    gate.start_workers()
-    gate.sluice("reconfigure")
-    for ref in ("c1", "c2"):
-        gate.enqueue(ref, "gate")
-    gate.sluice("wait", "--idle", "--timeout", "180")
-    builds = builds_of(gate)
+    builds = gate_two(gate, {"src/one.py": "1\n"})
     assert {key: b["result"] for key, b in builds.items()} == {
         ("c1", "build-image"): "SUCCESS",
         ("c1", "use-image"): "SUCCESS",
@@ -111,14 +116,7 @@ def test_the_change_behind_receives_the_image_of_the_change_ahead(gate: SluiceSy
 def test_a_failed_provider_fails_the_requirer_and_a_merged_one_is_not_required(
     gate: SluiceSystem,
 ) -> None:
-    change(gate, "c1", {"FAIL_IMAGE": "x\n"})
-    change(gate, "c2", {"src/two.py": "2\n"})
-    gate.start_workers()
-    gate.sluice("reconfigure")
-    for ref in ("c1", "c2"):
-        gate.enqueue(ref, "gate")
-    gate.sluice("wait", "--idle", "--timeout", "180")
-    builds = builds_of(gate)
+    builds = gate_two(gate, {"FAIL_IMAGE": "x\n"})
     failed = builds["c1", "build-image"]
     assert failed["result"] == "FAILURE"  # non-voting: c1 merges all the same
     requirer = builds["c2", "use-image"]

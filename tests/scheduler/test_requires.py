@@ -25,23 +25,13 @@ from scheduler.wire.events import Enqueue
 from tests.scheduler.gate_harness import Gate
 from tests.scheduler.test_manager_independent import Harness
 
-IMAGE = {"zuul": {"artifacts": [{"name": "image", "url": "https://r.example/app:1"}]}}
+ARTIFACT = {"name": "image", "url": "https://r.example/app:1"}
+IMAGE: dict[str, object] = {"zuul": {"artifacts": [ARTIFACT]}}
 
 JOBS = (
     JobInfo("build-image", provides=("image",)),
     JobInfo("use-image", requires=("image",)),
 )
-
-
-def completed(
-    item: QueueItem, job: str, result: Result, data: dict[str, Any] | None = None
-) -> ev.BuildCompleted:
-    assert item.buildset.jobs is not None
-    build = item.buildset.jobs[job].current
-    assert build is not None
-    return ev.BuildCompleted(
-        build.uuid, item.uuid, item.buildset.uuid, job, result, result_data=data or {}
-    )
 
 
 def started(builds: list[Any], ref_item: QueueItem) -> dict[str, tuple[dict[str, Any], ...]]:
@@ -66,7 +56,7 @@ def test_the_requirer_behind_waits_for_the_provider_ahead_and_gets_its_artifact(
     assert started(gate.builds, b) == {"build-image": ()}
     assert requirements.waiting(gate.item("b")) and not settling.at_rest(gate.item("b"))
     gate.builds.clear()
-    gate.run(completed(gate.item("a"), "build-image", Result.SUCCESS, IMAGE))
+    gate.run(gate.build_event(gate.item("a"), "build-image", Result.SUCCESS, IMAGE))
     (given,) = started(gate.builds, b)["use-image"]
     assert given == {
         "name": "image",
@@ -85,7 +75,7 @@ def test_a_paused_provider_gives_its_artifacts_at_once() -> None:
     assert item.buildset.jobs is not None
     build = item.buildset.jobs["build-image"].current
     assert build is not None
-    data = {**IMAGE, "zuul": {**IMAGE["zuul"], "pause": True}}
+    data = {"zuul": {"artifacts": [ARTIFACT], "pause": True}}
     gate.run(ev.BuildPaused(build.uuid, item.uuid, item.buildset.uuid, "build-image", data))
     assert [a["name"] for a in started(gate.builds, b)["use-image"]] == ["image"]
 
@@ -103,7 +93,7 @@ def test_a_failed_provider_ahead_fails_the_requirer_with_zuuls_message() -> None
     provider = item.buildset.jobs["build-image"].current
     assert provider is not None
     gate.builds.clear()
-    gate.run(completed(item, "build-image", Result.FAILURE))
+    gate.run(gate.build_event(item, "build-image", Result.FAILURE))
     assert "use-image" not in started(gate.builds, b)  # it never runs
     use = gate.item("b").buildset.jobs["use-image"]  # type: ignore[index]
     assert use.result is Result.FAILURE
@@ -117,8 +107,8 @@ def test_a_provider_whose_item_merged_is_not_waited_for() -> None:
     gate = Gate(JOBS)
     gate.enqueue("a")
     gate.merge_all()
-    gate.run(completed(gate.item("a"), "build-image", Result.SUCCESS, IMAGE))
-    gate.run(completed(gate.item("a"), "use-image", Result.SUCCESS))
+    gate.run(gate.build_event(gate.item("a"), "build-image", Result.SUCCESS, IMAGE))
+    gate.run(gate.build_event(gate.item("a"), "use-image", Result.SUCCESS))
     assert gate.reported == [("a", Result.SUCCESS)]  # a left the queue: it merged
     # b enqueued after a merged: nothing ahead provides, its requirer starts at once
     (b,) = gate.enqueue("b")
@@ -168,7 +158,7 @@ def test_a_depends_on_change_in_the_pipeline_is_waited_for() -> None:
     h, (a, b) = check_with(change("a"), change("b", needs=(change("a"),)))
     first = h.take_intents().builds
     assert {x.job.name for x in first if x.item == b.uuid} == {"build-image"}
-    h.run(completed(a, "build-image", Result.SUCCESS, IMAGE))
+    h.run(h.complete(a, "build-image", Result.SUCCESS, IMAGE))
     builds = h.take_intents().builds
     (use,) = [x for x in builds if x.item == b.uuid]
     assert use.job.name == "use-image" and [x["name"] for x in use.artifacts] == ["image"]
@@ -177,14 +167,14 @@ def test_a_depends_on_change_in_the_pipeline_is_waited_for() -> None:
 def test_a_failed_provider_of_a_depends_on_change_fails_the_requirer() -> None:
     h, (a, b) = check_with(change("a"), change("b", needs=(change("a"),)))
     h.take_intents()
-    h.run(completed(a, "build-image", Result.FAILURE))
+    h.run(h.complete(a, "build-image", Result.FAILURE))
     assert [x for x in h.take_intents().builds if x.item == b.uuid] == []
     assert b.buildset.jobs is not None
     use = b.buildset.jobs["use-image"]
     assert use.result is Result.FAILURE and use.current is not None
     assert "requires artifact(s) image provided by build" in use.current.message
     assert 'but that build failed with result "FAILURE"' in use.current.message
-    h.run(completed(b, "build-image", Result.SUCCESS))
+    h.run(h.complete(b, "build-image", Result.SUCCESS))
     assert b.result is Result.FAILURE and b.message == "failed: use-image"
 
 
@@ -216,13 +206,13 @@ def test_parents_artifacts_pass_to_dependents_with_the_log_url_joined() -> None:
     (item,) = h.state.items.values()
     h.run(h.merge_ok(item))
     h.take_intents()
-    data = {
+    data: dict[str, object] = {
         "zuul": {
             "log_url": "https://logs.example/1",
             "artifacts": [{"name": "docs", "url": "docs/", "metadata": {"type": "docs"}}],
         }
     }
-    h.run(completed(item, "build", Result.SUCCESS, data))
+    h.run(h.complete(item, "build", Result.SUCCESS, data))
     (test,) = h.take_intents().builds
     docs = {
         "name": "docs",
@@ -233,7 +223,7 @@ def test_parents_artifacts_pass_to_dependents_with_the_log_url_joined() -> None:
         "job": "build",
     }
     assert test.artifacts == (docs,)
-    h.run(completed(item, "test", Result.SUCCESS))
+    h.run(h.complete(item, "test", Result.SUCCESS))
     (deploy,) = h.take_intents().builds
     assert deploy.artifacts == (docs,)  # a grandparent's too (Zuul's recursive parents)
     assert deploy.parent_data == {}  # parent data stays its direct parents'

@@ -43,6 +43,9 @@ class Answered(Protocol):
     @property
     def clock(self) -> Callable[[], float]: ...
 
+    @property
+    def records(self) -> requirements.Records: ...
+
     def dequeue(
         self, state: PipelineState, item: QueueItem, why: str, report: bool, kind: str = ...
     ) -> None: ...
@@ -213,7 +216,7 @@ def nodes_answered(manager: Answered, state: PipelineState, event: ev.NodesAnswe
             named["groups"] = list(groups[name])
         build.nodes.append(named)
     parent_data = item.buildset.graph.parent_data(job)
-    found = requirements.resolve(state, item, job)  # met when its node request was made
+    found = requirements.resolve(state, item, job, manager.records)  # met: nodes were asked
     manager.intents.builds.append(
         BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data, found.artifacts)
     )

@@ -115,6 +115,8 @@ class PipelineManager:
         self.clock = clock
         self.make_uuid = make_uuid
         self.intents = Intents()
+        # what changes that left the pipeline provided (set by the processing layer)
+        self.records: requirements.Records = requirements.NO_RECORDS
         # what the pass counts for the metrics (committed with the pass's writes)
         self.tally = PassTally()
 
@@ -366,7 +368,7 @@ class PipelineManager:
             if job.current is None and graph.blocked_by_failure(job):
                 job.skipped = Result.SKIPPED
             elif start and (job.needs_retry or (job.current is None and graph.ready(job))):
-                found = requirements.resolve(state, item, job)
+                found = requirements.resolve(state, item, job, self.records)
                 if found.failure:
                     requirements.fail(job, self.make_uuid(), found.failure, self.clock())
                 elif found.ready:

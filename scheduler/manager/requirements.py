@@ -12,9 +12,14 @@ Each providing job of those items must have succeeded (or paused, Zuul's
 rule); while one has not ended the requiring job waits (its item is not at
 rest: :func:`waiting`). A providing job that ended otherwise (failed,
 skipped, aborted) fails the requiring job at once, without a build, with
-Zuul's message (:func:`failure`). A change that merged already, or whose
-item is not in the pipeline, provides nothing and is not waited for (Zuul
-looks such a change's last build up in its database; Sluice does not).
+Zuul's message (:func:`failure`).
+
+A change it depends on without a live item in the pipeline is looked up in
+what its last reported buildset in this pipeline left
+(:mod:`scheduler.stores.provided`: Zuul's database lookup): a failed
+provider there fails the job the same way, a successful one gives its
+artifacts; a change without a record (never tested here; a merged change
+is not among the needs at all) provides nothing and is not waited for.
 
 The job then receives in ``zuul.artifacts`` the artifacts those providers
 returned (farthest item first), followed by those its parents within its
@@ -26,13 +31,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from scheduler.model import artifacts
 from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.change import Change
 from scheduler.model.item import PipelineState, QueueItem
 from scheduler.model.results import Result
+from scheduler.stores.provided import ProvidedRecord
 
 # how far a chain of items ahead is followed (a guard against a corrupt loop)
 MAX_AHEAD = 10_000
@@ -56,8 +62,25 @@ def _needed(change: Change) -> tuple[Change, ...]:
     return tuple(n for n in change.needs if n.key != change.key)
 
 
-def providers(state: PipelineState, item: QueueItem) -> Iterator[QueueItem]:
-    """The items whose providing jobs ``item``'s jobs wait for, nearest first (read only)."""
+class Records(Protocol):
+    """What changes no longer in the pipeline left (``scheduler.stores.provided``)."""
+
+    def get(self, change: Change) -> ProvidedRecord | None: ...
+
+
+class NoRecords:
+    """A pipeline without records (the managers' tests)."""
+
+    def get(self, change: Change) -> ProvidedRecord | None:
+        return None
+
+
+NO_RECORDS = NoRecords()
+
+
+def providers(state: PipelineState, item: QueueItem) -> Iterator[QueueItem | Change]:
+    """What ``item``'s jobs wait for, nearest first: items (read only), or a change it
+    depends on that has no live item in the pipeline."""
     seen = {item.uuid}
     ahead, steps = item.ahead, 0
     while ahead is not None and ahead not in seen and steps < MAX_AHEAD:
@@ -70,53 +93,89 @@ def providers(state: PipelineState, item: QueueItem) -> Iterator[QueueItem]:
         ahead, steps = found.ahead, steps + 1
     for need in _needed(item.change):
         for other in state.items.peek_values():
-            if other.uuid in seen or other.dequeued or not other.change.same_change(need):
+            if other.dequeued or not other.change.same_change(need):
                 continue
             if need.commit and other.change.commit != need.commit:
                 continue  # another patchset of the change: not what this one is tested with
-            seen.add(other.uuid)
-            yield other
+            if other.uuid not in seen:
+                seen.add(other.uuid)
+                yield other
             break
+        else:
+            yield need
 
 
-def failure(job: str, provider: JobState, build: Build | None, change: Change) -> str:
-    """Zuul's message for a requiring ``job`` whose ``provider`` ended without success."""
-    wanted = sorted(set(provider.info.provides))
-    result = provider.result.value if provider.result is not None else "UNKNOWN"
+def failure(job: str, wanted: set[str], build: str, result: str, change: Change) -> str:
+    """Zuul's message for a requiring ``job`` whose provider's ``build`` ended ``result``."""
     number = artifacts.change_numbers(change.ref).get("change", change.ref)
     return (
-        f"Job {job} requires artifact(s) {', '.join(wanted)} provided by build "
-        f"{build.uuid if build is not None else ''} (triggered by change {number} on project "
-        f'{change.project}), but that build failed with result "{result}"'
+        f"Job {job} requires artifact(s) {', '.join(sorted(wanted))} provided by build "
+        f"{build} (triggered by change {number} on project {change.project}), "
+        f'but that build failed with result "{result}"'
     )
 
 
-def resolve(state: PipelineState, item: QueueItem, job: JobState) -> Requirements:
+def resolve(
+    state: PipelineState, item: QueueItem, job: JobState, records: Records = NO_RECORDS
+) -> Requirements:
     """Whether ``job`` of ``item`` may start as its ``requires`` go, and its artifacts."""
     requires = set(job.info.requires)
     found: list[list[dict[str, Any]]] = []
     if requires:
         for provider in providers(state, item):
-            jobs = provider.buildset.jobs
-            if jobs is None:
-                if provider.result is None:
-                    return Requirements(False)  # not frozen yet: its providers are unknown
-                continue  # ended without jobs (a merge conflict): it provides nothing
-            mine: list[dict[str, Any]] = []
-            for other in jobs.values():
-                if not requires.intersection(other.info.provides):
-                    continue
-                build = other.current
-                if other.succeeded_for_dependents and build is not None:
-                    mine.extend(artifacts.received(build.result_data, provider.change, other.name))
-                elif other.result is not None:
-                    message = failure(job.name, other, build, provider.change)
-                    return Requirements(False, failure=message)
-                else:
-                    return Requirements(False)
+            if isinstance(provider, Change):
+                mine = _recorded(job.name, requires, records.get(provider))
+            else:
+                mine = _live(job.name, requires, provider)
+            if isinstance(mine, Requirements):
+                return mine
             found.append(mine)
     found.reverse()  # Zuul's order: the farthest item's first
     return Requirements(True, artifacts=tuple(artifacts.merged(*found, parents(item, job))))
+
+
+# a provider's artifacts, or why the job cannot start (yet, or ever)
+Found = list[dict[str, Any]] | Requirements
+
+
+def _live(name: str, requires: set[str], provider: QueueItem) -> Found:
+    """What the jobs of a live item that provide ``requires`` give."""
+    jobs = provider.buildset.jobs
+    if jobs is None:
+        if provider.result is None:
+            return Requirements(False)  # not frozen yet: its providers are unknown
+        return []  # ended without jobs (a merge conflict): it provides nothing
+    mine: list[dict[str, Any]] = []
+    for other in jobs.values():
+        wanted = requires.intersection(other.info.provides)
+        if not wanted:
+            continue
+        build = other.current
+        if other.succeeded_for_dependents and build is not None:
+            mine.extend(artifacts.received(build.result_data, provider.change, other.name))
+        elif other.result is not None:
+            uuid = build.uuid if build is not None else ""
+            message = failure(name, wanted, uuid, other.result.value, provider.change)
+            return Requirements(False, failure=message)
+        else:
+            return Requirements(False)
+    return mine
+
+
+def _recorded(name: str, requires: set[str], record: ProvidedRecord | None) -> Found:
+    """What a change's last reported buildset left (no record: it provides nothing)."""
+    if record is None:
+        return []
+    mine: list[dict[str, Any]] = []
+    for build in record.builds:
+        wanted = requires.intersection(build.provides)
+        if not wanted:
+            continue
+        if build.result != Result.SUCCESS.value:
+            message = failure(name, wanted, build.uuid, build.result, record.change)
+            return Requirements(False, failure=message)
+        mine.extend(dict(a) for a in build.artifacts)
+    return mine
 
 
 def parents(item: QueueItem, job: JobState) -> list[dict[str, Any]]:

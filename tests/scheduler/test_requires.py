@@ -20,6 +20,7 @@ from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
+from scheduler.stores.provided import ProvidedBuild, ProvidedRecord
 from scheduler.wire.build_spec import BuildContext, BuildSpecError
 from scheduler.wire.events import Enqueue
 from tests.scheduler.gate_harness import Gate
@@ -189,6 +190,51 @@ def test_another_patchset_of_the_depends_on_change_is_not_waited_for() -> None:
     h, (_a, b) = check_with(change("a", "c2"), change("b", needs=(change("a", "c1"),)))
     builds = h.take_intents().builds
     assert {x.job.name for x in builds if x.item == b.uuid} == {"build-image", "use-image"}
+
+
+class Recorded:
+    """What changes no longer in the pipeline left, by ref (scheduler.stores.provided)."""
+
+    def __init__(self, **records: ProvidedRecord) -> None:
+        self.records = records
+
+    def get(self, change: Change) -> ProvidedRecord | None:
+        return self.records.get(change.ref)
+
+
+def recorded(result: str) -> ProvidedRecord:
+    artifact = {"name": "image", "url": "u", "project": "app", "job": "build-image"}
+    build = ProvidedBuild("build-image", "b-old", result, ("image",), (artifact,))
+    return ProvidedRecord(change("a"), "bs-old", 1000.0, (build,))
+
+
+def check_recorded(record: ProvidedRecord) -> tuple[Harness, QueueItem]:
+    h = Harness(list(JOBS))
+    h.manager.records = Recorded(a=record)
+    h.run(Enqueue(change("b", needs=(change("a"),))))
+    (b,) = h.state.items.values()
+    h.run(h.merge_ok(b))
+    return h, b
+
+
+def test_a_depends_on_change_that_left_gives_what_its_last_buildset_recorded() -> None:
+    h, _b = check_recorded(recorded("SUCCESS"))
+    builds = {x.job.name: x.artifacts for x in h.take_intents().builds}
+    assert builds["use-image"] == (
+        {"name": "image", "url": "u", "project": "app", "job": "build-image"},
+    )
+
+
+def test_a_recorded_failed_provider_fails_the_requirer_with_zuuls_message() -> None:
+    h, b = check_recorded(recorded("FAILURE"))
+    assert [x.job.name for x in h.take_intents().builds] == ["build-image"]
+    assert b.buildset.jobs is not None
+    use = b.buildset.jobs["use-image"]
+    assert use.result is Result.FAILURE and use.current is not None
+    assert use.current.message == (
+        "Job use-image requires artifact(s) image provided by build b-old (triggered by "
+        'change a on project app), but that build failed with result "FAILURE"'
+    )
 
 
 # -- the parents' artifacts (one buildset) --------------------------------------

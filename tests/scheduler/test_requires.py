@@ -15,16 +15,25 @@ import pytest
 from scheduler.config.model import Dependency
 from scheduler.manager import events as ev
 from scheduler.manager import requirements, settling
+from scheduler.manager.base import PipelineManager
+from scheduler.manager.independent import IndependentManager
+from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model import artifacts
 from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
+from scheduler.stores import provided
+from scheduler.stores.ledger import TxnLedger
 from scheduler.stores.provided import ProvidedBuild, ProvidedRecord
 from scheduler.wire.build_spec import BuildContext, BuildSpecError
 from scheduler.wire.events import Enqueue
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient
+from scheduler.zk.event_queue import EventQueue
 from tests.scheduler.gate_harness import Gate
 from tests.scheduler.test_manager_independent import Harness
+from tests.scheduler.world import PIPELINE, TENANT, World
 
 ARTIFACT = {"name": "image", "url": "https://r.example/app:1"}
 IMAGE: dict[str, object] = {"zuul": {"artifacts": [ARTIFACT]}}
@@ -311,3 +320,71 @@ def test_the_build_context_carries_artifacts_and_refuses_malformed_ones() -> Non
     for bad in ("image", [{"name": "image"}], [["name", "url"]], [{"name": None, "url": "u"}]):
         with pytest.raises(BuildSpecError, match="artifacts"):
             BuildContext.from_dict({**base, "artifacts": bad})
+
+
+# -- on ZooKeeper: the record a reported item leaves, read by a later pass ------
+
+
+class ImageLayout:
+    def freeze(self, item: QueueItem, outcome: ev.MergeOutcome) -> FreezeResult:
+        return FreezeResult(JOBS)
+
+
+class ImageManagers:
+    def open(
+        self, client: ZooKeeperClient, tenant: str, pipeline: str
+    ) -> tuple[PipelineManager, TxnLedger]:
+        ledger = TxnLedger(client, tenant)
+        return IndependentManager(PipelineSettings(pipeline), ImageLayout(), ledger), ledger
+
+
+def finish(world: World, results: dict[str, str], data: dict[str, object]) -> None:
+    """Play the executor: end every pending build with its job's result in ``results``."""
+    for request in world.executor.pending():
+        claimed = world.executor.claim(request.uuid, "test-worker")
+        assert claimed is not None
+        outcome = {"result": results[request.job_name], "data": data}
+        assert world.executor.complete(claimed, outcome)
+
+
+def enqueue_change(world: World, ref: str, needs: list[dict[str, str]] | None = None) -> None:
+    change = {"connection": "local", "project": "app", "branch": "main", "ref": ref}
+    change["commit"] = "c1"
+    EventQueue(world.client, paths.pipeline_management_queue(TENANT, PIPELINE)).put(
+        {"type": "enqueue", "change": {**change, "needs": needs or []}}
+    )
+
+
+def test_a_reported_providers_record_fails_a_later_depends_on_requirer(world: World) -> None:
+    world.env.managers = ImageManagers()
+    enqueue_change(world, "a")
+    world.process()
+    world.run(world.merger, {"ok": True})
+    world.process()
+    finish(world, {"build-image": "FAILURE", "use-image": "SUCCESS"}, IMAGE)
+    world.process()
+    assert [i.change.ref for i in world.reports.items] == ["a"]
+    (a,) = world.reports.items
+    assert a.buildset.jobs is not None
+    failed = a.buildset.jobs["build-image"].current
+    assert failed is not None
+    record = provided.ProvidedRecords(world.client, TENANT, PIPELINE).get(a.change)
+    assert record is not None and [b.result for b in record.builds] == ["FAILURE"]
+
+    a_change = {"connection": "local", "project": "app", "branch": "main", "ref": "a"}
+    enqueue_change(world, "b", needs=[{**a_change, "commit": "c1"}])
+    world.process()
+    world.run(world.merger, {"ok": True})
+    world.process()
+    # only build-image runs: use-image failed at once, with Zuul's message
+    assert [r.job_name for r in world.executor.pending()] == ["build-image"]
+    finish(world, {"build-image": "SUCCESS"}, {})
+    world.process()
+    b = world.reports.items[-1]
+    assert b.change.ref == "b" and b.result is Result.FAILURE
+    assert b.buildset.jobs is not None
+    use = b.buildset.jobs["use-image"].current
+    assert use is not None and use.message == (
+        f"Job use-image requires artifact(s) image provided by build {failed.uuid} "
+        '(triggered by change a on project app), but that build failed with result "FAILURE"'
+    )

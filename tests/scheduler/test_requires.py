@@ -15,25 +15,20 @@ import pytest
 from scheduler.config.model import Dependency
 from scheduler.manager import events as ev
 from scheduler.manager import requirements, settling
-from scheduler.manager.base import PipelineManager
-from scheduler.manager.independent import IndependentManager
-from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model import artifacts
 from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
 from scheduler.stores import provided
-from scheduler.stores.ledger import TxnLedger
 from scheduler.stores.provided import ProvidedBuild, ProvidedRecord
 from scheduler.wire.build_spec import BuildContext, BuildSpecError
 from scheduler.wire.events import Enqueue
 from scheduler.zk import paths
-from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
 from tests.scheduler.gate_harness import Gate
 from tests.scheduler.test_manager_independent import Harness
-from tests.scheduler.world import PIPELINE, TENANT, World
+from tests.scheduler.world import PIPELINE, TENANT, Managers, World
 
 ARTIFACT = {"name": "image", "url": "https://r.example/app:1"}
 IMAGE: dict[str, object] = {"zuul": {"artifacts": [ARTIFACT]}}
@@ -325,19 +320,6 @@ def test_the_build_context_carries_artifacts_and_refuses_malformed_ones() -> Non
 # -- on ZooKeeper: the record a reported item leaves, read by a later pass ------
 
 
-class ImageLayout:
-    def freeze(self, item: QueueItem, outcome: ev.MergeOutcome) -> FreezeResult:
-        return FreezeResult(JOBS)
-
-
-class ImageManagers:
-    def open(
-        self, client: ZooKeeperClient, tenant: str, pipeline: str
-    ) -> tuple[PipelineManager, TxnLedger]:
-        ledger = TxnLedger(client, tenant)
-        return IndependentManager(PipelineSettings(pipeline), ImageLayout(), ledger), ledger
-
-
 def finish(world: World, results: dict[str, str], data: dict[str, object]) -> None:
     """Play the executor: end every pending build with its job's result in ``results``."""
     for request in world.executor.pending():
@@ -356,7 +338,7 @@ def enqueue_change(world: World, ref: str, needs: list[dict[str, str]] | None = 
 
 
 def test_a_reported_providers_record_fails_a_later_depends_on_requirer(world: World) -> None:
-    world.env.managers = ImageManagers()
+    world.env.managers = Managers(JOBS)
     enqueue_change(world, "a")
     world.process()
     world.run(world.merger, {"ok": True})

@@ -198,10 +198,14 @@ def parents(item: QueueItem, job: JobState) -> list[dict[str, Any]]:
 
 
 def waiting(item: QueueItem) -> bool:
-    """A job of ``item`` that requires something has not started (it may be waiting)."""
+    """A job of ``item`` that requires something is ready but has not started: it may
+    wait for the providers of other items, which change without an event of its own."""
+    if item.result is not None or not item.active:
+        return False
+    graph = item.buildset.graph
     return any(
-        job.info.requires and job.current is None and job.result is None
-        for job in (item.buildset.jobs or {}).values()
+        job.info.requires and job.current is None and job.result is None and graph.ready(job)
+        for job in graph
     )
 
 

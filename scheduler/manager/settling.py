@@ -13,8 +13,8 @@ the layout (jobs, nodesets, the window's rules) and of nothing else that
 can change without an event, provided the item *waits only for events*
 (:func:`at_rest`: no job waiting for a semaphore slot, for nodes or for
 what other items provide, no report waiting out a back-off, no merge push
-pending). Running it again
-would decide nothing again, so the walk skips it while:
+pending). Running it again would decide nothing again, so the walk skips
+it while:
 
 * the pass did not take the item (``ItemMap.owns``: no event touched it),
 * it was settled under the manager's layout fence (``PipelineState.fence``),

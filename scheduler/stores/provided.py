@@ -12,16 +12,18 @@ job of its last reported buildset that provides something, the build's
 uuid, result, what it provides and the artifacts it returned. The pass that
 removes a reported item writes it (:func:`set_ops`) in the same fenced
 transaction (only the pipeline's lock holder writes under its pipeline); a
-later buildset of the change replaces it. The sweep forgets records older
-than :data:`RETENTION` (:func:`prune`).
+later buildset of the change replaces it; one larger than
+:data:`MAX_RECORD_BYTES` is kept without its artifacts. The sweep forgets
+records older than :data:`RETENTION` (:func:`prune`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -35,6 +37,10 @@ from scheduler.zk.context import Transaction
 from scheduler.zk.errors import DecodeError
 
 RETENTION = 14 * 86400.0
+# a record's largest size (as stored); a larger one is kept without its artifacts
+MAX_RECORD_BYTES = 256 * 1024
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,11 @@ def set_ops(
     """Write ``record`` (replacing the change's last one) in ``txn``."""
     path = paths.provided(tenant, pipeline, record.change.key)
     data = stored.encode(record.to_dict())
+    if len(data) > MAX_RECORD_BYTES:
+        # results matter more than artifacts: keep them, never fail the commit
+        log.warning("%s: artifacts of %s too large to record", path, record.buildset)
+        bare = tuple(replace(b, artifacts=()) for b in record.builds)
+        data = stored.encode(replace(record, builds=bare).to_dict())
     if client.exists(path) is None:
         client.ensure_path(paths.parent(path))
         txn.create(path, data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from scheduler.model.build import JobInfo
@@ -79,3 +80,18 @@ def test_an_unreadable_record_counts_as_none_and_old_ones_are_pruned(zk: ZooKeep
     later = time.time() + provided.RETENTION + 60
     assert provided.prune(zk, now=later) == [f"t/check/{record.change.key}"]
     assert provided.ProvidedRecords(zk, "t", "check").get(record.change) is None
+
+
+def test_a_record_too_large_keeps_its_results_without_artifacts(zk: ZooKeeperClient) -> None:
+    noise = os.urandom(provided.MAX_RECORD_BYTES).hex()  # does not compress
+    data: dict[str, object] = {"zuul": {"artifacts": [{"name": "big", "url": noise}]}}
+    gate = Gate((JobInfo("build-image", provides=("image",)), JobInfo("unit")))
+    gate.enqueue("a")
+    gate.merge_all()
+    gate.run(gate.build_event(gate.item("a"), "build-image", Result.SUCCESS, data))
+    record = provided.record_of(gate.item("a"), time.time())
+    assert record is not None
+    write(zk, record)
+    found = provided.ProvidedRecords(zk, "t", "check").get(record.change)
+    assert found is not None
+    assert [(b.result, b.artifacts) for b in found.builds] == [("SUCCESS", ())]

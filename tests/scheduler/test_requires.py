@@ -20,6 +20,8 @@ from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
+from scheduler.processing.reporters import HistoryReporter
+from scheduler.reporting import Artifact, ItemReport
 from scheduler.stores import provided
 from scheduler.stores.provided import ProvidedBuild, ProvidedRecord
 from scheduler.wire.build_spec import BuildContext, BuildSpecError
@@ -370,3 +372,19 @@ def test_a_reported_providers_record_fails_a_later_depends_on_requirer(world: Wo
         f"Job use-image requires artifact(s) image provided by build {failed.uuid} "
         '(triggered by change a on project app), but that build failed with result "FAILURE"'
     )
+
+
+def test_the_history_records_each_builds_returned_artifacts() -> None:
+    """SQL's sluice_artifacts get what the build returned (Zuul's build artifacts)."""
+    gate, _a, _b = gate_of_two()
+    gate.run(gate.build_event(gate.item("a"), "build-image", Result.SUCCESS, IMAGE))
+    reports: list[ItemReport] = []
+
+    class Recording:
+        def record_item(self, report: ItemReport) -> tuple[str, ...]:
+            reports.append(report)
+            return ()
+
+    HistoryReporter(Recording()).report("t", "gate", gate.item("a"))  # type: ignore[arg-type]
+    ends = {end.build.job: end.artifacts for _, end in reports[0].builds}
+    assert ends == {"build-image": (Artifact("image", "https://r.example/app:1"),), "use-image": ()}

@@ -82,14 +82,18 @@ def providers(state: PipelineState, item: QueueItem) -> Iterator[QueueItem | Cha
     """What ``item``'s jobs wait for, nearest first: items (read only), or a change it
     depends on that has no live item in the pipeline."""
     seen = {item.uuid}
+    # a batch's riders build nothing of their own: its tail (its last member,
+    # the first met walking back) builds for them all, item's own batch in its buildset
+    batch = item.batch
     ahead, steps = item.ahead, 0
     while ahead is not None and ahead not in seen and steps < MAX_AHEAD:
         found = state.items.peek(ahead)
         if found is None:
             break
         seen.add(found.uuid)
-        if not found.dequeued:
+        if not found.dequeued and not (found.batch and found.batch == batch):
             yield found
+        batch = found.batch
         ahead, steps = found.ahead, steps + 1
     for need in _needed(item.change):
         for other in state.items.peek_values():

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.config.model import Dependency
+from scheduler.config.model import BatchConfig, Dependency
 from scheduler.manager import events as ev
 from scheduler.manager import requirements, settling
+from scheduler.manager.settings import PipelineSettings
 from scheduler.model import artifacts
 from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
@@ -29,6 +30,7 @@ from scheduler.wire.events import Enqueue
 from scheduler.zk import paths
 from scheduler.zk.event_queue import EventQueue
 from tests.scheduler.gate_harness import Gate
+from tests.scheduler.test_manager_batches import merge_event as batch_merge
 from tests.scheduler.test_manager_independent import Harness
 from tests.scheduler.world import PIPELINE, TENANT, Managers, World
 
@@ -388,3 +390,20 @@ def test_the_history_records_each_builds_returned_artifacts() -> None:
     HistoryReporter(Recording()).report("t", "gate", gate.item("a"))  # type: ignore[arg-type]
     ends = {end.build.job: end.artifacts for _, end in reports[0].builds}
     assert ends == {"build-image": (Artifact("image", "https://r.example/app:1"),), "use-image": ()}
+
+
+def test_in_batches_the_requirer_waits_for_the_tail_of_the_batch_ahead_only() -> None:
+    """Riders build nothing: the tail of a batch builds for its members."""
+    config = BatchConfig(size=2, max_wait=60.0, max_bisect_depth=1)
+    settings = PipelineSettings("gate", "dependent", batch_for=lambda project, branch: config)
+    gate = Gate(JOBS, settings=settings)
+    gate.enqueue("a", "b", "c", "d")  # batches [a, b] and [c, d]: b and d build
+    merging = [i for i in gate.state.items.values() if i.buildset.merge_request]
+    gate.run(*(batch_merge(gate, i) for i in merging))
+    tails = {b.job.name for b in gate.builds if b.item == gate.item("b").uuid}
+    assert tails == {"build-image", "use-image"}  # nothing ahead of its batch
+    assert {b.job.name for b in gate.builds if b.item == gate.item("d").uuid} == {"build-image"}
+    gate.builds.clear()
+    gate.run(gate.build_event(gate.item("b"), "build-image", Result.SUCCESS, IMAGE))
+    (use,) = [b for b in gate.builds if b.item == gate.item("d").uuid]
+    assert [(a["name"], a["job"]) for a in use.artifacts] == [("image", "build-image")]

@@ -101,6 +101,8 @@ def providers(state: PipelineState, item: QueueItem) -> Iterator[QueueItem | Cha
                 continue
             if need.commit and other.change.commit != need.commit:
                 continue  # another patchset of the change: not what this one is tested with
+            if any(n.key == item.change.key for n in other.change.needs):
+                break  # a cycle: each needs the other, neither waits for the other's
             if other.uuid not in seen:
                 seen.add(other.uuid)
                 yield other

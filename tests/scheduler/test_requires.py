@@ -407,3 +407,17 @@ def test_in_batches_the_requirer_waits_for_the_tail_of_the_batch_ahead_only() ->
     gate.run(gate.build_event(gate.item("b"), "build-image", Result.SUCCESS, IMAGE))
     (use,) = [b for b in gate.builds if b.item == gate.item("d").uuid]
     assert [(a["name"], a["job"]) for a in use.artifacts] == [("image", "build-image")]
+
+
+def test_changes_in_a_cycle_do_not_wait_for_each_other() -> None:
+    """Each needs the other: a job providing and requiring "image" in both never deadlocks."""
+    jobs = (JobInfo("build-image", provides=("image",), requires=("image",)),)
+    a = change("a", needs=(change("b"),))
+    b = change("b", needs=(change("a"),))
+    h = Harness(list(jobs))
+    for c in (a, b):
+        h.run(Enqueue(c))
+    items = list(h.state.items.values())
+    h.take_intents()
+    h.run(*(h.merge_ok(i) for i in items))
+    assert sorted(x.item for x in h.take_intents().builds) == sorted(i.uuid for i in items)

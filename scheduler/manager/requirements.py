@@ -21,6 +21,10 @@ provider there fails the job the same way, a successful one gives its
 artifacts; a change without a record (never tested here; a merged change
 is not among the needs at all) provides nothing and is not waited for.
 
+Of a batch ahead only its tail counts (it builds for its riders), never
+the item's own batch (its tail builds for it); changes that need each
+other (a cycle) never wait for each other's providers.
+
 The job then receives in ``zuul.artifacts`` the artifacts those providers
 returned (farthest item first), followed by those its parents within its
 own buildset returned (its dependencies, in the order of the job graph),
@@ -210,7 +214,8 @@ def waiting(item: QueueItem) -> bool:
         return False
     graph = item.buildset.graph
     return any(
-        job.info.requires and job.current is None and job.result is None and graph.ready(job)
+        job.info.requires
+        and (job.needs_retry or (job.current is None and job.result is None and graph.ready(job)))
         for job in graph
     )
 

@@ -421,3 +421,15 @@ def test_changes_in_a_cycle_do_not_wait_for_each_other() -> None:
     h.take_intents()
     h.run(*(h.merge_ok(i) for i in items))
     assert sorted(x.item for x in h.take_intents().builds) == sorted(i.uuid for i in items)
+
+
+def test_a_voting_provider_failing_ahead_moves_the_item_behind_instead() -> None:
+    """The walk moves b off the failing a and resets it: nothing is required of a any more."""
+    gate, _a, _b = gate_of_two()
+    gate.builds.clear()
+    gate.run(gate.build_event(gate.item("a"), "build-image", Result.FAILURE))
+    b = gate.item("b")
+    assert b.ahead is None and b.buildset.jobs is None  # reset: merged again on the tip
+    assert b.result is None  # its requirer was not failed by a's provider
+    gate.merge_all()
+    assert started(gate.builds, gate.item("b")) == {"build-image": (), "use-image": ()}

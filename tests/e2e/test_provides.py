@@ -6,6 +6,11 @@ which ``requires: image``: it waits for c1's ``build-image`` and its
 playbook finds c1's artifact in ``zuul.artifacts``. A provider that failed
 fails the requirer with Zuul's message; a provider whose change merged
 already is not waited for.
+
+And in check through a fake GitHub: a pull request that Depends-On one
+checked earlier (no longer in the pipeline) gets its image from what that
+change's last buildset left, or fails with Zuul's message if its provider
+failed.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ import pytest
 
 from tests.e2e.system import TENANT_YAML, SluiceSystem
 from tests.e2e.test_gate import change, gate_config
+from tests.fixtures.fake_github import Pull
+from tests.fixtures.waiting import wait_until
+from tests.web.test_github_journey import CONFIG as GITHUB_CONFIG
+from tests.web.test_github_journey import final, forge_system
 
 APP = {
     ".zuul.yaml": """
@@ -135,3 +144,69 @@ def test_a_failed_provider_fails_the_requirer_and_a_merged_one_is_not_required(
     builds = builds_of(gate)
     assert builds["c3", "use-image"]["result"] == "SUCCESS"
     assert received(builds["c3", "use-image"]) == []
+
+
+# -- Depends-On in check, through a fake GitHub ---------------------------------
+
+FORGE_JOBS = {
+    "zuul.d/provides.yaml": """
+        - job:
+            name: build-image
+            run: ci/build-image.sh
+            provides: image
+        - job:
+            name: use-image
+            run: ci/use-image.yaml
+            requires: image
+        - project:
+            name: org/app
+            check:
+              jobs: [build-image, use-image]
+        """,
+    "ci/build-image.sh": APP["ci/build-image.sh"],
+    "ci/use-image.yaml": APP["ci/use-image.yaml"],
+}
+
+
+def test_a_depends_on_change_checked_earlier_gives_its_image_or_its_failure(
+    system: SluiceSystem,
+) -> None:
+    """Zuul's speculative images in check: the dependency left the pipeline, its record counts."""
+    with forge_system(system, {**GITHUB_CONFIG, **FORGE_JOBS}) as (forge, _web):
+        base = system.repos.git("org/app", "rev-parse", "main")
+        system.repos.commit("org/app", "one", {"src/one.py": "1\n"}, base=base)
+        system.repos.commit("org/app", "broken", {"FAIL_IMAGE": "x\n"}, base=base)
+        for branch in ("two", "three"):
+            system.repos.commit("org/app", branch, {f"src/{branch}.py": "2\n"}, base=base)
+        system.repos.git("org/app", "checkout", "-q", "--detach")
+        one = forge.open_pull("org/app", "one", "One")
+        broken = forge.open_pull("org/app", "broken", "Broken")
+        wait_until(lambda: final(forge, one) and final(forge, broken), 120, "checks", 0.5)
+        assert (final(forge, one), final(forge, broken)) == (["success"], ["failure"])
+
+        two = forge.open_pull("org/app", "two", "Two", body=f"Depends-On: {url(one)}\n")
+        three = forge.open_pull("org/app", "three", "Three", body=f"Depends-On: {url(broken)}\n")
+        wait_until(lambda: final(forge, two) and final(forge, three), 120, "checks", 0.5)
+        system.sluice("wait", "--idle", "--timeout", "60")
+        assert (final(forge, two), final(forge, three)) == (["success"], ["failure"])
+        builds = builds_of(system)
+        # two (#3) got one's (#1) image, as one's last buildset left it
+        (image,) = received(builds["refs/pull/3/head", "use-image"])
+        assert (image["url"], image["change"], image["job"]) == (
+            "registry.example/app:refs/pull/1/head",
+            "1",
+            "build-image",
+        )
+        # three (#4) failed at once: broken's (#2) provider failed
+        failed = builds["refs/pull/2/head", "build-image"]
+        requirer = builds["refs/pull/4/head", "use-image"]
+        assert requirer["result"] == "FAILURE"
+        assert requirer["error_detail"] == (
+            f"Job use-image requires artifact(s) image provided by build {failed['uuid']} "
+            "(triggered by change 2 on project org/app), but that build failed with result "
+            '"FAILURE"'
+        )
+
+
+def url(pull: Pull) -> str:
+    return f"https://github.com/{pull.project}/pull/{pull.number}"

@@ -29,21 +29,29 @@ from tests.fixtures.waiting import wait_until
 from tests.web.test_github_journey import CONFIG as GITHUB_CONFIG
 from tests.web.test_github_journey import final, forge_system
 
-APP = {
-    ".zuul.yaml": """
+
+def image_jobs(pipeline: str, provider_option: str = "", project: str = "") -> str:
+    """build-image provides "image", use-image requires it, both in ``pipeline``."""
+    name = f"name: {project}\n            " if project else ""
+    return f"""
         - job:
             name: build-image
             run: ci/build-image.sh
             provides: image
-            voting: false
+            {provider_option}
         - job:
             name: use-image
             run: ci/use-image.yaml
             requires: [image]
         - project:
-            gate:
+            {name}{pipeline}:
               jobs: [build-image, use-image]
-        """,
+        """
+
+
+APP = {
+    # the provider does not vote: a change whose image fails still merges
+    ".zuul.yaml": image_jobs("gate", "voting: false"),
     # returns its image as an artifact; a change with FAIL_IMAGE breaks it
     "ci/build-image.sh": (
         "#!/bin/sh\n"
@@ -149,20 +157,7 @@ def test_a_failed_provider_fails_the_requirer_and_a_merged_one_is_not_required(
 # -- Depends-On in check, through a fake GitHub ---------------------------------
 
 FORGE_JOBS = {
-    "zuul.d/provides.yaml": """
-        - job:
-            name: build-image
-            run: ci/build-image.sh
-            provides: image
-        - job:
-            name: use-image
-            run: ci/use-image.yaml
-            requires: image
-        - project:
-            name: org/app
-            check:
-              jobs: [build-image, use-image]
-        """,
+    "zuul.d/provides.yaml": image_jobs("check", project="org/app"),
     "ci/build-image.sh": APP["ci/build-image.sh"],
     "ci/use-image.yaml": APP["ci/use-image.yaml"],
 }

@@ -46,7 +46,7 @@ from scheduler.nudge import dispatch, task_labels, task_names
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings.sections import Settings
 from scheduler.state.store import PipelineStore
-from scheduler.stores import deliveries, inventory, parked
+from scheduler.stores import deliveries, inventory, parked, provided
 from scheduler.stores.job_requests import JobRequest, JobRequestQueue
 from scheduler.stores.nodes import NodeStore
 from scheduler.stores.semaphores import SemaphoreNode
@@ -451,6 +451,7 @@ def scheduler_steps(client: ZooKeeperClient, settings: Settings) -> list[SweepSt
         SweepStep("deferred-deliveries", lambda: renudge_deferred(client, nudge_connection)),
         SweepStep("set-aside-deliveries", lambda: deliveries.prune_set_aside(client)),
         SweepStep("parked-changes", lambda: parked.prune(client, inventory.tenants(client))),
+        SweepStep("provided-records", lambda: provided.prune(client)),
         SweepStep("event-data", lambda: orphaned_event_data(client)),
     ]
 

@@ -21,7 +21,7 @@ How each attribute combines (Zuul's defaults):
   nodeset, files, irrelevant-files, dependencies;
 * deep merge: vars;
 * union in order, without duplicates: required-projects (by name, the
-  later entry wins), semaphores, tags, failure-output;
+  later entry wins), semaphores, tags, failure-output, provides, requires;
 * nesting: pre-run is appended (parent's first), post-run prepended
   (child's first);
 * ``abstract``: once set by a variant of a job it stays set for that job,
@@ -130,6 +130,9 @@ class FrozenJob:
     schema: int = FROZEN_SCHEMA
     # regexes searched in the output lines of its run steps (Zuul's failure-output)
     failure_output: tuple[str, ...] = ()
+    # Zuul's provides and requires (names shared with jobs of other changes)
+    provides: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The plain form: JSON-ready, keys named as in the configuration (``pre-run``)."""
@@ -174,6 +177,8 @@ class FrozenJob:
             allowed_projects=_optional_tuple(get("allowed-projects")),
             schema=get("schema", FROZEN_SCHEMA),
             failure_output=tuple(get("failure-output", ())),
+            provides=tuple(get("provides", ())),
+            requires=tuple(get("requires", ())),
         )
 
     def projects_used(self) -> tuple[str, ...]:
@@ -331,7 +336,7 @@ class _Builder:
             merged = {p.name: p for p in old or ()}
             merged.update({p.name: p for p in value})
             self.values[key] = tuple(merged.values())
-        elif key in ("semaphores", "tags", "failure-output"):
+        elif key in ("semaphores", "tags", "failure-output", "provides", "requires"):
             self.values[key] = tuple(dict.fromkeys((*(old or ()), *value)))
         elif key == "post-review":
             self.values[key] = bool(old) or bool(value)
@@ -454,6 +459,8 @@ def _frozen(
         post_review=v.get("post-review", False),
         allowed_projects=v.get("allowed-projects"),
         failure_output=v.get("failure-output", ()),
+        provides=v.get("provides", ()),
+        requires=v.get("requires", ()),
     )
 
 

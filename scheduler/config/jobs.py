@@ -14,6 +14,7 @@ from scheduler.config.model import (
     SourceContext,
 )
 from scheduler.config.schema import (
+    MAX_NAME,
     Fields,
     Where,
     check_name,
@@ -48,6 +49,9 @@ VARIANT_KEYS = frozenset(
         "zone",
         # regexes searched in the run steps' output: a match pre-fails the build
         "failure-output",
+        # Zuul's: names shared with the jobs of other changes (artifacts)
+        "provides",
+        "requires",
     }
 )
 # An executor zone becomes a Celery queue name (executor.<zone>) and a znode name.
@@ -178,6 +182,25 @@ def _read_collections(fields: Fields, attrs: dict[str, Any]) -> None:
     tags = fields.string_list("tags")
     if tags is not None:
         attrs["tags"] = tags
+    for key in ("provides", "requires"):
+        names = _resource_names(fields, key)
+        if names is not None:
+            attrs[key] = names
+
+
+def _resource_names(fields: Fields, key: str) -> tuple[str, ...] | None:
+    """``provides``/``requires``: free-form names (Zuul's), each a line of text."""
+    names = fields.string_list(key)
+    if names is None:
+        return None
+    for name in names:
+        if not name.strip():
+            raise fields.error(key, "a name must not be empty")
+        if len(name) > MAX_NAME:
+            raise fields.error(key, f"a name is longer than {MAX_NAME} characters")
+        if any(not c.isprintable() for c in name):
+            raise fields.error(key, f"{name[:40]!r} holds a control character")
+    return tuple(dict.fromkeys(names))
 
 
 def _read_scalars(fields: Fields, attrs: dict[str, Any]) -> None:

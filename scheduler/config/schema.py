@@ -31,8 +31,6 @@ ZUUL_ONLY_KEYS = frozenset(
         "roles",
         "override-checkout",
         "ansible-version",
-        "provides",
-        "requires",
         "host-vars",
         "group-vars",
         "extra-vars",

@@ -80,6 +80,8 @@ def job_info(job: FrozenJob, graph: JobGraph) -> JobInfo:
         zone=job.zone,
         spec=job.to_dict(),
         projects=job.projects_used(),
+        provides=job.provides,
+        requires=job.requires,
     )
 
 

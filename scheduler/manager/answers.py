@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from scheduler.manager import events as ev
+from scheduler.manager import requirements
 from scheduler.manager.intents import BuildIntent, Intents, NodeIntent
 from scheduler.manager.settings import FreezeResult, LayoutProvider, PipelineSettings
 from scheduler.model import reasons
@@ -41,6 +42,9 @@ class Answered(Protocol):
 
     @property
     def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def records(self) -> requirements.Records: ...
 
     def dequeue(
         self, state: PipelineState, item: QueueItem, why: str, report: bool, kind: str = ...
@@ -213,8 +217,9 @@ def nodes_answered(manager: Answered, state: PipelineState, event: ev.NodesAnswe
             named["groups"] = list(groups[name])
         build.nodes.append(named)
     parent_data = item.buildset.graph.parent_data(job)
+    found = requirements.resolve(state, item, job, manager.records)  # met: nodes were asked
     manager.intents.builds.append(
-        BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data)
+        BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data, found.artifacts)
     )
 
 

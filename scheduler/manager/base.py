@@ -44,9 +44,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 from scheduler.config.model import NOOP_JOB
-from scheduler.manager import answers, settling, verdicts
+from scheduler.manager import answers, requirements, settling, verdicts
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
 from scheduler.manager.settings import (
@@ -114,6 +115,8 @@ class PipelineManager:
         self.clock = clock
         self.make_uuid = make_uuid
         self.intents = Intents()
+        # what changes that left the pipeline provided (set by the processing layer)
+        self.records: requirements.Records = requirements.NO_RECORDS
         # what the pass counts for the metrics (committed with the pass's writes)
         self.tally = PassTally()
 
@@ -342,7 +345,7 @@ class PipelineManager:
             message = "\n".join(buildset.config_errors)
             self.set_result(item, Result.CONFIG_ERROR, message, kind=reasons.CONFIG_ERROR)
         else:
-            self._run_jobs(item)
+            self._run_jobs(state, item)
 
     def _request_merge(self, state: PipelineState, item: QueueItem) -> None:
         request = self.make_uuid()
@@ -354,7 +357,7 @@ class PipelineManager:
             MergeIntent(item.uuid, item.buildset.uuid, request, changes, required)
         )
 
-    def _run_jobs(self, item: QueueItem) -> None:
+    def _run_jobs(self, state: PipelineState, item: QueueItem) -> None:
         if self._fail_fast(item):
             return
         graph = item.buildset.graph
@@ -365,7 +368,11 @@ class PipelineManager:
             if job.current is None and graph.blocked_by_failure(job):
                 job.skipped = Result.SKIPPED
             elif start and (job.needs_retry or (job.current is None and graph.ready(job))):
-                self._start_build(item, job)
+                found = requirements.resolve(state, item, job, self.records)
+                if found.failure:
+                    requirements.fail(job, self.make_uuid(), found.failure, self.clock())
+                elif found.ready:
+                    self._start_build(item, job, found.artifacts)
         for job in graph.to_resume():
             assert job.current is not None
             job.current.resume_requested = True
@@ -406,7 +413,9 @@ class PipelineManager:
             job.name for job in item.buildset.graph if job.info.voting and job.result not in PASSED
         )
 
-    def _start_build(self, item: QueueItem, job: JobState) -> None:
+    def _start_build(
+        self, item: QueueItem, job: JobState, artifacts: tuple[dict[str, Any], ...] = ()
+    ) -> None:
         holder = self._semaphore_holder(item, job)
         taken: list[str] = []
         for name in job.info.semaphores:
@@ -434,7 +443,7 @@ class PipelineManager:
             return
         parent_data = item.buildset.graph.parent_data(job)
         self.intents.builds.append(
-            BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data)
+            BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data, artifacts)
         )
 
     def _semaphore_holder(self, item: QueueItem, job: JobState) -> str:

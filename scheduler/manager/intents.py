@@ -34,6 +34,8 @@ class BuildIntent:
     build: Build
     job: JobInfo
     parent_data: dict[str, Any]
+    # what the job finds in zuul.artifacts (scheduler.manager.requirements)
+    artifacts: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ out equal to what it went in as. The step is a function of the item, its
 place in the queue (the item it is tested on, whether it is in the window),
 the layout (jobs, nodesets, the window's rules) and of nothing else that
 can change without an event, provided the item *waits only for events*
-(:func:`at_rest`: no job waiting for a semaphore slot or for nodes, no
-report waiting out a back-off, no merge push pending). Running it again
-would decide nothing again, so the walk skips it while:
+(:func:`at_rest`: no job waiting for a semaphore slot, for nodes or for
+what other items provide, no report waiting out a back-off, no merge push
+pending). Running it again would decide nothing again, so the walk skips
+it while:
 
 * the pass did not take the item (``ItemMap.owns``: no event touched it),
 * it was settled under the manager's layout fence (``PipelineState.fence``),
@@ -37,6 +38,7 @@ import os
 from collections.abc import Callable
 from typing import Protocol
 
+from scheduler.manager import requirements
 from scheduler.manager.intents import Intents
 from scheduler.model.item import MergeState, PipelineState, PushState, QueueItem, Settled
 from scheduler.model.results import Result
@@ -73,6 +75,13 @@ def at_rest(item: QueueItem) -> bool:
         return False  # its push request is looked for on every pass
     if item.batch and not _batch_at_rest(item):
         return False
+    if requirements.waiting(item):
+        return False  # what it requires is provided by other items' jobs
+    return _jobs_at_rest(item)
+
+
+def _jobs_at_rest(item: QueueItem) -> bool:
+    """No job of ``item`` waits for a semaphore slot or for nodes."""
     for job in (item.buildset.jobs or {}).values():
         if job.waiting_for_semaphore is not None:
             return False  # another pipeline may free a slot

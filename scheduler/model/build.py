@@ -60,6 +60,10 @@ class JobInfo:
     # projects the build needs in its repo state: its required projects and the
     # projects holding its steps
     projects: tuple[str, ...] = ()
+    # Zuul's provides and requires: names shared with jobs of other changes
+    # (scheduler.manager.requirements)
+    provides: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +75,8 @@ class JobInfo:
             "zone": self.zone,
             "spec": dict(self.spec),
             "projects": list(self.projects),
+            **({"provides": list(self.provides)} if self.provides else {}),
+            **({"requires": list(self.requires)} if self.requires else {}),
         }
 
     @classmethod
@@ -87,6 +93,8 @@ class JobInfo:
             zone=str(data.get("zone", "")),
             spec=dict(data.get("spec", {})),
             projects=tuple(str(p) for p in data.get("projects", ())),
+            provides=tuple(str(p) for p in data.get("provides", ())),
+            requires=tuple(str(r) for r in data.get("requires", ())),
         )
 
 

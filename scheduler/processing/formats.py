@@ -257,6 +257,7 @@ class WireFormats:
                 connections=connections,
                 node_request=intent.build.node_request if intent.build.nodes else "",
                 nodes=tuple(dict(n) for n in intent.build.nodes),
+                artifacts=intent.artifacts,
             )
             params = request_params(intent.job.spec, context)
         except BuildSpecError as exc:

@@ -44,7 +44,7 @@ from scheduler.processing.decoding import EventDecoder, PushOutcome, push_reques
 from scheduler.processing.environment import Environment, NewRequest
 from scheduler.state import codec
 from scheduler.state.store import PipelineStore
-from scheduler.stores import pipeline_stats, timings
+from scheduler.stores import pipeline_stats, provided, timings
 from scheduler.stores.event_state import decode_event_state
 from scheduler.stores.job_requests import JobRequestQueue
 from scheduler.stores.ledger import TxnLedger
@@ -143,6 +143,7 @@ class PipelinePass:
         look = self.look()
         events = self.read_events(look)
         manager, ledger = self.env.managers.open(self.env.client, self.tenant, self.pipeline)
+        manager.records = provided.ProvidedRecords(self.env.client, self.tenant, self.pipeline)
         if self.quiet(events, ledger, look):
             return False  # no event, and the state is as this process left it at rest
         quiet.forget(self.env.client, self.tenant, self.pipeline)  # until this pass ends
@@ -350,13 +351,23 @@ class PipelinePass:
         if not reports:
             return []
         landed = self._report(manager, state, reports)
-        manager.finish_reported(state, landed)
         counted = Transaction(self.env.client)  # the items that left, and the resets it made
+        self._record_provided(state, landed, counted)
+        manager.finish_reported(state, landed)
         pipeline_stats.add_ops(
             self.env.client, self.tenant, self.pipeline, manager.tally.take(), counted
         )
         store.write(self.held.context, tree, state, extra=counted)
         return landed
+
+    def _record_provided(self, state: PipelineState, landed: list[str], txn: Transaction) -> None:
+        """What the providing jobs of the items leaving left, for Depends-On changes later."""
+        now = time.time()
+        for item_uuid in landed:
+            item = state.items.peek(item_uuid)
+            record = provided.record_of(item, now) if item is not None else None
+            if record is not None:
+                provided.set_ops(self.env.client, self.tenant, self.pipeline, record, txn)
 
     def measure(self) -> None:
         """How long the events this pass applied waited (for the metrics)."""

@@ -14,10 +14,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from scheduler.errors import SluiceError
+from scheduler.model import artifacts
 from scheduler.model.build import Build, JobState
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
 from scheduler.reporting import (
+    Artifact,
     BuildEnd,
     BuildInfo,
     BuildsetEnd,
@@ -119,5 +121,9 @@ class HistoryReporter:
             log_url=build.log_path,
             error_detail=build.message,
             result_data=build.result_data,
+            artifacts=tuple(
+                Artifact(a["name"], a["url"], a.get("metadata", {}))
+                for a in artifacts.returned(build.result_data)
+            ),
         )
         return start, end

@@ -77,7 +77,8 @@ class BuildContext:
     (a trusted step runs from it, never from the merge).
 
     ``parent_data`` is the result data of the jobs this one depends on,
-    already merged by the scheduler.
+    already merged by the scheduler; ``artifacts`` what the job finds in
+    ``zuul.artifacts`` (:mod:`scheduler.manager.requirements`).
 
     ``merge_request`` (the uuid of the item's merge request in the merger
     queue) and ``connections`` (``{project: connection}``) let an executor
@@ -103,6 +104,8 @@ class BuildContext:
     connections: Mapping[str, str] = field(default_factory=dict)
     node_request: str = ""
     nodes: tuple[Mapping[str, Any], ...] = ()
+    # Zuul's zuul.artifacts: {name, url, project, change, patchset, job, metadata}
+    artifacts: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -124,6 +127,7 @@ class BuildContext:
             "connections": dict(self.connections),
             "node_request": self.node_request,
             "nodes": [_plain(n) for n in self.nodes],
+            "artifacts": [_plain(a) for a in self.artifacts],
         }
         data.update({key: value for key, value in optional.items() if value})
         return data
@@ -146,6 +150,7 @@ class BuildContext:
             connections=reader.text_map("connections"),
             node_request=reader.text("node_request", ""),
             nodes=reader.nodes(),
+            artifacts=reader.artifacts(),
         )
 
 
@@ -268,6 +273,15 @@ class _Reader:
             raise self.error("nodes", "a list of {name, id, label, host, connection} objects")
         return tuple(dict(n) for n in value)
 
+    def artifacts(self) -> tuple[Mapping[str, Any], ...]:
+        value = self.data.get("artifacts", [])
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(a, Mapping) and all(isinstance(a.get(k), str) for k in ("name", "url"))
+            for a in value
+        ):
+            raise self.error("artifacts", "a list of {name, url, ...} objects")
+        return tuple(dict(a) for a in value)
+
 
 def _plain(value: Any) -> Any:
     """A deep copy of JSON data with mappings and sequences made dicts and lists."""
@@ -300,6 +314,10 @@ def _validate(context: BuildContext) -> None:
         json.dumps(context.parent_data)
     except (TypeError, ValueError) as exc:
         raise BuildSpecError(f"build spec: parent_data is not JSON: {exc}") from None
+    try:
+        json.dumps(context.artifacts)
+    except (TypeError, ValueError) as exc:
+        raise BuildSpecError(f"build spec: artifacts are not JSON: {exc}") from None
 
 
 def _check_project_name(name: str) -> None:

@@ -184,6 +184,15 @@ def pipeline_stats(tenant: str, pipeline: str) -> str:
     return join(pipeline_stats_root(), *_s(tenant, pipeline))
 
 
+def provided_root() -> str:
+    """What changes' providing jobs left, per pipeline (``scheduler/stores/provided.py``)."""
+    return "/provided"
+
+
+def provided(tenant: str, pipeline: str, change_key: str) -> str:
+    return join(provided_root(), *_s(tenant, pipeline, change_key))
+
+
 def timings_root() -> str:
     """Histograms of durations observed by many processes (``scheduler/stores/timings.py``)."""
     return "/stats/timings"

@@ -499,3 +499,12 @@ def test_zuul_change_and_patchset_come_from_the_ref(
     assert {k: found[k] for k in ("change", "patchset") if k in found} == change
     assert found["projects"]["org/project"]["checkout"] == "main"
     assert found["executor"]["src_root"] == str(layout.src_dir)
+
+
+def test_zuul_artifacts_are_the_ones_the_scheduler_gave(repo: Repo, tmp_path: Path) -> None:
+    spec = make_spec(repo, repo.commit())
+    layout = BuildLayout.for_build(tmp_path, spec.context.build_uuid)
+    assert "artifacts" not in zuul_vars(spec, layout, {})
+    given = ({"name": "image", "url": "https://r.example/app:1", "project": "org/project"},)
+    spec = replace(spec, context=replace(spec.context, artifacts=given))
+    assert zuul_vars(spec, layout, {})["artifacts"] == list(given)

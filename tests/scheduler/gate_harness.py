@@ -173,11 +173,15 @@ class Gate:
     def finish(self, ref: str, job: str = "unit", result: Result = Result.SUCCESS) -> None:
         self.run(self.build_event(self.item(ref), job, result))
 
-    def build_event(self, item: QueueItem, job: str, result: Result) -> ev.BuildCompleted:
+    def build_event(
+        self, item: QueueItem, job: str, result: Result, data: dict[str, object] | None = None
+    ) -> ev.BuildCompleted:
         assert item.buildset.jobs is not None
         build = item.buildset.jobs[job].current
         assert build is not None
-        return ev.BuildCompleted(build.uuid, item.uuid, item.buildset.uuid, job, result)
+        return ev.BuildCompleted(
+            build.uuid, item.uuid, item.buildset.uuid, job, result, result_data=data or {}
+        )
 
     # -- looking ------------------------------------------------------------------
 

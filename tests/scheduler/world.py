@@ -32,16 +32,24 @@ JOBS = (JobInfo("lint"), JobInfo("unit", dependencies=(Dependency("lint"),)))
 
 
 class Layout:
+    def __init__(self, jobs: Sequence[JobInfo] = JOBS) -> None:
+        self.jobs = tuple(jobs)
+
     def freeze(self, item: QueueItem, outcome: ev.MergeOutcome) -> FreezeResult:
-        return FreezeResult(JOBS)
+        return FreezeResult(self.jobs)
 
 
 class Managers:
+    """Independent managers whose items all run ``jobs``."""
+
+    def __init__(self, jobs: Sequence[JobInfo] = JOBS) -> None:
+        self.jobs = tuple(jobs)
+
     def open(
         self, client: ZooKeeperClient, tenant: str, pipeline: str
     ) -> tuple[PipelineManager, TxnLedger]:
         ledger = TxnLedger(client, tenant)
-        return IndependentManager(PipelineSettings(pipeline), Layout(), ledger), ledger
+        return IndependentManager(PipelineSettings(pipeline), Layout(self.jobs), ledger), ledger
 
 
 class Formats:

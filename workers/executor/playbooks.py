@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import stat
 import sys
@@ -46,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from scheduler.model.artifacts import change_numbers
 from scheduler.wire.build_spec import BuildSpec
 from workers.executor.environment import DEFAULT_RESULT_DATA_LIMIT, job_vars
 from workers.executor.errors import WorkspaceError
@@ -58,13 +58,6 @@ CALLBACK_DIR = PLUGINS_DIR / "callback"
 CALLBACK_NAME = "sluice_log"
 # ansible-playbook's exit code when a host could not be reached
 UNREACHABLE_EXIT = 4
-
-# Gerrit, GitHub and GitLab refs of a change: (change, patchset or None)
-_CHANGE_REFS = (
-    re.compile(r"refs/changes/\d+/(?P<change>\d+)/(?P<patchset>\d+)"),
-    re.compile(r"refs/pull/(?P<change>\d+)/(?:head|merge)"),
-    re.compile(r"refs/merge-requests/(?P<change>\d+)/(?:head|merge)"),
-)
 
 
 def is_playbook(path: str) -> bool:
@@ -110,11 +103,9 @@ def zuul_vars(spec: BuildSpec, layout: BuildLayout, chosen: Mapping[str, str]) -
             "inventory_file": str(inventory_file(layout)),
         },
     }
-    for pattern in _CHANGE_REFS:
-        match = pattern.fullmatch(context.ref)
-        if match is not None:
-            found.update({k: v for k, v in match.groupdict().items() if v is not None})
-            break
+    found.update(change_numbers(context.ref))
+    if context.artifacts:
+        found["artifacts"] = [dict(a) for a in context.artifacts]
     if job.timeout is not None:
         found["timeout"] = job.timeout
     if job.post_timeout is not None:

@@ -211,7 +211,9 @@ def builds(call: Call) -> Any:
 def build(call: Call) -> Any:
     """One build attempt (a running one too)."""
     ctx, tenant = tenant_of(call)
-    return shapes.build(build_row(ctx, tenant, call["uuid"]), ctx.settings.web.url)
+    found = shapes.build(build_row(ctx, tenant, call["uuid"]), ctx.settings.web.url)
+    found["artifacts"] = queries.build_artifacts(ctx.engine, tenant, call["uuid"])
+    return found
 
 
 def build_row(ctx: WebContext, tenant: str, uuid: str) -> Any:

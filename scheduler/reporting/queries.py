@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from scheduler.model.results import RETRYABLE, Result
 from scheduler.reporting.database import read_only_options
 from scheduler.reporting.errors import ReportingError
-from scheduler.reporting.models import BuildRow, BuildsetRow
+from scheduler.reporting.models import ArtifactRow, BuildRow, BuildsetRow
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 
@@ -211,6 +211,22 @@ def list_builds(
     }
     stmt = _page(_builds(filters).order_by(BuildRow.id.desc()), limit, offset)
     return _build_dicts(engine, stmt)
+
+
+def build_artifacts(engine: Engine, tenant: str, uuid: str) -> list[dict[str, Any]]:
+    """The artifacts a build returned (``zuul_return``), Zuul's ``{name, url, metadata}``,
+    by name; every attempt's of that uuid (one, in practice)."""
+    stmt = (
+        select(ArtifactRow)
+        .join(BuildRow, ArtifactRow.build_id == BuildRow.id)
+        .where(BuildRow.tenant == tenant, BuildRow.uuid == uuid)
+        .order_by(ArtifactRow.name)
+    )
+    with _reading(engine) as session:
+        return [
+            {"name": row.name, "url": row.url, "metadata": row.meta}
+            for row in session.scalars(stmt)
+        ]
 
 
 def _builds(filters: Mapping[Any, object]) -> Select[tuple[BuildRow, str, Any]]:

@@ -22,7 +22,8 @@ from scheduler.reporting import (
     list_builds,
     list_buildsets,
 )
-from scheduler.reporting.queries import build_times
+from scheduler.reporting.queries import build_artifacts, build_times
+from scheduler.reporting.records import Artifact
 from tests.reporting.factories import at, build, buildset
 
 # The CLI contract of issue 7: these keys at least, with these JSON types.
@@ -225,3 +226,20 @@ def test_estimates_for_many_jobs_in_one_query(engine: Engine) -> None:
     }
     assert estimate_durations(engine, tenant="acme", jobs=[]) == {}
     assert estimate_durations(engine, tenant="acme", jobs=jobs, branch="stable") == {}
+
+
+def test_a_builds_artifacts_by_name_in_zuuls_shape(engine: Engine) -> None:
+    reporter, bs = SqlReporter(engine), buildset("bs-a")
+    b = build("bs-a-image", "build-image")
+    reporter.record_buildset_start(BuildsetStart(bs, start_time=at(0)))
+    reporter.record_build_start(BuildStart(bs, b, start_time=at(1)))
+    shipped = (
+        Artifact("image", "https://r.example/app:1", {"type": "container_image"}),
+        Artifact("docs", "https://logs.example/docs/"),
+    )
+    reporter.record_build_end(BuildEnd(bs, b, Result.SUCCESS, end_time=at(5), artifacts=shipped))
+    assert build_artifacts(engine, "acme", "bs-a-image") == [
+        {"name": "docs", "url": "https://logs.example/docs/", "metadata": {}},
+        {"name": "image", "url": "https://r.example/app:1", "metadata": {"type": "container_image"}},
+    ]
+    assert build_artifacts(engine, "other", "bs-a-image") == []  # another tenant's

@@ -233,13 +233,14 @@ def test_a_builds_artifacts_by_name_in_zuuls_shape(engine: Engine) -> None:
     b = build("bs-a-image", "build-image")
     reporter.record_buildset_start(BuildsetStart(bs, start_time=at(0)))
     reporter.record_build_start(BuildStart(bs, b, start_time=at(1)))
+    image = {"type": "container_image"}
     shipped = (
-        Artifact("image", "https://r.example/app:1", {"type": "container_image"}),
+        Artifact("image", "https://r.example/app:1", image),
         Artifact("docs", "https://logs.example/docs/"),
     )
     reporter.record_build_end(BuildEnd(bs, b, Result.SUCCESS, end_time=at(5), artifacts=shipped))
     assert build_artifacts(engine, "acme", "bs-a-image") == [
         {"name": "docs", "url": "https://logs.example/docs/", "metadata": {}},
-        {"name": "image", "url": "https://r.example/app:1", "metadata": {"type": "container_image"}},
+        {"name": "image", "url": "https://r.example/app:1", "metadata": image},
     ]
     assert build_artifacts(engine, "other", "bs-a-image") == []  # another tenant's

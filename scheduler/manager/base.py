@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from scheduler.config.model import NOOP_JOB
-from scheduler.manager import answers, settling, verdicts
+from scheduler.manager import answers, cycles, settling, verdicts
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
 from scheduler.manager.settings import (
@@ -180,7 +180,23 @@ class PipelineManager:
             answers.build_completed(self, state, event)
 
     def enqueue(self, state: PipelineState, change: Change, event_id: str = "") -> QueueItem:
-        """Add ``change``; an identical live item is returned instead of a second one."""
+        """Add ``change``; an identical live item is returned instead of a second one.
+
+        A change in a dependency cycle is enqueued with the cycle's other
+        changes as one unit where every queue of the cycle allows it, and
+        refused with Zuul's message where one does not
+        (:mod:`scheduler.manager.cycles`).
+        """
+        refused = cycles.refusal(self.settings, change) if change.in_cycle else ""
+        if change.in_cycle and not refused:
+            return cycles.enqueue(self, state, change, event_id)
+        item = self.enqueue_one(state, change, event_id)
+        if refused:
+            self.set_result(item, Result.ERROR, refused, kind=reasons.DEPENDENCY_ERROR)
+        return item
+
+    def enqueue_one(self, state: PipelineState, change: Change, event_id: str = "") -> QueueItem:
+        """Add one item of ``change`` (or return the identical live one)."""
         for existing in state.find(change):
             if existing.change.commit == change.commit:
                 return existing
@@ -204,15 +220,6 @@ class PipelineManager:
         state.items[item.uuid] = item
         self.place(state, queue, item)
         log.info("%s: enqueued %s as item %s", self.settings.name, change.key, item.uuid)
-        if change.in_cycle and not self.settings.allows_cycles(change.project, change.branch):
-            chain = " -> ".join(n.ref for n in change.needs)
-            self.set_result(
-                item,
-                Result.ERROR,
-                f"dependency cycle ({change.ref} -> {chain}); "
-                "its queue does not allow circular dependencies",
-                kind=reasons.DEPENDENCY_ERROR,
-            )
         return item
 
     def dequeue_change(self, state: PipelineState, change: Change) -> list[QueueItem]:
@@ -258,6 +265,25 @@ class PipelineManager:
         return promoted
 
     def dequeue(
+        self,
+        state: PipelineState,
+        item: QueueItem,
+        why: str,
+        report: bool,
+        kind: str = reasons.DEQUEUED,
+    ) -> None:
+        """Take ``item`` out, and the other changes of its dependency cycle with it."""
+        if not item.cycle or item.dequeued:
+            self.dequeue_one(state, item, why, report, kind)
+            return
+        for member in cycles.dequeue_all(state, item, why, kind):
+            if member.uuid == item.uuid:
+                self.dequeue_one(state, member, why, report, kind)
+            elif not member.dequeued:
+                assert member.reason is not None
+                self.dequeue_one(state, member, member.message, report, member.reason.kind)
+
+    def dequeue_one(
         self,
         state: PipelineState,
         item: QueueItem,
@@ -477,8 +503,12 @@ class PipelineManager:
         if item.reason is None:
             item.reason = LeaveReason(kind, message, tuple(jobs))
 
+    def finish(self, item: QueueItem) -> None:
+        """Report ``item`` once it has a result (a cycle reports its members together)."""
+        self._finish(item)
+
     def _finish(self, item: QueueItem) -> None:
-        if item.result is None or item.reported:
+        if item.result is None or item.reported or item.uuid in self.intents.reports:
             return
         if item.report_retry_at is not None and self.clock() < item.report_retry_at:
             return  # its last report did not land: wait for the back-off

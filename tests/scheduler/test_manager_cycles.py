@@ -1,4 +1,4 @@
-"""Dependency cycles (allow-circular-dependencies): one unit, tested, reported and merged together."""
+"""Dependency cycles (allow-circular-dependencies): tested, reported and merged as one."""
 
 from __future__ import annotations
 

@@ -1,0 +1,204 @@
+"""Dependency cycles on real workers: tested, reported and merged as one unit.
+
+The git driver has no ``Depends-On`` of its own, so these tests enqueue a
+change with its dependencies as a forge driver finds them (the cycle's
+changes marked) through the tenant's management queue; the sweep (every
+second) nudges it. ``tests/web/test_github_cycles.py`` drives the same
+through the fake GitHub's ``Depends-On`` lines and merge API.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from cli.stack.process import is_alive
+from scheduler.model.change import Change
+from scheduler.testhooks import HOLD_BEFORE_COMMIT
+from scheduler.wire.events import Enqueue
+from scheduler.zk import paths
+from scheduler.zk.client import ZooKeeperClient, connect
+from scheduler.zk.event_queue import EventQueue
+from tests.e2e.system import SluiceSystem
+from tests.e2e.test_batches import _project
+from tests.e2e.test_gate import gate_config
+from tests.e2e.test_gate_more import _jobs_running
+from tests.fixtures.waiting import wait_until
+
+PROJECTS = """
+- tenant:
+    name: demo
+    source:
+      local:
+        config-projects: [config]
+        untrusted-projects:
+          - app:
+              include-branches: ['^main$']
+          - lib:
+              include-branches: ['^main$']
+          - solo:
+              include-branches: ['^main$']
+"""
+
+CYCLES = {
+    "zuul.d/pipelines.yaml": gate_config()["zuul.d/pipelines.yaml"]
+    + """
+        - queue:
+            name: integrated
+            allow-circular-dependencies: true
+        """,
+}
+# solo has a queue of its own that does not allow cycles
+SOLO = {
+    ".zuul.yaml": """
+        - job:
+            name: solo-unit
+            run: ci/unit.sh
+        - project:
+            gate:
+              jobs: [solo-unit]
+        """,
+    "ci/unit.sh": "#!/bin/sh\ntest ! -e FAIL\n",
+}
+FAST_SWEEP = {"SLUICE_SWEEP_INTERVAL": "1"}
+
+
+@pytest.fixture
+def cycles(system: SluiceSystem) -> Iterator[SluiceSystem]:
+    system.tenant(PROJECTS)
+    system.repos.commit("config", "main", CYCLES)
+    for name in ("app", "lib"):
+        system.repos.commit(name, "main", _project(name))
+    system.repos.commit("solo", "main", SOLO)
+    yield system
+
+
+def zk(system: SluiceSystem) -> ZooKeeperClient:
+    return connect(system.environment.zookeeper.settings())
+
+
+def propose(system: SluiceSystem, project: str, ref: str, files: dict[str, str]) -> Change:
+    base = system.repos.git(project, "rev-parse", "main")
+    sha = system.repos.commit(project, ref, files, base=base)
+    system.repos.git(project, "checkout", "-q", "--detach")  # the merge queue pushes to main
+    return Change("local", project, "main", ref, sha)
+
+
+def enqueue_cycle(system: SluiceSystem, *changes: Change) -> None:
+    """The last change enqueued, needing the others and itself (as a forge's driver says)."""
+    last = changes[-1]
+    members = tuple(
+        Change(c.connection, c.project, c.branch, c.ref, c.commit, cycle=True) for c in changes
+    )
+    event = Enqueue(
+        Change(**{**last.__dict__, "needs": (members[-1], *members[:-1])}), pipeline="gate"
+    )
+    client = zk(system)
+    try:
+        EventQueue(client, paths.tenant_management_queue("demo")).put(event.to_dict())
+    finally:
+        client.stop()
+
+
+def gate_results(system: SluiceSystem) -> dict[str, tuple[str, str]]:
+    return {b["ref"]: (b["result"], b["message"]) for b in system.buildsets()}
+
+
+def files_of(system: SluiceSystem, project: str) -> set[str]:
+    return set(system.repos.git(project, "ls-tree", "-r", "--name-only", "main").split())
+
+
+def test_a_two_cycle_and_a_three_cycle_across_projects_merge_together(
+    cycles: SluiceSystem,
+) -> None:
+    a1 = propose(cycles, "app", "a1", {"src/a1.py": "x\n"})
+    l1 = propose(cycles, "lib", "l1", {"src/l1.py": "x\n"})
+    a2 = propose(cycles, "app", "a2", {"src/a2.py": "x\n"})
+    l2 = propose(cycles, "lib", "l2", {"src/l2.py": "x\n"})
+    a3 = propose(cycles, "app", "a3", {"src/a3.py": "x\n"})
+    cycles.start_worker(env=FAST_SWEEP, beat=True)
+    cycles.sluice("reconfigure")
+    enqueue_cycle(cycles, l1, a1)
+    enqueue_cycle(cycles, a2, l2, a3)
+    wait_until(lambda: len(cycles.buildsets()) == 5, 180, "five changes reported", 1.0)
+    cycles.sluice("wait", "--idle", "--timeout", "120")
+
+    results = gate_results(cycles)
+    assert {ref: r for ref, (r, _) in results.items()} == dict.fromkeys(
+        ["a1", "l1", "a2", "l2", "a3"], "SUCCESS"
+    )
+    assert "dependency cycle (lib l1, app a1)" in results["l1"][1]
+    assert {"src/a1.py", "src/a2.py", "src/a3.py"} <= files_of(cycles, "app")
+    assert {"src/l1.py", "src/l2.py"} <= files_of(cycles, "lib")
+    # each cycle was tested once, its last change building the jobs of both projects
+    jobs: dict[str, set[str]] = {}
+    for build in cycles.builds():
+        jobs.setdefault(build["ref"], set()).add(build["job"])
+    assert jobs == {"a1": {"app-unit", "lib-unit"}, "a3": {"app-unit", "lib-unit"}}
+
+
+def test_one_failure_dequeues_its_cycle_and_a_refused_cycle_says_why(cycles: SluiceSystem) -> None:
+    a1 = propose(cycles, "app", "a1", {"src/a1.py": "x\n"})
+    l1 = propose(cycles, "lib", "l1", {"src/l1.py": "x\n", "FAIL": "x\n"})
+    s1 = propose(cycles, "solo", "s1", {"src/s1.py": "x\n"})
+    s2 = propose(cycles, "solo", "s2", {"src/s2.py": "x\n"})
+    cycles.start_worker(env=FAST_SWEEP, beat=True)
+    cycles.sluice("reconfigure")
+    enqueue_cycle(cycles, a1, l1)
+    enqueue_cycle(cycles, s1, s2)
+    wait_until(lambda: len(cycles.buildsets()) == 3, 180, "three changes reported", 1.0)
+    cycles.sluice("wait", "--idle", "--timeout", "120")
+
+    results = gate_results(cycles)
+    assert results["l1"][0] == "FAILURE" and results["a1"][0] == "FAILURE"
+    for ref in ("a1", "l1"):
+        assert "dependency cycle (app a1, lib l1) failed" in results[ref][1]
+    assert "src/a1.py" not in files_of(cycles, "app")
+    assert "src/l1.py" not in files_of(cycles, "lib")
+    assert results["s2"] == (
+        "ERROR",
+        "Dependency cycle detected and project solo doesn't allow circular dependencies",
+    )
+    assert "src/s2.py" not in files_of(cycles, "solo")
+
+
+def test_a_cycle_in_the_gate_survives_kill_9_of_the_scheduler(cycles: SluiceSystem) -> None:
+    go, hold = cycles.root / "go", cycles.root / "hold"
+    wait = f"#!/bin/sh\nwhile [ ! -e {go} ]; do sleep 0.1; done\n"
+    for name in ("app", "lib"):
+        cycles.repos.commit(name, "main", {"ci/unit.sh": wait})
+    a1 = propose(cycles, "app", "a1", {"src/a1.py": "x\n"})
+    l1 = propose(cycles, "lib", "l1", {"src/l1.py": "x\n"})
+    cycles.start_worker(("merger", "maintenance"), env=FAST_SWEEP, beat=True)
+    cycles.start_worker(("executor",), concurrency=2)
+    doomed = cycles.start_worker(("scheduler",), concurrency=1, env={HOLD_BEFORE_COMMIT: str(hold)})
+    cycles.sluice("reconfigure")
+    enqueue_cycle(cycles, l1, a1)
+    wait_until(lambda: _jobs_running(cycles) == 2, 90, "the cycle's two jobs to run")
+    # the pass that decides the cycle passed (and asks for its first push) dies before its commit
+    hold.touch()
+    go.touch()
+    wait_until(lambda: list(cycles.root.glob("hold.held-*")), 60, "the deciding pass to hold")
+    doomed.kill(signal.SIGKILL)
+    wait_until(lambda: not is_alive(doomed.pid), 10, "the scheduler worker to die")
+    hold.unlink()
+    cycles.start_worker(("scheduler",), concurrency=1)
+    wait_until(lambda: len(cycles.buildsets()) == 2, 180, "both changes reported", 1.0)
+    cycles.sluice("wait", "--idle", "--timeout", "120")
+
+    results = gate_results(cycles)
+    assert {ref: r for ref, (r, _) in results.items()} == {"a1": "SUCCESS", "l1": "SUCCESS"}
+    for project, ref in (("app", "a1"), ("lib", "l1")):
+        merges = cycles.repos.git(project, "log", "--format=%s", "main").splitlines()
+        assert (
+            sum(
+                f"src/{ref}.py"
+                in cycles.repos.git(project, "show", "--name-only", "--format=", sha)
+                for sha in cycles.repos.git(project, "rev-list", "main").split()
+            )
+            == 1
+        ), merges
+    # each job built once: nothing doubled
+    assert sorted(b["job"] for b in cycles.builds()) == ["app-unit", "lib-unit"]

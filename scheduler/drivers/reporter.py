@@ -138,8 +138,10 @@ class ForgeReporter:
         self._send(tenant, pipeline, item, "start")
 
     def report(self, tenant: str, pipeline: str, item: QueueItem) -> None:
-        if item.push is PushState.PUSHED:
+        if item.push is PushState.PUSHED and item.result is Result.SUCCESS:
             return  # the forge merged it, told of its success first (before_merge)
+        # (a merged change of a dependency cycle whose next merge was refused is
+        # told that the cycle failed: scheduler/manager/cycles.py)
         self._send(tenant, pipeline, item, action_of(item))
 
     def before_merge(self, tenant: str, pipeline: str, item: QueueItem) -> ForgeReport | None:

@@ -175,11 +175,11 @@ def tail_step(manager: Cycling, state: PipelineState, tail: QueueItem, ahead_pas
     """The tail stepped: its result is the cycle's (a failure dequeues every member)."""
     group = members(state, tail)
     if tail.result is Result.SUCCESS:
-        for seen in group[:-1]:
-            rider = state.items[seen.uuid]
-            if rider.result is None:
-                rider.result = rider.buildset.result = Result.SUCCESS
-                rider.message = rider.buildset.message = f"tested with its {label(group)}"
+        for seen in group:
+            passed = state.items[seen.uuid]
+            if passed.result is None or (passed is tail and not passed.message):
+                passed.result = passed.buildset.result = Result.SUCCESS
+                passed.message = passed.buildset.message = f"tested with its {label(group)}"
         return
     if tail.result is None or not ahead_passed or tail.dequeued:
         return

@@ -3,14 +3,15 @@
 The git driver has no ``Depends-On`` of its own, so these tests enqueue a
 change with its dependencies as a forge driver finds them (the cycle's
 changes marked) through the tenant's management queue; the sweep (every
-second) nudges it. ``tests/web/test_github_cycles.py`` drives the same
-through the fake GitHub's ``Depends-On`` lines and merge API.
+second) nudges it. The last test drives cycles through the fake GitHub's
+``Depends-On`` lines and merge API.
 """
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,10 @@ from tests.e2e.system import SluiceSystem
 from tests.e2e.test_batches import _project
 from tests.e2e.test_gate import gate_config
 from tests.e2e.test_gate_more import _jobs_running
+from tests.fixtures.fake_github import FakeGitHub, Pull
 from tests.fixtures.waiting import wait_until
+from tests.web.test_github_gate_order import gate_comments, ready
+from tests.web.test_github_journey import CONFIG, forge_system
 
 PROJECTS = """
 - tenant:
@@ -202,3 +206,89 @@ def test_a_cycle_in_the_gate_survives_kill_9_of_the_scheduler(cycles: SluiceSyst
         ), merges
     # each job built once: nothing doubled
     assert sorted(b["job"] for b in cycles.builds()) == ["app-unit", "lib-unit"]
+
+
+# -- through a forge: the fake GitHub's Depends-On lines and merge API -----------------
+
+FORGE_CYCLES = dict(CONFIG)
+FORGE_CYCLES["zuul.d/pipelines.yaml"] = (
+    CONFIG["zuul.d/pipelines.yaml"].replace("                status: ['demo/check:success']\n", "")
+    + """
+        - queue:
+            name: cyc
+            allow-circular-dependencies: true
+        - project:
+            name: org/app
+            queue: cyc
+        """
+)
+URL = "Depends-On: https://github.com/org/app/pull/{}"
+
+
+def open_cycle(system: SluiceSystem, forge: FakeGitHub, first: int, size: int) -> list[Pull]:
+    """Pull requests ``first``..: each depends on the next, the last on the first."""
+    base = system.repos.git("org/app", "rev-parse", "main")
+    pulls = []
+    for n in range(first, first + size):
+        system.repos.commit("org/app", f"p{n}", {f"src/p{n}.py": f"{n}\n"}, base=base)
+        system.repos.git("org/app", "checkout", "-q", "--detach")
+        after = first if n == first + size - 1 else n + 1
+        pulls.append(forge.open_pull("org/app", f"p{n}", f"Change {n}", body=URL.format(after)))
+    return pulls
+
+
+def merged(forge: FakeGitHub) -> list[int]:
+    return [m["number"] for m in forge.merges]
+
+
+@pytest.mark.timeout(400)
+def test_github_cycles_merge_together_and_a_merge_refused_half_way_is_reported_on_all(
+    system: SluiceSystem,
+) -> None:
+    with forge_system(system, FORGE_CYCLES) as (forge, _web):
+        # a 2-cycle: both merged by GitHub, one after the other
+        two = open_cycle(system, forge, 1, 2)
+        system.sluice("wait", "--idle", "--timeout", "90")
+        for pull in two:
+            ready(forge, pull)
+        wait_until(lambda: len(forge.merges) == 2, 120, "the 2-cycle merged", 0.5)
+        system.sluice("wait", "--idle", "--timeout", "90")
+        assert sorted(merged(forge)) == [1, 2]
+        for pull in two:
+            (said,) = gate_comments(forge, pull)
+            assert "tested with its dependency cycle (org/app refs/pull/" in said
+            assert "refs/pull/1/head" in said and "refs/pull/2/head" in said
+
+        # a 3-cycle
+        three = open_cycle(system, forge, 3, 3)
+        system.sluice("wait", "--idle", "--timeout", "90")
+        for pull in three:
+            ready(forge, pull)
+        wait_until(lambda: len(forge.merges) == 5, 120, "the 3-cycle merged", 0.5)
+        system.sluice("wait", "--idle", "--timeout", "90")
+        assert sorted(merged(forge)[2:]) == [3, 4, 5]
+
+        # GitHub refuses the second merge of a 2-cycle: both say so, the second is not merged
+        refused = open_cycle(system, forge, 6, 2)
+        system.sluice("wait", "--idle", "--timeout", "90")
+        merge = forge.merge
+
+        def refuse_second(project: str, number: int, sha: str, method: str) -> tuple[int, Any]:
+            if len(forge.merges) > 5:
+                return 405, {"message": "Pull Request is not mergeable"}
+            return merge(project, number, sha, method)
+
+        forge.merge = refuse_second  # type: ignore[method-assign]
+        for pull in refused:
+            ready(forge, pull)
+
+        def both_told() -> bool:
+            return all(forge.statuses_of(p)[-1:] == ["failure"] for p in refused)
+
+        wait_until(both_told, 120, "both told the cycle failed to merge", 0.5)
+        system.sluice("wait", "--idle", "--timeout", "90")
+        assert len(forge.merges) == 6  # the first one only
+        for pull in refused:
+            said = gate_comments(forge, pull)[-1]
+            assert "failed to merge" in said and "Pull Request is not mergeable" in said
+            assert "; merged: org/app refs/pull/" in said  # the first, before the refusal

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from scheduler.config.model import NOOP_JOB
-from scheduler.manager import answers, cycles, settling, verdicts
+from scheduler.manager import answers, batches, cycles, settling, verdicts
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
 from scheduler.manager.settings import (
@@ -148,11 +148,13 @@ class PipelineManager:
     def freeze_jobs(
         self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
     ) -> FreezeResult:
-        """The jobs of ``item`` under its merge (a batch's: its members')."""
-        return self.layouts.freeze(item, outcome)
+        """The jobs of ``item`` under its merge (a batch's or a dependency cycle's: its
+        members')."""
+        return batches.freeze(self.layouts, state, item, outcome)
 
     def merge_shared(self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome) -> None:
         """``item``'s merge is complete and its jobs frozen: what else it tested learns it."""
+        batches.share_merge(state, item, outcome)
 
     # -- events ----------------------------------------------------------------
 

@@ -8,9 +8,7 @@ all, and every change is reported with the cycle's result.
 from __future__ import annotations
 
 from scheduler.manager import batches, cycles
-from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
-from scheduler.manager.settings import FreezeResult
 from scheduler.model.change import Change
 from scheduler.model.item import ChangeQueue, PipelineState, QueueItem
 
@@ -27,15 +25,7 @@ class IndependentManager(PipelineManager):
         state.queues[name] = queue
         return queue
 
-    # -- dependency cycles: tested once, on all their changes --------------------
-
-    def freeze_jobs(
-        self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
-    ) -> FreezeResult:
-        return batches.freeze(self.layouts, state, item, outcome)
-
-    def merge_shared(self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome) -> None:
-        batches.share_merge(state, item, outcome)
+    # -- dependency cycles: the last change merges and builds for all -------------
 
     def advance_item(self, state: PipelineState, item: QueueItem) -> None:
         if item.cycle and batches.is_rider(state, item):

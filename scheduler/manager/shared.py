@@ -35,9 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler.manager import batches, cycles, pending, reset, settling, verdicts
-from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager, needed
-from scheduler.manager.settings import FreezeResult
 from scheduler.manager.window import in_window
 from scheduler.model import reasons
 from scheduler.model.change import Change
@@ -171,14 +169,6 @@ class SharedQueueManager(PipelineManager):
             size = len(batches.members(state, item))
             self.tally.batch(queue_label(item.queue, item.change.project), size)
         return True
-
-    def freeze_jobs(
-        self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
-    ) -> FreezeResult:
-        return batches.freeze(self.layouts, state, item, outcome)
-
-    def merge_shared(self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome) -> None:
-        batches.share_merge(state, item, outcome)
 
     def wake_at(self, queue_name: str, when: float) -> None:
         """A batch of the queue waits for more changes until ``when``: a pass must look then."""

@@ -23,7 +23,7 @@ from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from scheduler.zk.event_queue import EventQueue
 from tests.e2e.system import SluiceSystem
-from tests.e2e.test_batches import _project
+from tests.e2e.test_batches import TWO_PROJECTS, _project
 from tests.e2e.test_gate import gate_config
 from tests.e2e.test_gate_more import _jobs_running
 from tests.fixtures.fake_github import FakeGitHub, Pull
@@ -31,20 +31,7 @@ from tests.fixtures.waiting import wait_until
 from tests.web.test_github_gate_order import gate_comments, ready
 from tests.web.test_github_journey import CONFIG, forge_system
 
-PROJECTS = """
-- tenant:
-    name: demo
-    source:
-      local:
-        config-projects: [config]
-        untrusted-projects:
-          - app:
-              include-branches: ['^main$']
-          - lib:
-              include-branches: ['^main$']
-          - solo:
-              include-branches: ['^main$']
-"""
+PROJECTS = TWO_PROJECTS + "          - solo:\n              include-branches: ['^main$']\n"
 
 CYCLES = {
     "zuul.d/pipelines.yaml": gate_config()["zuul.d/pipelines.yaml"]
@@ -241,6 +228,14 @@ def merged(forge: FakeGitHub) -> list[int]:
     return [m["number"] for m in forge.merges]
 
 
+def gate_cycle(system: SluiceSystem, forge: FakeGitHub, pulls: list[Pull], merges: int) -> None:
+    """Every pull request of a cycle ready for the gate; wait for ``merges`` merges in all."""
+    for pull in pulls:
+        ready(forge, pull)
+    wait_until(lambda: len(forge.merges) == merges, 120, f"{merges} merges", 0.5)
+    system.sluice("wait", "--idle", "--timeout", "90")
+
+
 @pytest.mark.timeout(400)
 def test_github_cycles_merge_together_and_a_merge_refused_half_way_is_reported_on_all(
     system: SluiceSystem,
@@ -249,10 +244,7 @@ def test_github_cycles_merge_together_and_a_merge_refused_half_way_is_reported_o
         # a 2-cycle: both merged by GitHub, one after the other
         two = open_cycle(system, forge, 1, 2)
         system.sluice("wait", "--idle", "--timeout", "90")
-        for pull in two:
-            ready(forge, pull)
-        wait_until(lambda: len(forge.merges) == 2, 120, "the 2-cycle merged", 0.5)
-        system.sluice("wait", "--idle", "--timeout", "90")
+        gate_cycle(system, forge, two, 2)
         assert sorted(merged(forge)) == [1, 2]
         for pull in two:
             (said,) = gate_comments(forge, pull)
@@ -262,10 +254,7 @@ def test_github_cycles_merge_together_and_a_merge_refused_half_way_is_reported_o
         # a 3-cycle
         three = open_cycle(system, forge, 3, 3)
         system.sluice("wait", "--idle", "--timeout", "90")
-        for pull in three:
-            ready(forge, pull)
-        wait_until(lambda: len(forge.merges) == 5, 120, "the 3-cycle merged", 0.5)
-        system.sluice("wait", "--idle", "--timeout", "90")
+        gate_cycle(system, forge, three, 5)
         assert sorted(merged(forge)[2:]) == [3, 4, 5]
 
         # GitHub refuses the second merge of a 2-cycle: both say so, the second is not merged

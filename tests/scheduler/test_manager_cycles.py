@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from scheduler.drivers.depends import Found, needs_of, url_pattern
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
+from scheduler.manager.cycles import changes_of
 from scheduler.manager.dependent import DependentManager
 from scheduler.manager.independent import IndependentManager
 from scheduler.manager.settings import PipelineSettings
@@ -13,6 +15,7 @@ from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
 from scheduler.wire.events import Dequeue, Enqueue
+from tests.config.test_invalid import load, messages
 from tests.scheduler.gate_harness import Gate, change
 
 S, F, E = Result.SUCCESS, Result.FAILURE, Result.ERROR
@@ -256,3 +259,92 @@ def test_the_cycle_survives_a_round_trip_through_its_documents() -> None:
         assert again.cycle == item.cycle and again.batch == item.batch
     trigger = cyclic("A", "B")
     assert Change.from_dict(trigger.to_dict()) == trigger
+
+
+def test_a_cycle_with_a_change_of_another_queue_is_an_error_and_stalls_nothing() -> None:
+    settings = PipelineSettings(
+        "gate",
+        "dependent",
+        merge_on_success=True,
+        allows_cycles=lambda project, branch: True,
+    )
+    g = Gate(settings=settings)
+    trigger = replace(cyclic("A"), needs=(member("A"), member("L", "lib")))
+    g.run(Enqueue(trigger))
+    assert g.reported == [("A", E)]
+    assert "not in queue app" in g.messages["A"]
+    g.enqueue("Z")
+    merge_cycle(g)
+    g.finish("Z")
+    assert g.pushed == ["Z"]
+
+
+def test_a_change_that_names_only_itself_is_a_cycle_of_one() -> None:
+    g = gate()
+    g.run(Enqueue(cyclic("A")))
+    assert g.queue() == ["A"]
+    merge_cycle(g)
+    g.finish("A")
+    assert g.pushed == ["A"] and g.reported == [("A", S)]
+
+
+def test_a_large_cycle_is_one_merge_and_one_buildset() -> None:
+    g = gate()
+    refs = [f"R{n}" for n in range(12)]  # pushed one a pass: the harness runs 20
+    g.run(Enqueue(cyclic(refs[-1], *refs[:-1])))
+    assert g.queue() == refs
+    assert len(g.merges) == 1
+    merge_cycle(g)
+    assert len(g.builds) == 1
+    g.finish(refs[-1])
+    assert g.pushed == refs
+    assert len(g.reported) == 12
+
+
+def test_dependencies_by_topic_is_accepted_and_inert_and_bad_values_name_file_and_line() -> None:
+    text = (
+        "- queue:\n    name: q\n    allow-circular-dependencies: true\n"
+        "    dependencies-by-topic: true\n"
+    )
+    result = load(text)
+    assert messages(result) == []
+    assert result.layout.queues["q"].allow_circular_dependencies
+    assert messages(load("- queue:\n    name: q\n    dependencies-by-topic: maybe\n")) == [
+        "zuul.d/extra.yaml:3: queue 'q': dependencies-by-topic: expected true/false, got string"
+    ]
+    bad = load("- queue:\n    name: q\n    allow-circular-dependencies: [1]\n")
+    assert messages(bad) == [
+        "zuul.d/extra.yaml:3: queue 'q': allow-circular-dependencies: expected true/false, got list"
+    ]
+
+
+def test_the_driver_marks_only_the_changes_of_the_cycle() -> None:
+    # 1 -> 2 -> 1 is the cycle; 2 -> 3 is a plain dependency
+    bodies = {
+        1: "Depends-On: x/org/app/pull/2",
+        2: "Depends-On: x/org/app/pull/1\nDepends-On: x/org/app/pull/3",
+        3: "",
+    }
+
+    def fetch(project: str, number: int) -> Found:
+        change = {"connection": "c", "project": project, "branch": "main"}
+        return Found(False, bodies[number], {**change, "ref": f"refs/pull/{number}/head"})
+
+    pattern = url_pattern(r"(?P<project>[^/\s]+/[^/\s]+)/pull/(?P<number>\d+)")
+    needs = needs_of(pattern, fetch, "org/app", 1, bodies[1])
+    marked = {n["ref"]: bool(n.get("cycle")) for n in needs}
+    assert marked == {
+        "refs/pull/1/head": True,
+        "refs/pull/2/head": True,
+        "refs/pull/3/head": False,
+    }
+    trigger = Change.from_dict(
+        {
+            "connection": "c",
+            "project": "org/app",
+            "branch": "main",
+            "ref": "refs/pull/1/head",
+            "needs": needs,
+        }
+    )
+    assert [c.ref for c in changes_of(trigger)] == ["refs/pull/2/head", "refs/pull/1/head"]

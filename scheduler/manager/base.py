@@ -256,11 +256,17 @@ class PipelineManager:
         """
         promoted: list[QueueItem] = []
         for change in changes:
-            promoted.extend(i for i in state.find_for_dequeue(change) if i not in promoted)
+            for found in state.find_for_dequeue(change):
+                # a change of a dependency cycle takes its whole cycle along, in its order
+                group = [state.items[m.uuid] for m in cycles.members(state, found)]
+                promoted.extend(m for m in group if m.uuid not in {p.uuid for p in promoted})
         for name in dict.fromkeys(item.queue for item in promoted):
             queue = state.queues[name]
-            # a head item whose merge is being pushed stays in front of everything
-            pushing = [i.uuid for i in state.peek_of(queue) if i.push is PushState.PENDING]
+            # a head item whose merge is being pushed stays in front of everything,
+            # with the rest of its dependency cycle
+            items = state.peek_of(queue)
+            held = {i.cycle or i.uuid for i in items if i.push is not PushState.NONE}
+            pushing = [i.uuid for i in items if (i.cycle or i.uuid) in held]
             named = [i.uuid for i in promoted if i.queue == name and i.uuid not in pushing]
             first = pushing + named
             queue.items = first + [uuid for uuid in queue.items if uuid not in first]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from scheduler.config.model import BatchConfig
 from scheduler.drivers.depends import Found, needs_of, url_pattern
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
@@ -14,7 +15,7 @@ from scheduler.manager.settings import PipelineSettings
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
-from scheduler.wire.events import Dequeue, Enqueue
+from scheduler.wire.events import Dequeue, Enqueue, Promote
 from tests.config.test_invalid import load, messages
 from tests.scheduler.gate_harness import Gate, change
 
@@ -348,3 +349,71 @@ def test_the_driver_marks_only_the_changes_of_the_cycle() -> None:
         }
     )
     assert [c.ref for c in changes_of(trigger)] == ["refs/pull/2/head", "refs/pull/1/head"]
+
+
+def test_a_promote_of_one_change_moves_its_whole_cycle() -> None:
+    g = gate()
+    g.enqueue("X")
+    g.run(Enqueue(cyclic("A", "B")))
+    g.run(Promote((change("A"),)))
+    assert g.queue() == ["B", "A", "X"]
+    merge_cycle(g)
+    assert g.merged_on("A") == ("B", "A")
+    g.finish("A")
+    assert g.pushed == ["B", "A"]
+
+
+def test_a_promote_leaves_a_cycle_that_is_being_pushed_whole_in_front() -> None:
+    g = gate()
+    g.hold_pushes = True
+    g.run(Enqueue(cyclic("A", "B")))
+    g.enqueue("X")
+    merge_cycle(g)
+    g.finish("A")
+    g.run(Promote((change("X"),)))
+    assert g.queue() == ["B", "A", "X"]
+
+
+def test_a_cycle_in_a_batched_queue_is_its_own_batch() -> None:
+    batch = BatchConfig(size=4, max_wait=60.0, max_bisect_depth=1)
+    settings = PipelineSettings(
+        "gate",
+        "dependent",
+        merge_on_success=True,
+        allows_cycles=lambda project, branch: True,
+        batch_for=lambda project, branch: batch,
+    )
+    g = Gate(settings=settings)
+    g.enqueue("X")
+    g.run(Enqueue(cyclic("A", "B")))
+    g.enqueue("Z")
+    x, b, a, z = (g.item(r) for r in "XBAZ")
+    assert b.batch == a.batch == a.cycle
+    assert x.batch != a.batch and z.batch not in (a.batch, x.batch)
+    g.now += 61  # X's and Z's batches waited enough
+    g.run()
+    merge_cycle(g)
+    g.finish("X")
+    g.finish("A", result=F)  # the cycle fails: dequeued whole, never split
+    assert sorted(g.reported) == [("A", F), ("B", F), ("X", S)]
+    assert all(i.bisect_depth == 0 for i in live(g))
+
+
+def test_a_failing_cycle_under_pending_failure_depth_still_leaves_whole() -> None:
+    settings = PipelineSettings(
+        "gate",
+        "dependent",
+        merge_on_success=True,
+        allows_cycles=lambda project, branch: True,
+        pending_failure_for=lambda project, branch: 1,
+        failure_verdict=True,
+    )
+    g = Gate(settings=settings)
+    g.run(Enqueue(cyclic("A", "B")))
+    g.enqueue("Z")
+    merge_cycle(g)
+    g.finish("A", result=F)
+    assert sorted(g.reported) == [("A", F), ("B", F)]
+    merge_cycle(g)
+    g.finish("Z")
+    assert g.pushed == ["Z"]

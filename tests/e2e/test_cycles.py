@@ -244,6 +244,16 @@ def test_github_cycles_merge_together_and_a_merge_refused_half_way_is_reported_o
         # a 2-cycle: both merged by GitHub, one after the other
         two = open_cycle(system, forge, 1, 2)
         system.sluice("wait", "--idle", "--timeout", "90")
+        # the check pipeline tested the cycle once (pull 2 opened last) and reported both
+        checks = [
+            b
+            for b in system.buildsets()
+            if b["pipeline"] == "check" and "dependency cycle" in (b["message"] or "")
+        ]
+        assert {b["ref"]: b["result"] for b in checks} == {
+            "refs/pull/1/head": "SUCCESS",
+            "refs/pull/2/head": "SUCCESS",
+        }
         gate_cycle(system, forge, two, 2)
         assert sorted(merged(forge)) == [1, 2]
         for pull in two:

@@ -77,12 +77,6 @@ def changes_of(change: Change) -> tuple[Change, ...]:
     return (*(marked if any(n.cycle for n in change.needs) else others), change)
 
 
-def outside(change: Change) -> tuple[Change, ...]:
-    """``change``'s dependencies that are not in its cycle, deepest first."""
-    inside = {c.key for c in changes_of(change)}
-    return tuple(n for n in change.needs if n.key not in inside)
-
-
 def refusal(settings: PipelineSettings, change: Change) -> str:
     """Zuul's message when a project of the cycle does not allow it ("" when all do)."""
     for member in changes_of(change):
@@ -108,27 +102,26 @@ def members(state: PipelineState, item: QueueItem) -> list[QueueItem]:
 
 
 def enqueue(manager: Cycling, state: PipelineState, change: Change, event_id: str) -> QueueItem:
-    """Enqueue the changes of ``change``'s cycle as one unit, ``change`` last."""
+    """Enqueue the changes of ``change``'s cycle as one unit, ``change`` last.
+
+    The same cycle already queued (another member's event) is returned. A
+    change of the cycle queued alone, or in a cycle that was different (it
+    grew or shrank), leaves without a report and is queued again in this one.
+    """
     cycle = changes_of(change)
-    live = [i for i in state.find(change) if not i.dequeued and i.change.commit == change.commit]
-    if live and live[0].cycle:
-        return live[0]  # the cycle is queued already (another member's event)
-    items: list[QueueItem] = []
+    wanted = {(c.key, c.commit) for c in cycle}
+    for item in state.find(change):
+        if item.cycle and {(m.change.key, m.change.commit) for m in members(state, item)} == wanted:
+            return item
+    why = f"enqueued again with its {label(cycle)}"
     for member in cycle:
-        known = [i for i in state.find(member) if not i.dequeued]
-        for old in known:
-            if old.cycle or old.change.commit != member.commit or member is change:
-                continue
-            # queued alone before the cycle was known: it is tested with the cycle now
-            manager.dequeue(
-                state,
-                old,
-                f"enqueued again with its {label(cycle)}",
-                report=False,
-                kind=reasons.SUPERSEDED,
-            )
-        single = member if member is change else replace(member, needs=())
-        items.append(manager.enqueue_one(state, single, event_id))
+        for old in state.find(member):
+            if not old.dequeued and (old.cycle or old.change.commit == member.commit):
+                manager.dequeue(state, old, why, report=False, kind=reasons.SUPERSEDED)
+    items = [
+        manager.enqueue_one(state, c if c is change else replace(c, needs=()), event_id)
+        for c in cycle
+    ]
     name = items[-1].uuid
     _gather(state, items)
     for item in items:

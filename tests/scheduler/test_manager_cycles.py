@@ -417,3 +417,17 @@ def test_a_failing_cycle_under_pending_failure_depth_still_leaves_whole() -> Non
     merge_cycle(g)
     g.finish("Z")
     assert g.pushed == ["Z"]
+
+
+def test_a_cycle_that_grows_is_queued_again_as_the_bigger_cycle_without_reports() -> None:
+    g = gate()
+    g.run(Enqueue(cyclic("A", "B")))
+    merge_cycle(g)
+    g.run(Enqueue(cyclic("C", "A", "B")))
+    assert [i.change.ref for i in live(g)] == ["A", "B", "C"]
+    assert len({i.cycle for i in live(g)}) == 1
+    assert g.reported == []
+    assert g.cancels  # the old cycle's build was cancelled
+    merge_cycle(g)
+    g.finish("C")
+    assert g.pushed == ["A", "B", "C"]

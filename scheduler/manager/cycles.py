@@ -47,6 +47,11 @@ from scheduler.model.results import Result
 
 log = logging.getLogger(__name__)
 
+# reasons a change leaves without failing: its cycle leaves with the same reason
+_TAKEN_OUT = frozenset(
+    {reasons.OPERATOR, reasons.SUPERSEDED, reasons.PIPELINE_REMOVED, reasons.NO_JOBS}
+)
+
 
 class Cycling(Protocol):
     """What cycles need of their pipeline's manager (``PipelineManager``)."""
@@ -153,14 +158,17 @@ def dequeue_all(state: PipelineState, item: QueueItem, why: str, kind: str) -> l
     """
     group = members(state, item)
     text = f"{label(group)}: {item.change.project} {item.change.ref} left: {why}"
-    gone = Result.DEQUEUED if kind in (reasons.OPERATOR, reasons.SUPERSEDED) else Result.FAILURE
+    # taken out (by hand, a new patchset, the pipeline gone): the others are too;
+    # failed: the others failed with it
+    taken = kind in _TAKEN_OUT
+    gone = Result.DEQUEUED if taken else Result.FAILURE
     for seen in group:
         member = state.items[seen.uuid]
         if member.uuid == item.uuid or member.reason is not None:
             continue
         member.result = member.buildset.result = gone
         member.message = member.buildset.message = text
-        member.reason = LeaveReason(reasons.DEPENDENCY_FAILED, text)
+        member.reason = LeaveReason(kind if taken else reasons.DEPENDENCY_FAILED, text)
     return [state.items[m.uuid] for m in reversed(group)]
 
 

@@ -11,6 +11,7 @@ from scheduler.manager.base import PipelineManager
 from scheduler.manager.cycles import changes_of
 from scheduler.manager.dependent import DependentManager
 from scheduler.manager.independent import IndependentManager
+from scheduler.manager.retiring import NoLayout, RetiringManager
 from scheduler.manager.settings import PipelineSettings
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
@@ -431,3 +432,14 @@ def test_a_cycle_that_grows_is_queued_again_as_the_bigger_cycle_without_reports(
     merge_cycle(g)
     g.finish("C")
     assert g.pushed == ["A", "B", "C"]
+
+
+def test_a_removed_pipeline_takes_a_cycle_out_with_its_own_reason() -> None:
+    g = gate()
+    g.run(Enqueue(cyclic("A", "B")))
+    g.manager = RetiringManager(PipelineSettings("gate"), NoLayout(), g.ledger)
+    g.run()
+    assert sorted(g.reported) == [("A", Result.DEQUEUED), ("B", Result.DEQUEUED)]
+    for ref in "AB":
+        reason = g.reported_items[ref].reason
+        assert reason is not None and reason.kind == "pipeline-removed"

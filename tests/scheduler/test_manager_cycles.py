@@ -443,3 +443,15 @@ def test_a_removed_pipeline_takes_a_cycle_out_with_its_own_reason() -> None:
     for ref in "AB":
         reason = g.reported_items[ref].reason
         assert reason is not None and reason.kind == "pipeline-removed"
+
+
+def test_a_gate_that_does_not_merge_reports_the_cycle_together_at_the_head() -> None:
+    g = gate(merge=False)
+    g.enqueue("X")
+    g.run(Enqueue(cyclic("A", "B")))
+    merge_cycle(g)
+    g.finish("A")
+    assert g.reported == []  # X ahead has not reported yet
+    g.finish("X")
+    assert g.reported == [("X", S), ("B", S), ("A", S)]
+    assert g.pushed == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from scheduler.config.model import BatchConfig
 from scheduler.drivers.depends import Found, needs_of, url_pattern
@@ -37,12 +38,15 @@ def gate(
     allowed: bool = True,
     manager: type[PipelineManager] = DependentManager,
     merge: bool = True,
+    **extra: Any,
 ) -> Gate:
+    """A pipeline whose queues allow cycles (``allowed``), with ``extra`` settings."""
     settings = PipelineSettings(
         "gate",
         manager.kind,
         merge_on_success=merge,
         allows_cycles=lambda project, branch: allowed,
+        **extra,
     )
     return Gate(manager=manager, settings=settings)
 
@@ -264,13 +268,7 @@ def test_the_cycle_survives_a_round_trip_through_its_documents() -> None:
 
 
 def test_a_cycle_with_a_change_of_another_queue_is_an_error_and_stalls_nothing() -> None:
-    settings = PipelineSettings(
-        "gate",
-        "dependent",
-        merge_on_success=True,
-        allows_cycles=lambda project, branch: True,
-    )
-    g = Gate(settings=settings)
+    g = gate()
     trigger = replace(cyclic("A"), needs=(member("A"), member("L", "lib")))
     g.run(Enqueue(trigger))
     assert g.reported == [("A", E)]
@@ -377,14 +375,7 @@ def test_a_promote_leaves_a_cycle_that_is_being_pushed_whole_in_front() -> None:
 
 def test_a_cycle_in_a_batched_queue_is_its_own_batch() -> None:
     batch = BatchConfig(size=4, max_wait=60.0, max_bisect_depth=1)
-    settings = PipelineSettings(
-        "gate",
-        "dependent",
-        merge_on_success=True,
-        allows_cycles=lambda project, branch: True,
-        batch_for=lambda project, branch: batch,
-    )
-    g = Gate(settings=settings)
+    g = gate(batch_for=lambda project, branch: batch)
     g.enqueue("X")
     g.run(Enqueue(cyclic("A", "B")))
     g.enqueue("Z")
@@ -401,15 +392,7 @@ def test_a_cycle_in_a_batched_queue_is_its_own_batch() -> None:
 
 
 def test_a_failing_cycle_under_pending_failure_depth_still_leaves_whole() -> None:
-    settings = PipelineSettings(
-        "gate",
-        "dependent",
-        merge_on_success=True,
-        allows_cycles=lambda project, branch: True,
-        pending_failure_for=lambda project, branch: 1,
-        failure_verdict=True,
-    )
-    g = Gate(settings=settings)
+    g = gate(pending_failure_for=lambda project, branch: 1, failure_verdict=True)
     g.run(Enqueue(cyclic("A", "B")))
     g.enqueue("Z")
     merge_cycle(g)

@@ -260,7 +260,7 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
             manager.set_result(rider, Result.SUCCESS, f"tested in a batch of {len(group)}")
         return passed[0] if passed and passed[0].uuid == group[0].uuid else None
     if len(group) > 1 and manager.failing(tail):
-        if ahead_passed(manager, state, group[0]):
+        if _ahead_passed(manager, state, group[0]):
             if batch is not None and tail.bisect_depth == 0:
                 _adapt(state, tail, batch, passed=False)
             bisect(manager, state, group)
@@ -282,12 +282,18 @@ def _behind_a_bisection(state: PipelineState, first: QueueItem) -> bool:
     )
 
 
-def ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:
+def _ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:
     """Whether everything ``first`` is tested on has passed (or nothing is ahead)."""
     return all(
         ahead.result is Result.SUCCESS and not manager.failing(ahead)
         for ahead in reset.peek_ahead(state, first)
     )
+
+
+def ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:
+    """Whether everything ``first`` is tested on has passed: a failed dependency cycle
+    (:mod:`scheduler.manager.cycles`) leaves only then, as a failed batch splits."""
+    return _ahead_passed(manager, state, first)
 
 
 def bisect(manager: Batching, state: PipelineState, group: list[QueueItem]) -> None:

@@ -275,6 +275,12 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
     return None
 
 
+def ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:
+    """Whether everything ``first`` is tested on has passed: a failed dependency cycle
+    (:mod:`scheduler.manager.cycles`) leaves only then, as a failed batch splits."""
+    return _ahead_passed(manager, state, first)
+
+
 def _behind_a_bisection(state: PipelineState, first: QueueItem) -> bool:
     """Whether ``first`` is tested on a half of a split batch that has no result yet."""
     return any(
@@ -288,12 +294,6 @@ def _ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> 
         ahead.result is Result.SUCCESS and not manager.failing(ahead)
         for ahead in reset.peek_ahead(state, first)
     )
-
-
-def ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:
-    """Whether everything ``first`` is tested on has passed: a failed dependency cycle
-    (:mod:`scheduler.manager.cycles`) leaves only then, as a failed batch splits."""
-    return _ahead_passed(manager, state, first)
 
 
 def bisect(manager: Batching, state: PipelineState, group: list[QueueItem]) -> None:

@@ -5,10 +5,12 @@ A pull or merge request's description names what it depends on, one
 dependencies' own descriptions (at most :data:`MAX_DEPTH` deep), skips the
 merged ones, and returns the rest deepest first, each as a change mapping
 with its state (what pipeline requirements look at). A chain that comes
-back to the change itself is a cycle, recorded by the change needing itself
-(the pipeline reports it as an error, unless its queue allows circular
-dependencies). A URL the forge answers 404 for names no change: as in
-Zuul, it is no dependency.
+back to the change itself is a cycle, recorded by the change needing itself;
+the changes of the cycle are marked (``"cycle": true``): the pipeline
+refuses the cycle, or, where its queue allows circular dependencies,
+tests, reports and merges them together (``scheduler/manager/cycles.py``).
+A URL the forge answers 404 for names no change: as in Zuul, it is no
+dependency.
 """
 
 from __future__ import annotations
@@ -48,14 +50,22 @@ def needs_of(
     number: int,
     description: str,
 ) -> list[dict[str, Any]]:
-    """The unmerged changes ``project``'s change ``number`` depends on, deepest first."""
-    found: list[dict[str, Any]] = []
-    seen = {(project, number)}
+    """The unmerged changes ``project``'s change ``number`` depends on, deepest first.
 
-    def visit(text: str, depth: int) -> None:
+    The changes of its dependency cycle (those that need it back, directly or
+    through others) are marked ``"cycle": true``, the change itself included.
+    """
+    me = (project, number)
+    found: list[tuple[tuple[str, int], dict[str, Any]]] = []
+    seen = {me}
+    edges: dict[tuple[str, int], list[tuple[str, int]]] = {}
+
+    def visit(node: tuple[str, int], text: str, depth: int) -> None:
         for dep in depends_on(pattern, text):
-            if dep == (project, number):
-                found.append(fetch(project, number).change)
+            edges.setdefault(node, []).append(dep)
+            if dep == me:
+                if all(key != me for key, _ in found):
+                    found.append((me, fetch(project, number).change))
                 continue
             if dep in seen or depth >= MAX_DEPTH:
                 continue
@@ -69,11 +79,27 @@ def needs_of(
                 continue
             if dependency.merged:
                 continue
-            visit(dependency.description, depth + 1)
-            found.append(dependency.change)
+            visit(dep, dependency.description, depth + 1)
+            found.append((dep, dependency.change))
 
-    visit(description, 0)
-    return found
+    visit(me, description, 0)
+    cycle = in_cycle_with(me, edges)
+    return [{**change, "cycle": True} if key in cycle else change for key, change in found]
+
+
+def in_cycle_with(
+    node: tuple[str, int], edges: Mapping[tuple[str, int], list[tuple[str, int]]]
+) -> set[tuple[str, int]]:
+    """The changes that reach ``node`` back through the ``Depends-On`` edges (its cycle)."""
+    reach = {node}
+    grew = True
+    while grew:
+        grew = False
+        for source, targets in edges.items():
+            if source not in reach and any(t in reach for t in targets):
+                reach.add(source)
+                grew = True
+    return reach if len(reach) > 1 else set()
 
 
 def url_pattern(path: str) -> re.Pattern[str]:

@@ -198,8 +198,10 @@ class ForgeReporter:
 
     def report(self, tenant: str, pipeline: str, item: QueueItem, action: str) -> None:
         """The item's final ``action`` (``""``: nothing is told)."""
-        if item.push is PushState.PUSHED or not action:
+        if (item.push is PushState.PUSHED and item.result is Result.SUCCESS) or not action:
             return  # the forge merged it, told of its success first (before_merge)
+        # (a merged change of a dependency cycle whose next merge was refused is
+        # told that the cycle failed: scheduler/manager/cycles.py)
         self._send(tenant, pipeline, item, action)
 
     def before_merge(

@@ -47,7 +47,7 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler.config.model import NOOP_JOB
-from scheduler.manager import answers, requirements, settling, verdicts
+from scheduler.manager import answers, batches, cycles, requirements, settling, verdicts
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
 from scheduler.manager.settings import (
@@ -151,11 +151,13 @@ class PipelineManager:
     def freeze_jobs(
         self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
     ) -> FreezeResult:
-        """The jobs of ``item`` under its merge (a batch's: its members')."""
-        return self.layouts.freeze(item, outcome)
+        """The jobs of ``item`` under its merge (a batch's or a dependency cycle's: its
+        members')."""
+        return batches.freeze(self.layouts, state, item, outcome)
 
     def merge_shared(self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome) -> None:
         """``item``'s merge is complete and its jobs frozen: what else it tested learns it."""
+        batches.share_merge(state, item, outcome)
 
     # -- events ----------------------------------------------------------------
 
@@ -183,7 +185,23 @@ class PipelineManager:
             answers.build_completed(self, state, event)
 
     def enqueue(self, state: PipelineState, change: Change, event_id: str = "") -> QueueItem:
-        """Add ``change``; an identical live item is returned instead of a second one."""
+        """Add ``change``; an identical live item is returned instead of a second one.
+
+        A change in a dependency cycle is enqueued with the cycle's other
+        changes as one unit where every queue of the cycle allows it, and
+        refused with Zuul's message where one does not
+        (:mod:`scheduler.manager.cycles`).
+        """
+        refused = cycles.refusal(self.settings, change) if change.in_cycle else ""
+        if change.in_cycle and not refused:
+            return cycles.enqueue(self, state, change, event_id)
+        item = self.enqueue_one(state, change, event_id)
+        if refused:
+            self.set_result(item, Result.ERROR, refused, kind=reasons.DEPENDENCY_ERROR)
+        return item
+
+    def enqueue_one(self, state: PipelineState, change: Change, event_id: str = "") -> QueueItem:
+        """Add one item of ``change`` (or return the identical live one)."""
         for existing in state.find(change):
             if existing.change.commit == change.commit:
                 return existing
@@ -207,15 +225,6 @@ class PipelineManager:
         state.items[item.uuid] = item
         self.place(state, queue, item)
         log.info("%s: enqueued %s as item %s", self.settings.name, change.key, item.uuid)
-        if change.in_cycle and not self.settings.allows_cycles(change.project, change.branch):
-            chain = " -> ".join(n.ref for n in change.needs)
-            self.set_result(
-                item,
-                Result.ERROR,
-                f"dependency cycle ({change.ref} -> {chain}); "
-                "its queue does not allow circular dependencies",
-                kind=reasons.DEPENDENCY_ERROR,
-            )
         return item
 
     def dequeue_change(self, state: PipelineState, change: Change) -> list[QueueItem]:
@@ -250,17 +259,42 @@ class PipelineManager:
         """
         promoted: list[QueueItem] = []
         for change in changes:
-            promoted.extend(i for i in state.find_for_dequeue(change) if i not in promoted)
+            for found in state.find_for_dequeue(change):
+                # a change of a dependency cycle takes its whole cycle along, in its order
+                group = [state.items[m.uuid] for m in cycles.members(state, found)]
+                promoted.extend(m for m in group if m.uuid not in {p.uuid for p in promoted})
         for name in dict.fromkeys(item.queue for item in promoted):
             queue = state.queues[name]
-            # a head item whose merge is being pushed stays in front of everything
-            pushing = [i.uuid for i in state.peek_of(queue) if i.push is PushState.PENDING]
+            # a head item whose merge is being pushed stays in front of everything,
+            # with the rest of its dependency cycle
+            items = state.peek_of(queue)
+            held = {i.cycle or i.uuid for i in items if i.push is not PushState.NONE}
+            pushing = [i.uuid for i in items if (i.cycle or i.uuid) in held]
             named = [i.uuid for i in promoted if i.queue == name and i.uuid not in pushing]
             first = pushing + named
             queue.items = first + [uuid for uuid in queue.items if uuid not in first]
         return promoted
 
     def dequeue(
+        self,
+        state: PipelineState,
+        item: QueueItem,
+        why: str,
+        report: bool,
+        kind: str = reasons.DEQUEUED,
+    ) -> None:
+        """Take ``item`` out, and the other changes of its dependency cycle with it."""
+        if not item.cycle or item.dequeued:
+            self.dequeue_one(state, item, why, report, kind)
+            return
+        for member in cycles.dequeue_all(state, item, why, kind):
+            if member.uuid == item.uuid:
+                self.dequeue_one(state, member, why, report, kind)
+            elif not member.dequeued:
+                assert member.reason is not None
+                self.dequeue_one(state, member, member.message, report, member.reason.kind)
+
+    def dequeue_one(
         self,
         state: PipelineState,
         item: QueueItem,
@@ -486,8 +520,12 @@ class PipelineManager:
         if item.reason is None:
             item.reason = LeaveReason(kind, message, tuple(jobs))
 
+    def finish(self, item: QueueItem) -> None:
+        """Report ``item`` once it has a result (a cycle reports its members together)."""
+        self._finish(item)
+
     def _finish(self, item: QueueItem) -> None:
-        if item.result is None or item.reported:
+        if item.result is None or item.reported or item.uuid in self.intents.reports:
             return
         if item.report_retry_at is not None and self.clock() < item.report_retry_at:
             return  # its last report did not land: wait for the back-off

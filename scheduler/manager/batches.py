@@ -122,7 +122,7 @@ def join(manager: Batching, state: PipelineState, item: QueueItem) -> None:
     queue = state.queues.get(item.queue)
     live = [i for i in state.peek_of(queue) if not i.dequeued] if queue else []
     last = live[-1] if live else None
-    if last is not None and last.batch and last.bisect_depth == 0:
+    if last is not None and last.batch and not last.cycle and last.bisect_depth == 0:
         group = [i for i in live if i.batch == last.batch]
         if len(group) < size_now(queue, batch) and all(reset.untouched(i) for i in group):
             item.batch = last.batch
@@ -155,8 +155,8 @@ def ready(manager: Batching, state: PipelineState, item: QueueItem) -> bool:
         return False  # tested on a half that may hold a culprit: wait for the halves
     batch = settings_of(manager, item)
     queue = state.queues.get(item.queue)
-    if batch is None or len(group) >= size_now(queue, batch):
-        return True
+    if item.cycle or batch is None or len(group) >= size_now(queue, batch):
+        return True  # a dependency cycle is complete as enqueued
     due = group[0].enqueue_time + batch.max_wait
     if manager.clock() >= due:
         return True
@@ -223,7 +223,9 @@ def share_merge(state: PipelineState, tail: QueueItem, outcome: ev.MergeOutcome)
     for index, seen in enumerate(group[:-1]):
         rider = state.items[seen.uuid]
         upto = offset + index + 1
-        rider.buildset.repo_state = _state_after(outcome, upto)
+        # a dependency cycle's members are all tested on the whole cycle
+        whole = {p: dict(b) for p, b in outcome.repo_state.items()}
+        rider.buildset.repo_state = whole if tail.cycle else _state_after(outcome, upto)
         rider.buildset.base_state = {p: dict(b) for p, b in outcome.base_state.items()}
         rider.buildset.files = list(merged[upto - 1].files)
         rider.buildset.merge_state = MergeState.COMPLETE
@@ -264,7 +266,7 @@ def after_step(manager: Batching, state: PipelineState, tail: QueueItem) -> Queu
             manager.set_result(rider, Result.SUCCESS, f"tested in a batch of {len(group)}")
         return passed[0] if passed and passed[0].uuid == group[0].uuid else None
     if len(group) > 1 and manager.failing(tail):
-        if _ahead_passed(manager, state, group[0]):
+        if ahead_passed(manager, state, group[0]):
             # a failure in a queue whose batches were already cut down by failures
             # likely has company: its members are tested one by one at once
             calm = batch is None or size_now(state.queues.get(tail.queue), batch) >= batch.size
@@ -291,8 +293,9 @@ def _behind_a_bisection(state: PipelineState, first: QueueItem) -> bool:
     )
 
 
-def _ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:
-    """Whether everything ``first`` is tested on has passed (or nothing is ahead)."""
+def ahead_passed(manager: Batching, state: PipelineState, first: QueueItem) -> bool:
+    """Whether everything ``first`` is tested on has passed (or nothing is ahead): a failed
+    batch splits only then, and a failed dependency cycle (:mod:`.cycles`) leaves."""
     return all(
         ahead.result is Result.SUCCESS and not manager.failing(ahead)
         for ahead in reset.peek_ahead(state, first)

@@ -34,10 +34,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from scheduler.manager import batches, pending, reset, settling, verdicts
-from scheduler.manager import events as ev
+from scheduler.manager import batches, cycles, pending, reset, settling, verdicts
 from scheduler.manager.base import PipelineManager, needed
-from scheduler.manager.settings import FreezeResult
 from scheduler.manager.window import in_window
 from scheduler.model import reasons
 from scheduler.model.change import Change
@@ -122,23 +120,26 @@ class SharedQueueManager(PipelineManager):
 
         A dependency must join the same shared queue (it is merged first, in
         queue order); one that would go elsewhere makes the change an error.
+        The changes of a dependency cycle must share the queue too; they are
+        enqueued together behind the other dependencies
+        (:mod:`scheduler.manager.cycles`).
         """
         problem = ""
-        cycle_refused = change.in_cycle and not self.settings.allows_cycles(
-            change.project, change.branch
-        )
-        if self.speculative and not cycle_refused:
+        refused = change.in_cycle and cycles.refusal(self.settings, change)
+        if self.speculative and not refused:
             mine = self.queue_name(change)
+            inside = {c.key for c in cycles.changes_of(change)} if change.in_cycle else set()
             for need in needed(change):
                 live = [i for i in state.find(need) if not i.dequeued]
                 if (live and live[0].queue != mine) or (not live and self.queue_name(need) != mine):
                     problem = f"depends on {need.ref} of {need.project}, not in queue {mine}"
                     break
-                if not live:
-                    super().enqueue(state, replace(need, needs=()), event_id)
-        item = super().enqueue(state, change, event_id)
-        if problem:
-            self.set_result(item, Result.ERROR, problem, kind=reasons.DEPENDENCY_ERROR)
+                if not live and need.key not in inside:
+                    self.enqueue_one(state, replace(need, needs=()), event_id)
+        if not problem:
+            return super().enqueue(state, change, event_id)
+        item = self.enqueue_one(state, change, event_id)
+        self.set_result(item, Result.ERROR, problem, kind=reasons.DEPENDENCY_ERROR)
         return item
 
     def _fail_dependents(self, state: PipelineState, failed: QueueItem, why: str) -> None:
@@ -146,6 +147,8 @@ class SharedQueueManager(PipelineManager):
         for item in list(state.items.values()):
             if item is failed or item.dequeued or item.push is not PushState.NONE:
                 continue
+            if failed.cycle and item.cycle == failed.cycle:
+                continue  # its cycle leaves with it (scheduler.manager.cycles)
             if any(n.key == failed.change.key for n in needed(item.change)):
                 # even a passed result: tested without its dependency, it must not merge
                 message = f"{why}: {failed.change.ref} was not merged"
@@ -167,20 +170,14 @@ class SharedQueueManager(PipelineManager):
             self.tally.batch(queue_label(item.queue, item.change.project), size)
         return True
 
-    def freeze_jobs(
-        self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome
-    ) -> FreezeResult:
-        return batches.freeze(self.layouts, state, item, outcome)
-
-    def merge_shared(self, state: PipelineState, item: QueueItem, outcome: ev.MergeOutcome) -> None:
-        batches.share_merge(state, item, outcome)
-
     def wake_at(self, queue_name: str, when: float) -> None:
         """A batch of the queue waits for more changes until ``when``: a pass must look then."""
         self._waking[queue_name] = min(when, self._waking.get(queue_name, when))
 
     def advance_item(self, state: PipelineState, item: QueueItem) -> None:
         self._advance_item(state, item)
+        if item.dequeued:
+            return  # its dependency cycle failed (scheduler.manager.cycles)
         if verdicts.wanted(self, item) and not self._judging_behind(state, item):
             verdicts.start(self, item)
         if item.probes:
@@ -211,13 +208,19 @@ class SharedQueueManager(PipelineManager):
             # a rider that became the tail (the tail left): its state was the batch's
             item.buildset = BuildSet(uuid=self.make_uuid())
         super().advance_item(state, item)
+        if item.cycle:
+            first = batches.members(state, item)[0]
+            cycles.tail_step(self, state, item, batches.ahead_passed(self, state, first))
+            if item.result is Result.SUCCESS and first.ahead is None:
+                self._at_head(state, state.items[first.uuid])  # the cycle reports now
+            return
         head = batches.after_step(self, state, item)
         if head is not None and head.ahead is None:
-            self._at_head(head)  # the batch passed: its first member reports now
+            self._at_head(state, head)  # the batch passed: its first member reports now
 
     # -- dequeue -----------------------------------------------------------------
 
-    def dequeue(
+    def dequeue_one(
         self,
         state: PipelineState,
         item: QueueItem,
@@ -229,13 +232,15 @@ class SharedQueueManager(PipelineManager):
             self.note_reason(item, kind, why)  # the items behind are reset for it
             self._fail_dependents(state, item, "a dependency was dequeued")
             others = [m for m in batches.members(state, item) if m.uuid != item.uuid]
+            if item.cycle:
+                others = []  # its cycle leaves with it
             why_reset = f"item {item.uuid} ahead was dequeued"
             reset.detach_behind(self, state, item, reset=True, why=why_reset, cause=item)
             if others:
                 # the rest of its batch is tested again without it
                 first = state.items[others[0].uuid]
                 reset.reset_item(self, state, first, f"{why} (batch)", cause=item)
-        super().dequeue(state, item, why, report, kind)
+        super().dequeue_one(state, item, why, report, kind)
 
     # -- the walk ----------------------------------------------------------------
 
@@ -295,7 +300,7 @@ class SharedQueueManager(PipelineManager):
                     # it will not merge as tested: what depends on it must not merge either
                     self._fail_dependents(state, item, "a dependency failed")
                 if item.ahead is None and judged is not pending.Judgement.WAIT:
-                    self._at_head(item)
+                    self._at_head(state, item)
 
             mark = settling.mark(state, uuid)
             # skipped: settled, and in the same place (a head with a result reports);
@@ -340,9 +345,12 @@ class SharedQueueManager(PipelineManager):
                 return ahead
         return None
 
-    def _at_head(self, item: QueueItem) -> None:
+    def _at_head(self, state: PipelineState, item: QueueItem) -> None:
         """Report a finished head item; a passed one is pushed first where the pipeline merges."""
-        if item.result is None:
+        if item.result is None or item.dequeued:
+            return
+        if item.cycle:
+            cycles.at_head(self, state, item)  # every member pushed in turn, then reported
             return
         if any(probe.result is None for probe in item.probes):
             return  # its failure is being judged (scheduler.manager.verdicts)

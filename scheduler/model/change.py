@@ -26,6 +26,9 @@ class Change:
     # (Depends-On, resolved by its driver). A dependency cycle is recorded by
     # the change needing itself.
     needs: tuple[Change, ...] = ()
+    # A dependency in the change's dependency cycle (it needs the change back,
+    # directly or through others): the driver marks it when it follows the chain.
+    cycle: bool = False
 
     @property
     def in_cycle(self) -> bool:
@@ -48,6 +51,7 @@ class Change:
             "commit": self.commit,
             "is_branch_update": self.is_branch_update,
             **({"needs": [n.to_dict() for n in self.needs]} if self.needs else {}),
+            **({"cycle": True} if self.cycle else {}),
         }
 
     @classmethod
@@ -60,4 +64,5 @@ class Change:
             commit=str(data.get("commit", "")),
             is_branch_update=bool(data.get("is_branch_update", False)),
             needs=tuple(cls.from_dict(dict(n)) for n in data.get("needs") or ()),
+            cycle=bool(data.get("cycle", False)),
         )

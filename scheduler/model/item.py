@@ -214,6 +214,10 @@ class QueueItem:
     # how many splits of a failed batch made it
     batch: str = ""
     bisect_depth: int = 0
+    # the changes of a dependency cycle (allow-circular-dependencies) are
+    # consecutive items sharing this id (and ``batch``: the last one merges and
+    # builds for all); they are reported, merged or dequeued together
+    cycle: str = ""
     # what its failure was judged to be: "flaky" (an item on top of it passed,
     # scheduler.manager.pending; or its job passed again), "culprit", "broken-base"
     # (scheduler.manager.verdicts); "failed": confirmed by the items behind it
@@ -273,6 +277,7 @@ class QueueItem:
             "report_retry_at": self.report_retry_at,
             "batch": self.batch,
             "bisect_depth": self.bisect_depth,
+            **({"cycle": self.cycle} if self.cycle else {}),
             "verdict": self.verdict,
             **({"probes": [p.to_dict() for p in self.probes]} if self.probes else {}),
             "reason": self.reason.to_dict() if self.reason else None,
@@ -302,6 +307,7 @@ class QueueItem:
             report_retry_at=data.get("report_retry_at"),
             batch=str(data.get("batch", "")),
             bisect_depth=int(data.get("bisect_depth", 0)),
+            cycle=str(data.get("cycle", "")),
             verdict=str(data.get("verdict", "")),
             probes=[Probe.from_dict(p) for p in data.get("probes") or ()],
             reason=LeaveReason.from_dict(data.get("reason")),

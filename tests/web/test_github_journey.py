@@ -249,7 +249,9 @@ def test_depends_on_in_check_and_gate(system: SluiceSystem) -> None:
         assert forge.statuses_of(loop) == ["failure"]
 
         def cycle_said() -> bool:
-            return any("dependency cycle" in c["body"] for c in forge.comments if c["number"] == 3)
+            return any(
+                "Dependency cycle detected" in c["body"] for c in forge.comments if c["number"] == 3
+            )
 
         wait_until(cycle_said, 30, "the cycle's comment", 0.2)
 

@@ -114,6 +114,11 @@ def item_status(item: QueueItem, now: float) -> dict[str, Any]:
         "dequeue_reason": item.reason.to_dict() if item.reason else None,
         "resets": item.resets.to_dict(),
         "reset_cost": item.reset_cost.to_dict(),
+        # the batch it is tested in and the splits that made it; the dependency
+        # cycle it is tested, reported and merged with (None: none)
+        "batch": item.batch or None,
+        "bisect_depth": item.bisect_depth,
+        "cycle": item.cycle or None,
     }
 
 

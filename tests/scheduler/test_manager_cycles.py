@@ -17,6 +17,7 @@ from scheduler.manager.settings import PipelineSettings
 from scheduler.model.change import Change
 from scheduler.model.item import QueueItem
 from scheduler.model.results import Result
+from scheduler.views.status import item_status
 from scheduler.wire.events import Dequeue, Enqueue, Promote
 from tests.config.test_invalid import load, messages
 from tests.scheduler.gate_harness import Gate, change
@@ -85,6 +86,8 @@ def test_a_two_cycle_is_tested_once_on_both_changes_and_merged_together() -> Non
     assert g.queue() == ["B", "A"]
     b, a = (g.item(r) for r in "BA")
     assert a.cycle == b.cycle == a.uuid
+    # the status shows the cycle each item is tested with
+    assert item_status(b, 0.0)["cycle"] == item_status(a, 0.0)["cycle"] == a.uuid
     assert len(g.merges) == 1 and g.merged_on("A") == ("B", "A")  # one merge, both changes
     merge_cycle(g)
     assert [bi.item for bi in g.builds] == [a.uuid]  # the last change builds for the cycle

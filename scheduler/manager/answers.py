@@ -23,7 +23,7 @@ from scheduler.manager.settings import FreezeResult, LayoutProvider, PipelineSet
 from scheduler.model import reasons
 from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.item import MergeState, PipelineState, QueueItem
-from scheduler.model.results import Result
+from scheduler.model.results import RETRYABLE, Result
 
 log = logging.getLogger(__name__)
 
@@ -166,9 +166,10 @@ def build_completed(manager: Answered, state: PipelineState, event: ev.BuildComp
     build.state = BuildState.COMPLETED
     build.result = event.result
     build.message = event.message
-    if build.pre_fail and event.result is Result.SUCCESS:
-        # Zuul: a pre-failed build is a FAILURE even if its steps succeed
-        # (the executor says so already; the items behind were moved off it)
+    if build.pre_fail and (event.result is Result.SUCCESS or event.result in RETRYABLE):
+        # Zuul: a pre-failed build is a FAILURE even if its steps succeed (the
+        # executor says so already; the items behind were moved off it); its
+        # output said it failed, so it is not run again either
         build.result = Result.FAILURE
         build.message = event.message or "failure-output matched"
     build.start_time = event.start_time or build.start_time

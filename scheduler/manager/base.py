@@ -418,7 +418,9 @@ class PipelineManager:
         """Zuul's fail-fast: a voting failure cancels the rest and fails the item now."""
         if not item.buildset.fail_fast or item.result is not None:
             return False
-        failed = self.voting_failures(item)
+        # a running build that pre-failed (failure-output) counts, as in Zuul
+        running = [j.name for j in item.buildset.graph if j.info.voting and _pre_failed(j)]
+        failed = sorted({*self.voting_failures(item), *running})
         if not failed:
             return False
         message = "failed: " + ", ".join(failed) + " (fail-fast: remaining builds cancelled)"

@@ -68,6 +68,28 @@ def test_a_pre_failed_build_that_succeeds_anyway_is_a_failure() -> None:
     assert g.reported == [("A", F)]
 
 
+def test_a_pre_failed_build_that_ends_retryable_is_a_failure_not_a_retry() -> None:
+    g = Gate()
+    g.enqueue("A")
+    g.merge_all()
+    g.run(prefail_event(g, "A"))
+    g.finish("A", result=Result.RETRY)
+    assert g.reported == [("A", F)]
+    assert len(g.builds) == 1  # not run again
+
+
+def test_fail_fast_counts_a_pre_failed_build_and_cancels_the_rest() -> None:
+    g = Gate(jobs=(JobInfo("unit"), JobInfo("docs")), fail_fast=True)
+    g.enqueue("A")
+    g.merge_all()
+    builds = {j.name: j.current for j in g.item("A").buildset.graph}
+    g.run(prefail_event(g, "A"))
+    # Zuul's fail-fast: a pre-failed voting build fails the item now, the rest cancelled
+    assert g.reported == [("A", F)]
+    assert "unit" in g.messages["A"] and "fail-fast" in g.messages["A"]
+    assert sorted(g.cancels) == sorted(b.uuid for b in builds.values() if b is not None)
+
+
 def test_a_non_voting_jobs_pre_fail_never_fails_the_item() -> None:
     g = Gate(jobs=(JobInfo("unit"), JobInfo("lint", voting=False)))
     g.enqueue("A", "B")

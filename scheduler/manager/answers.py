@@ -21,7 +21,7 @@ from scheduler.manager import requirements
 from scheduler.manager.intents import BuildIntent, Intents, NodeIntent
 from scheduler.manager.settings import FreezeResult, LayoutProvider, PipelineSettings
 from scheduler.model import reasons
-from scheduler.model.build import Build, BuildState, JobState
+from scheduler.model.build import Build, BuildState, JobInfo, JobState
 from scheduler.model.item import MergeState, PipelineState, QueueItem
 from scheduler.model.results import RETRYABLE, Result
 
@@ -208,8 +208,20 @@ def nodes_answered(manager: Answered, state: PipelineState, event: ev.NodesAnswe
         build.start_time = build.end_time = manager.clock()
         manager.release_semaphores(item, job)
         return
-    names = [name for name, _ in manager.settings.nodes_for(job.info, build.node_choice)]
-    groups = manager.settings.groups_for(job.info, build.node_choice)
+    name_nodes(manager.settings, job.info, build, event)
+    parent_data = item.buildset.graph.parent_data(job)
+    found = requirements.resolve(state, item, job, manager.records)  # met: nodes were asked
+    manager.intents.builds.append(
+        BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data, found.artifacts)
+    )
+
+
+def name_nodes(
+    settings: PipelineSettings, info: JobInfo, build: Build, event: ev.NodesAnswered
+) -> None:
+    """The build's nodes as the job's nodeset names and groups them, in its order."""
+    names = [name for name, _ in settings.nodes_for(info, build.node_choice)]
+    groups = settings.groups_for(info, build.node_choice)
     build.nodes = []
     for n, node in enumerate(event.nodes):
         name = names[n] if n < len(names) else str(node.get("label", ""))
@@ -217,11 +229,6 @@ def nodes_answered(manager: Answered, state: PipelineState, event: ev.NodesAnswe
         if groups.get(name):
             named["groups"] = list(groups[name])
         build.nodes.append(named)
-    parent_data = item.buildset.graph.parent_data(job)
-    found = requirements.resolve(state, item, job, manager.records)  # met: nodes were asked
-    manager.intents.builds.append(
-        BuildIntent(item.uuid, item.buildset.uuid, build, job.info, parent_data, found.artifacts)
-    )
 
 
 def _next_alternative(

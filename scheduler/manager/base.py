@@ -163,7 +163,7 @@ class PipelineManager:
 
     def apply(self, state: PipelineState, event: ev.PipelineEvent) -> None:
         """Apply one event to ``state``; stale or duplicate events change nothing."""
-        if verdicts.apply(state, event):
+        if verdicts.apply(self, state, event):
             return  # an answer to a run that judges a failure
         if isinstance(event, Enqueue):
             self.enqueue(state, event.change, event.event_id)

@@ -18,26 +18,30 @@ moved the items behind it off it already). When both have ended:
   the failure comes from what was ahead of it.
 
 The verdict goes into the item's reason and message, hence into its report,
-the status JSON, the SQL buildset record and ``sluice buildsets``. A job that
-takes semaphores or nodes is not run again (its verdict stays unjudged): a
-probe must not take what the gate needs. Probes are in the item's document;
-their requests carry the probe's uuid as their buildset, so their answers
-come back here (:func:`apply`), and a reset or dequeue of the item cancels
-them with its builds.
+the status JSON, the SQL buildset record and ``sluice buildsets``. A probe
+takes the job's semaphores (as its own holder, waiting while they are
+taken) and asks for the job's nodes (its nodeset's first choice) like any
+build. A probe that cannot say anything (its nodes failed, it was lost or
+retried, it ended in an error) leaves the failure **unjudged**. Probes are
+in the item's document; their requests carry the probe's uuid as their
+buildset, so their answers come back here (:func:`apply`), and a reset or
+dequeue of the item cancels them with its builds (their node requests
+deleted, their semaphores released).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
+from scheduler.manager import answers
 from scheduler.manager import events as ev
-from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent
-from scheduler.manager.settings import PipelineSettings
+from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
+from scheduler.manager.settings import PipelineSettings, SemaphoreLedger
 from scheduler.model import reasons
-from scheduler.model.build import Build, BuildState
+from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.item import MergeState, PipelineState, Probe, QueueItem
 from scheduler.model.results import Result
 
@@ -48,6 +52,11 @@ ALONE = "alone"
 FLAKY = "flaky"
 CULPRIT = "culprit"
 BROKEN_BASE = "broken-base"
+UNJUDGED = "unjudged"
+# what a probe's run may end with and still say something of the code it ran
+TELLING = frozenset(
+    {Result.SUCCESS, Result.FAILURE, Result.TIMED_OUT, Result.POST_FAILURE, Result.MERGE_CONFLICT}
+)
 
 
 class Judging(Protocol):
@@ -65,6 +74,9 @@ class Judging(Protocol):
     @property
     def make_uuid(self) -> Callable[[], str]: ...
 
+    @property
+    def semaphores(self) -> SemaphoreLedger: ...
+
 
 def wanted(manager: Judging, item: QueueItem) -> bool:
     """Whether ``item``'s failure is to be judged (and is not yet)."""
@@ -76,13 +88,10 @@ def wanted(manager: Judging, item: QueueItem) -> bool:
 
 
 def _job(manager: Judging, item: QueueItem) -> str | None:
-    """The first failed voting job, if it may run again (no semaphores, no nodes)."""
+    """The first failed voting job."""
     for job in item.buildset.graph:
-        if not job.info.voting or job.result in (None, Result.SUCCESS, Result.SKIPPED):
-            continue
-        if job.info.semaphores or manager.settings.nodes_for(job.info, 0):
-            return None
-        return job.name
+        if job.info.voting and job.result not in (None, Result.SUCCESS, Result.SKIPPED):
+            return job.name
     return None
 
 
@@ -123,13 +132,8 @@ def advance(manager: Judging, item: QueueItem) -> bool:
             _merge_alone(manager, item, probe)  # its merger was lost: merge again
         if probe.merge_state is not MergeState.COMPLETE or probe.merge_error is not None:
             continue
-        if probe.build is None and probe.job in jobs:
-            info = jobs[probe.job].info
-            probe.build = Build(uuid=manager.make_uuid(), job=probe.job, attempt=1)
-            parent_data = item.buildset.graph.parent_data(jobs[probe.job])
-            manager.intents.builds.append(
-                BuildIntent(item.uuid, probe.uuid, probe.build, info, parent_data)
-            )
+        if probe.build is None and probe.job in jobs and _take_semaphores(manager, probe, jobs):
+            _start(manager, item, probe, jobs)
     if any(probe.result is None for probe in item.probes):
         return False
     if item.verdict in ("", "failed"):
@@ -137,8 +141,56 @@ def advance(manager: Judging, item: QueueItem) -> bool:
     return True
 
 
+def _holder(probe: Probe) -> str:
+    return f"{probe.uuid}/{probe.job}"
+
+
+def _take_semaphores(manager: Judging, probe: Probe, jobs: Mapping[str, JobState]) -> bool:
+    """Take all of the job's semaphores for the probe, or none (it waits: False)."""
+    taken: list[str] = []
+    for name in jobs[probe.job].info.semaphores:
+        if not manager.semaphores.try_acquire(name, _holder(probe)):
+            for got in taken:
+                manager.semaphores.release(got, _holder(probe))
+            return False
+        taken.append(name)
+    return True
+
+
+def _release_semaphores(manager: Judging, probe: Probe, jobs: Mapping[str, JobState]) -> None:
+    if probe.job in jobs:
+        for name in jobs[probe.job].info.semaphores:
+            manager.semaphores.release(name, _holder(probe))
+
+
+def _start(manager: Judging, item: QueueItem, probe: Probe, jobs: Mapping[str, JobState]) -> None:
+    """The probe's build: its nodes asked for first where the job has a nodeset."""
+    info = jobs[probe.job].info
+    probe.build = Build(uuid=manager.make_uuid(), job=probe.job, attempt=1)
+    wanted = manager.settings.nodes_for(info, 0)
+    if wanted:
+        manager.intents.node_requests.append(
+            NodeIntent(item.uuid, probe.uuid, probe.build, probe.job, wanted)
+        )
+        return
+    parent_data = item.buildset.graph.parent_data(jobs[probe.job])
+    manager.intents.builds.append(
+        BuildIntent(item.uuid, probe.uuid, probe.build, info, parent_data)
+    )
+
+
 def _decide(item: QueueItem) -> None:
     outcome = {probe.kind: probe.result for probe in item.probes}
+    silent = sorted(f"{kind} {result}" for kind, result in outcome.items() if result not in TELLING)
+    if silent or outcome.get(SAME_STATE) is Result.MERGE_CONFLICT:
+        item.verdict = UNJUDGED
+        why = ", ".join(silent) or "its stored state did not merge"
+        item.message = item.buildset.message = (
+            f"{item.message} (no verdict: the re-run ended {why})"
+        )
+        if item.reason is not None:
+            item.reason = replace(item.reason, verdict=UNJUDGED, message=item.message)
+        return
     if outcome.get(SAME_STATE) is Result.SUCCESS:
         verdict, why = FLAKY, "it passed when run again on the same state"
     elif outcome.get(ALONE) is not Result.SUCCESS:
@@ -158,16 +210,22 @@ def abort(manager: Judging, item: QueueItem) -> None:
         build = probe.build
         if build is not None and not build.done:
             zone = jobs[probe.job].info.zone if probe.job in jobs else ""
-            manager.intents.cancels.append(CancelIntent(build.uuid, zone))
+            if build.node_request:
+                manager.intents.node_deletes.append(build.node_request)
+            if not build.waiting_for_nodes:
+                manager.intents.cancels.append(CancelIntent(build.uuid, zone))
             build.state = BuildState.COMPLETED
             build.result = Result.ABORTED
             build.end_time = manager.clock()
+        _release_semaphores(manager, probe, jobs)
 
 
-ProbeEvent = ev.MergeCompleted | ev.BuildStarted | ev.BuildPaused | ev.BuildCompleted
+ProbeEvent = (
+    ev.MergeCompleted | ev.BuildStarted | ev.BuildPaused | ev.BuildCompleted | ev.NodesAnswered
+)
 
 
-def apply(state: PipelineState, event: ev.PipelineEvent) -> bool:
+def apply(manager: Judging, state: PipelineState, event: ev.PipelineEvent) -> bool:
     """Apply an answer to a probe's request; False if ``event`` is not one."""
     if not isinstance(event, ProbeEvent):
         return False
@@ -179,12 +237,15 @@ def apply(state: PipelineState, event: ev.PipelineEvent) -> bool:
     assert probe is not None
     if isinstance(event, ev.MergeCompleted):
         _merged(probe, event)
+    elif isinstance(event, ev.NodesAnswered):
+        _nodes(manager, item, probe, event)
     elif probe.build is not None and probe.build.uuid == event.build and not probe.build.done:
         build = probe.build
         if isinstance(event, ev.BuildStarted):
             build.state = BuildState.RUNNING
             build.start_time = event.time
         elif isinstance(event, ev.BuildCompleted):
+            _release_semaphores(manager, probe, item.buildset.jobs or {})
             build.state = BuildState.COMPLETED
             build.result = event.result
             build.message = event.message
@@ -192,6 +253,28 @@ def apply(state: PipelineState, event: ev.PipelineEvent) -> bool:
             build.end_time = event.end_time
             build.log_path = event.log_path
     return True
+
+
+def _nodes(manager: Judging, item: QueueItem, probe: Probe, event: ev.NodesAnswered) -> None:
+    """The probe's nodes are ready (its build is submitted) or cannot be had (unjudged)."""
+    build = probe.build
+    jobs = item.buildset.jobs or {}
+    if build is None or build.node_request != event.request or probe.job not in jobs:
+        manager.intents.node_deletes.append(event.request)  # stale: nobody takes them
+        return
+    if not build.waiting_for_nodes:
+        return  # duplicate
+    if not event.fulfilled:
+        build.state = BuildState.COMPLETED
+        build.result = Result.NODE_FAILURE
+        build.message = event.reason or "NODE_FAILURE"
+        build.start_time = build.end_time = manager.clock()
+        _release_semaphores(manager, probe, jobs)
+        return
+    info = jobs[probe.job].info
+    answers.name_nodes(manager.settings, info, build, event)
+    parent_data = item.buildset.graph.parent_data(jobs[probe.job])
+    manager.intents.builds.append(BuildIntent(item.uuid, probe.uuid, build, info, parent_data))
 
 
 def _merged(probe: Probe, event: ev.MergeCompleted) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from scheduler.manager import events as ev
 from scheduler.manager.base import PipelineManager
 from scheduler.manager.dependent import DependentManager
-from scheduler.manager.intents import BuildIntent, Intents, MergeIntent
+from scheduler.manager.intents import BuildIntent, Intents, MergeIntent, NodeIntent
 from scheduler.manager.settings import FreezeResult, PipelineSettings
 from scheduler.model.build import JobInfo
 from scheduler.model.change import Change
@@ -88,6 +88,8 @@ class Gate:
         self.merges: list[MergeIntent] = []
         self.builds: list[BuildIntent] = []
         self.cancels: list[str] = []
+        self.node_requests: list[NodeIntent] = []
+        self.node_deletes: list[str] = []
         self.reported: list[tuple[str, Result | None]] = []
         # the message of each reported item, by ref
         self.messages: dict[str, str] = {}
@@ -121,6 +123,11 @@ class Gate:
         self.merges.extend(intents.merges)
         self.builds.extend(intents.builds)
         self.cancels.extend(c.build for c in intents.cancels)
+        for asked in intents.node_requests:
+            if not asked.build.done:  # as the processing layer: the request's id on the build
+                asked.build.node_request = f"nr-{len(self.node_requests)}"
+                self.node_requests.append(asked)
+        self.node_deletes.extend(intents.node_deletes)
         again = False
         if not self.hold_pushes:
             for item_uuid in intents.merges_to_push:

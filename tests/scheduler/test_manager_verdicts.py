@@ -5,6 +5,7 @@ from __future__ import annotations
 from scheduler.manager import events as ev
 from scheduler.manager.settings import PipelineSettings
 from scheduler.manager.verdicts import ALONE, SAME_STATE
+from scheduler.model.build import JobInfo
 from scheduler.model.item import MergeState, Probe, QueueItem
 from scheduler.model.results import Result
 from tests.scheduler.gate_harness import Gate
@@ -121,3 +122,71 @@ def test_without_failure_verdict_nothing_runs_again() -> None:
     g = Gate(settings=PipelineSettings("gate", "dependent", merge_on_success=True))
     a = failed_head(g)
     assert a.probes == [] and ("A", F) in g.reported
+
+
+def test_a_job_with_a_nodeset_is_judged_on_nodes_of_its_own() -> None:
+    settings = PipelineSettings(
+        "gate",
+        "dependent",
+        merge_on_success=True,
+        failure_verdict=True,
+        nodes_for=lambda job, choice: (("controller", "ubuntu"),),
+    )
+    g = Gate(settings=settings)
+    g.enqueue("A")
+    first = {"id": "n1", "label": "ubuntu"}
+    for asked in list(g.node_requests):  # the gate build's nodes
+        request = asked.build.node_request or ""
+        g.run(
+            ev.NodesAnswered(request, asked.item, asked.buildset, asked.job, True, nodes=(first,))
+        )
+    g.merge_all()
+    g.finish("A", result=F)
+    a = g.item("A")
+    same = probe(a, SAME_STATE)
+    # the probe asks for its own nodes first (the gate's went back with their build)
+    (asked,) = [n for n in g.node_requests if n.buildset == same.uuid]
+    assert asked.nodes == (("controller", "ubuntu"),) and not [
+        b for b in g.builds if b.buildset == same.uuid
+    ]
+    node = {"id": "n2", "label": "ubuntu"}
+    g.run(ev.NodesAnswered(asked.build.node_request or "", a.uuid, same.uuid, "unit", True,
+                           nodes=(node,)))  # fmt: skip
+    (started,) = [b for b in g.builds if b.buildset == same.uuid]
+    assert started.build.nodes == [{**node, "name": "controller"}]
+    # the alone probe's nodes fail: nothing can be said
+    lone = probe(g.item("A"), ALONE)
+    outcome = ev.MergeOutcome(ok=True, repo_state={"app": {"main": "lone"}})
+    g.run(ev.MergeCompleted(a.uuid, lone.uuid, lone.merge_request or "", outcome))
+    lone = probe(g.item("A"), ALONE)
+    assert lone.build is not None and lone.build.node_request
+    g.run(ev.NodesAnswered(lone.build.node_request, a.uuid, lone.uuid, "unit", False, "no quota"))
+    g.run(ev.BuildCompleted(started.build.uuid, a.uuid, same.uuid, "unit", F))
+    assert ("A", F) in g.reported
+    assert "no verdict: the re-run ended alone NODE_FAILURE" in g.messages["A"]
+    assert g.reported_items["A"].verdict == "unjudged"
+
+
+def test_a_job_with_a_semaphore_is_judged_once_the_semaphore_is_free() -> None:
+    g = Gate(
+        settings=PipelineSettings("gate", "dependent", merge_on_success=True, failure_verdict=True),
+        jobs=(JobInfo("unit", semaphores=("db",)),),
+        semaphores={"db": 1},
+    )
+    g.enqueue("A")
+    g.merge_all()
+    g.ledger.maxima["db"] = 0  # (as if every place were taken by others)
+    g.finish("A", result=F)
+    same = probe(g.item("A"), SAME_STATE)
+    assert same.build is None  # waits for the semaphore, as a build would
+    g.ledger.maxima["db"] = 1
+    g.run()
+    same = probe(g.item("A"), SAME_STATE)
+    assert same.build is not None and g.ledger.holders["db"] == {f"{same.uuid}/unit"}
+    answer(g, "A", same=S, alone=S)
+    # the two probes take the one place in turn: the alone run starts once the other ended
+    lone = probe(g.item("A"), ALONE)
+    assert lone.build is not None and g.ledger.holders["db"] == {f"{lone.uuid}/unit"}
+    g.run(ev.BuildCompleted(lone.build.uuid, g.item("A").uuid, lone.uuid, "unit", S))
+    assert "verdict: flaky" in g.messages["A"]
+    assert g.ledger.holders["db"] == set()  # released once the probes ended

@@ -177,6 +177,22 @@ class Gate:
         outcome = ev.MergeOutcome(ok=ok, repo_state={"app": {"main": "tip"}}, error="conflict")
         return ev.MergeCompleted(item.uuid, buildset.uuid, buildset.merge_request, outcome)
 
+    def stack_merge_event(self, item: QueueItem) -> ev.MergeCompleted:
+        """A clean merge of the item's stack: each change moves ``app`` main to ``m-<ref>``."""
+        buildset = item.buildset
+        assert buildset.merge_request is not None
+        (merge,) = [m for m in self.merges if m.request == buildset.merge_request]
+        merged = tuple(
+            ev.MergedChange("app", "main", f"m-{c.ref}", (f"{c.ref}.txt",)) for c in merge.changes
+        )
+        outcome = ev.MergeOutcome(
+            ok=True,
+            repo_state={"app": {"main": merged[-1].commit}},
+            base_state={"app": {"main": "tip"}},
+            merged=merged,
+        )
+        return ev.MergeCompleted(item.uuid, buildset.uuid, buildset.merge_request, outcome)
+
     def finish(self, ref: str, job: str = "unit", result: Result = Result.SUCCESS) -> None:
         self.run(self.build_event(self.item(ref), job, result))
 

@@ -17,9 +17,8 @@ import random
 from dataclasses import dataclass
 
 from scheduler.config.model import BatchConfig
-from scheduler.manager import events as ev
 from scheduler.manager.settings import PipelineSettings
-from scheduler.model.item import MergeState, QueueItem
+from scheduler.model.item import MergeState
 from scheduler.model.results import Result
 from scheduler.wire.events import Enqueue
 from tests.scheduler.gate_harness import Gate, change
@@ -40,28 +39,13 @@ def culprits(changes: int, rate: float, seed: int) -> tuple[set[str], set[str]]:
     return {f"c{n}" for n in drawn[flaky:]}, {f"c{n}" for n in drawn[:flaky]}
 
 
-def _stack_merge(g: Gate, item: QueueItem) -> ev.MergeCompleted:
-    buildset = item.buildset
-    (merge,) = [m for m in g.merges if m.request == buildset.merge_request]
-    merged = tuple(
-        ev.MergedChange("app", "main", f"m-{c.ref}", (f"{c.ref}.txt",)) for c in merge.changes
-    )
-    outcome = ev.MergeOutcome(
-        ok=True,
-        repo_state={"app": {"main": merged[-1].commit}},
-        base_state={"app": {"main": "tip"}},
-        merged=merged,
-    )
-    return ev.MergeCompleted(item.uuid, buildset.uuid, buildset.merge_request, outcome)
-
-
 def _answer_merges(g: Gate) -> None:
     while True:
         live = [i for i in g.state.items.values() if not i.dequeued]
         merging = [i for i in live if i.buildset.merge_state is MergeState.PENDING]
         if not merging:
             return
-        g.run(*(_stack_merge(g, i) for i in merging))
+        g.run(*(g.stack_merge_event(i) for i in merging))
 
 
 def run(

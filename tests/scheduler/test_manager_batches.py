@@ -22,20 +22,7 @@ def batched_gate(size: int = 8, max_wait: float = 60.0, depth: int = 3) -> Gate:
 
 
 def merge_event(g: Gate, item: QueueItem) -> ev.MergeCompleted:
-    """A clean merge of the item's stack: each change moves ``app`` main to ``m-<ref>``."""
-    buildset = item.buildset
-    assert buildset.merge_request is not None
-    (merge,) = [m for m in g.merges if m.request == buildset.merge_request]
-    merged = tuple(
-        ev.MergedChange("app", "main", f"m-{c.ref}", (f"{c.ref}.txt",)) for c in merge.changes
-    )
-    outcome = ev.MergeOutcome(
-        ok=True,
-        repo_state={"app": {"main": merged[-1].commit}},
-        base_state={"app": {"main": "tip"}},
-        merged=merged,
-    )
-    return ev.MergeCompleted(item.uuid, buildset.uuid, buildset.merge_request, outcome)
+    return g.stack_merge_event(item)
 
 
 def settle(g: Gate, culprits: set[str]) -> int:

@@ -374,6 +374,16 @@ def projects(call: Call) -> Any:
     ]
 
 
+@API.get(T + "/project/{project:path}/autohold", path_params=(Param("project", pattern=PROJECT),))
+def project_autohold_list(call: Call) -> Any:
+    """The autohold requests of one project of the tenant (Zuul's per-project list);
+    registered before ``/project/<p>``, whose path would take it."""
+    ctx, tenant = tenant_of(call)
+    project = check_project(ctx, tenant, call["project"])
+    found = AutoholdStore(ctx.client).list()
+    return [autohold_shape(r) for r in found if r.tenant == tenant and r.project == project]
+
+
 @API.get(T + "/project/{project:path}", path_params=(Param("project", pattern=PROJECT),))
 def project(call: Call) -> Any:
     """One project and its configuration."""

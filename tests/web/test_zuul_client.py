@@ -123,6 +123,8 @@ def test_autohold(web: WebServer, gate: HeldGate) -> None:
     assert "debug the flake" in out and "unit" in out
     (request,) = web.get("/api/tenant/demo/autohold")
     assert request["max_count"] == 2 and request["ref_filter"] == "^c1$"
+    assert web.get("/api/tenant/demo/project/app/autohold") == [request]  # Zuul's per project
+    assert web.request("GET", "/api/tenant/demo/project/nope/autohold").status == 404
     out = zuul_client(web, "autohold-info", "--tenant", "demo", request["id"], admin=False)
     assert "debug the flake" in out
     zuul_client(web, "autohold-delete", "--tenant", "demo", request["id"])

@@ -6,6 +6,9 @@ size from ``/proc/<pid>/smaps_rollup``, the resident size where that is
 not readable), and the ZooKeeper server's ``mntr`` counters and Redis's
 ``used_memory``. :func:`fsync_ceiling` is the disk's bound on ZooKeeper's
 transaction log: fsyncs per second of a small append loop in a folder.
+:func:`print_memory` and :func:`print_zookeeper` print what the samples say:
+each component's peak and its means in the first and last fifth of a
+window, ZooKeeper's writes per second and its tree at the peak and the end.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 from _system import Services, tree
+from throughput import FSYNCS, WRITES
+
+ZNODES = "zk_znode_count"
+DATA_SIZE = "zk_approximate_data_size"
 
 
 def memory_kb(pid: int) -> int:
@@ -119,3 +126,51 @@ def fsync_ceiling(folder: Path, seconds: float = 2.0) -> float:
         os.close(fd)
         path.unlink()
     return count / elapsed
+
+
+def print_memory(samples: list[Sample], start: float, end: float) -> dict[str, float]:
+    """Peak and first/last-fifth means per component; the ratio last/first of each."""
+    fifth = (end - start) / 5
+    first = [s for s in samples if start <= s.at <= start + fifth]
+    last = [s for s in samples if end - fifth <= s.at <= end]
+    names = sorted({k for s in samples for k in s.memory})
+    print("memory (MB, Pss summed over each process tree; first / last fifth: means):")
+    print(f"  {'component':10} {'peak':>8} {'first 1/5':>10} {'last 1/5':>10} {'last/first':>11}")
+    ratios = {}
+    for name in names:
+        peak = max(s.memory.get(name, 0) for s in samples) / 1024
+        a = _mean([s.memory.get(name, 0) for s in first]) / 1024
+        b = _mean([s.memory.get(name, 0) for s in last]) / 1024
+        ratios[name] = b / a if a else float("nan")
+        print(f"  {name:10} {peak:8.1f} {a:10.1f} {b:10.1f} {ratios[name]:>10.2f}x")
+    return ratios
+
+
+def _mean(values: list[int]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def print_zookeeper(
+    sampler: Sampler, before: Mapping[str, float], after: Mapping[str, float], wall: float
+) -> None:
+    writes = after.get(WRITES, 0.0) - before.get(WRITES, 0.0)
+    fsyncs = after.get(FSYNCS, 0.0) - before.get(FSYNCS, 0.0)
+    window = [s for s in sampler.samples if WRITES in s.mntr]
+    peak = 0.0
+    for i, a in enumerate(window):  # each 10 s (or more) between two samples
+        b = next((b for b in window[i:] if b.at - a.at >= 10), None)
+        if b is not None:
+            peak = max(peak, (b.mntr[WRITES] - a.mntr[WRITES]) / (b.at - a.at))
+    print(
+        f"ZooKeeper: {writes / wall:.1f} writes/s mean ({writes:.0f}),"
+        f" peak over 10 s {f'{peak:.1f}' if peak else 'n/a (a shorter run)'};"
+        f" {fsyncs / wall:.1f} fsyncs/s"
+    )
+    for label, sample in (
+        ("at the peak", max(sampler.samples, key=lambda s: s.mntr.get(ZNODES, 0.0))),
+        ("at the end", sampler.samples[-1]),
+    ):
+        print(
+            f"ZooKeeper {label}: {sample.mntr.get(ZNODES, 0):.0f} znodes,"
+            f" {sample.mntr.get(DATA_SIZE, 0) / 1024:.0f} kB of data (what a snapshot holds)"
+        )

@@ -63,10 +63,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _checksystem import CheckSystem, WorkerSetup, percentile, start_workers
-from _sampling import Sample, Sampler, fsync_ceiling
+from _sampling import Sampler, fsync_ceiling, print_memory, print_zookeeper
 from _system import Phase, Services
 from gating import LOG_LINE, STARTED, git_head
-from throughput import FSYNCS, WRITES
 
 from cli.stack.workers import EXECUTOR_CONCURRENCY
 from tests.fixtures.fake_forge import Reply
@@ -510,50 +509,65 @@ def print_latencies(day: Day) -> None:
         )
 
 
-def print_memory(samples: list[Sample], start: float, end: float) -> dict[str, float]:
-    """Peak and first/last-fifth means per component; the ratio last/first of each."""
-    fifth = (end - start) / 5
-    first = [s for s in samples if start <= s.at <= start + fifth]
-    last = [s for s in samples if end - fifth <= s.at <= end]
-    names = sorted({k for s in samples for k in s.memory})
-    print("memory (MB, Pss summed over each process tree; first / last fifth: means):")
-    print(f"  {'component':10} {'peak':>8} {'first 1/5':>10} {'last 1/5':>10} {'last/first':>11}")
-    ratios = {}
-    for name in names:
-        peak = max(s.memory.get(name, 0) for s in samples) / 1024
-        a = _mean([s.memory.get(name, 0) for s in first]) / 1024
-        b = _mean([s.memory.get(name, 0) for s in last]) / 1024
-        ratios[name] = b / a if a else float("nan")
-        print(f"  {name:10} {peak:8.1f} {a:10.1f} {b:10.1f} {ratios[name]:>10.2f}x")
-    return ratios
+@dataclass(frozen=True)
+class Measured:
+    """What the bench read around the day: its window, builds, ZooKeeper's counters, own CPU."""
+
+    start: float
+    end: float
+    builds: int
+    reported: int
+    mntr_before: Mapping[str, float]
+    mntr_after: Mapping[str, float]
+    bench_cpu: float
+    snapshot: tuple[str, int]  # the newest snapshot file on disk: name, bytes
 
 
-def _mean(values: list[int]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def print_zookeeper(
-    sampler: Sampler, before: Mapping[str, float], after: Mapping[str, float], wall: float
-) -> None:
-    writes = after.get(WRITES, 0.0) - before.get(WRITES, 0.0)
-    fsyncs = after.get(FSYNCS, 0.0) - before.get(FSYNCS, 0.0)
-    window = [s for s in sampler.samples if WRITES in s.mntr]
-    peak = 0.0
-    for i, a in enumerate(window):  # each 10 s (or more) between two samples
-        b = next((b for b in window[i:] if b.at - a.at >= 10), None)
-        if b is not None:
-            peak = max(peak, (b.mntr[WRITES] - a.mntr[WRITES]) / (b.at - a.at))
+def report(day: Day, sampler: Sampler, measured: Measured, ceilings: tuple[float, float]) -> None:
+    wall = measured.end - measured.start
+    arrivals = max((i.opened_at for i in day.opened.values()), default=measured.start)
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     print(
-        f"ZooKeeper: {writes / wall:.1f} writes/s mean ({writes:.0f}),"
-        f" peak over 10 s {f'{peak:.1f}' if peak else 'n/a (a shorter run)'};"
-        f" {fsyncs / wall:.1f} fsyncs/s"
+        f"wall time, first webhook -> last report: {wall:.1f} s"
+        f" (pull requests opened over the first {arrivals - measured.start:.1f} s)"
     )
-    at_peak = max(sampler.samples, key=lambda s: s.mntr.get("zk_znode_count", 0.0))
+    labelled = sum(i.labelled_at is not None for i in day.opened.values())
     print(
-        f"ZooKeeper at the peak: {at_peak.mntr.get('zk_znode_count', 0):.0f} znodes,"
-        f" {at_peak.mntr.get('zk_approximate_data_size', 0) / 1024:.0f} kB of data"
-        " (what a snapshot holds)"
+        f"builds: {measured.builds} started ({measured.builds / wall:.2f}/s),"
+        f" {measured.reported} reported (SQL); {len(day.opened)} pull requests opened,"
+        f" {labelled} labelled gate, {len(day.forge.merges)} merged"
     )
+    print_latencies(day)
+    print_zookeeper(sampler, measured.mntr_before, measured.mntr_after, wall)
+    print(
+        f"  fsync ceiling of the ZooKeeper data dir's disk (512 B appends, same run): "
+        f"{ceilings[0]:.0f}/s before the day, {ceilings[1]:.0f}/s after"
+    )
+    print(
+        f"  newest snapshot on disk: {measured.snapshot[0]}, {measured.snapshot[1] / 1024:.0f} kB"
+    )
+    used = [s.redis_used for s in sampler.samples]
+    print(
+        f"Redis used_memory: peak {max(used) / 2**20:.1f} MB, at the end {used[-1] / 2**20:.1f} MB"
+    )
+    ratios = print_memory(sampler.samples, measured.start, measured.end)
+    grown = [n for n, r in ratios.items() if r > 1.10]
+    flat = "yes" if not grown else "no: " + ", ".join(grown)
+    print(f"  flat (the last fifth within 10 % of the first): {flat}")
+    print(f"the benchmark's own CPU (the fake GitHub, the driver): {measured.bench_cpu:.1f} s")
+
+
+def print_verdict(day: Day, verdict: Verdict) -> None:
+    for label, found in (
+        ("webhooks refused", day.refused),
+        ("not gated", day.not_gated),
+        ("problems", verdict.problems),
+    ):
+        if found:
+            print(f"{label}: {len(found)}: {', '.join(found[:20])}")
+    print(f"lost results: {len(verdict.lost)} {', '.join(verdict.lost[:20])}")
+    print(f"doubled results: {len(verdict.doubled)} {', '.join(verdict.doubled[:20])}")
+    print(f"deterministic failers merged: {len(verdict.wrongly)} {', '.join(verdict.wrongly[:20])}")
 
 
 def newest_snapshot(services: Services) -> tuple[str, int]:
@@ -641,42 +655,15 @@ def main() -> None:
             ceiling_after = fsync_ceiling(zk_disk)
         finally:
             services.stop()
-    wall = end - start
-    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
-    print(f"wall time, first webhook -> last report: {wall:.1f} s")
-    print(
-        f"builds: {builds} started ({builds / wall:.2f}/s), {reported} reported (SQL);"
-        f" {len(day.opened)} pull requests opened, "
-        f"{sum(i.labelled_at is not None for i in day.opened.values())} labelled gate,"
-        f" {len(day.forge.merges)} merged"
+    ceilings = (ceiling_before, ceiling_after)
+    report(
+        day,
+        sampler,
+        Measured(start, end, builds, reported, before, after, bench_cpu, snapshot),
+        ceilings,
     )
-    print_latencies(day)
-    print_zookeeper(sampler, before, after, wall)
-    print(
-        f"  fsync ceiling of the ZooKeeper data dir's disk (512 B appends): "
-        f"{ceiling_before:.0f}/s before the day, {ceiling_after:.0f}/s after"
-    )
-    print(f"  newest snapshot on disk: {snapshot[0]}, {snapshot[1] / 1024:.0f} kB")
-    used = [s.redis_used for s in sampler.samples]
-    print(
-        f"Redis used_memory: peak {max(used) / 2**20:.1f} MB, at the end {used[-1] / 2**20:.1f} MB"
-    )
-    ratios = print_memory(sampler.samples, start, end)
-    grown = [n for n, r in ratios.items() if r > 1.10]
-    flat = "yes" if not grown else "no: " + ", ".join(grown)
-    print(f"  flat (the last fifth within 10 % of the first): {flat}")
-    print(f"the benchmark's own CPU (the fake GitHub, the driver): {bench_cpu:.1f} s")
     verdict = judge(day)
-    for label, found in (
-        ("webhooks refused", day.refused),
-        ("not gated", day.not_gated),
-        ("problems", verdict.problems),
-    ):
-        if found:
-            print(f"{label}: {len(found)}: {', '.join(found[:20])}")
-    print(f"lost results: {len(verdict.lost)} {', '.join(verdict.lost[:20])}")
-    print(f"doubled results: {len(verdict.doubled)} {', '.join(verdict.doubled[:20])}")
-    print(f"deterministic failers merged: {len(verdict.wrongly)} {', '.join(verdict.wrongly[:20])}")
+    print_verdict(day, verdict)
     if verdict.lost or verdict.doubled or verdict.wrongly or day.refused:
         sys.exit(1)
     print("\nnothing lost, nothing doubled, no failer merged")

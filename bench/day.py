@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import platform
 import random
@@ -576,31 +577,74 @@ def newest_snapshot(services: Services) -> tuple[str, int]:
     return (snaps[-1].name, snaps[-1].stat().st_size) if snaps else ("none", 0)
 
 
-def main() -> None:
+# the largest size any option takes (a day of 1,500 changes is the goal)
+MOST = 100_000
+
+
+def count(text: str) -> int:
+    """A whole number from 1 to :data:`MOST` (argparse's type: its message on anything else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MOST:
+        raise argparse.ArgumentTypeError(f"{text} is not from 1 to {MOST}")
+    return value
+
+
+def share(text: str) -> float:
+    """A fraction from 0 to 1."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1")
+    return value
+
+
+def rate(text: str) -> float:
+    """A number above 0."""
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--changes", type=int, default=1500)
-    parser.add_argument("--projects", type=int, default=50)
-    parser.add_argument("--tenants", type=int, default=5)
-    parser.add_argument("--jobs-per-change", type=int, default=13)
-    parser.add_argument("--gate-share", type=float, default=0.7)
-    parser.add_argument("--depends-share", type=float, default=0.05)
-    parser.add_argument("--fail-share", type=float, default=0.05, help="of the gated ones")
-    parser.add_argument("--flaky-share", type=float, default=0.5, help="of the failing ones")
-    parser.add_argument("--rate", type=float, default=1.25, help="pull requests opened a second")
+    parser.add_argument("--changes", type=count, default=1500)
+    parser.add_argument("--projects", type=count, default=50)
+    parser.add_argument("--tenants", type=count, default=5)
+    parser.add_argument("--jobs-per-change", type=count, default=13)
+    parser.add_argument("--gate-share", type=share, default=0.7)
+    parser.add_argument("--depends-share", type=share, default=0.05)
+    parser.add_argument("--fail-share", type=share, default=0.05, help="of the gated ones")
+    parser.add_argument("--flaky-share", type=share, default=0.5, help="of the failing ones")
+    parser.add_argument("--rate", type=rate, default=1.25, help="pull requests opened a second")
     parser.add_argument("--seed", type=int, default=39)
-    parser.add_argument("--executors", type=int, default=1, help="executor workers")
+    parser.add_argument("--executors", type=count, default=1, help="executor workers")
     parser.add_argument(
         "--executor-concurrency",
-        type=int,
+        type=count,
         default=EXECUTOR_CONCURRENCY,
         help="processes of each executor worker (default: the local stack's)",
     )
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds, for the whole day")
+    parser.add_argument("--timeout", type=rate, default=3600, help="seconds, for the whole day")
     parser.add_argument("--keep", default="", help="a folder for the run's files, kept after")
     parser.add_argument(
         "--smoke", action="store_true", help="8 changes, 4 projects, 2 tenants (make test)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.tenants > args.projects:
+        parser.error(f"--tenants {args.tenants} is more than --projects {args.projects}")
     if args.smoke:
         args.changes, args.projects, args.tenants, args.jobs_per_change = 8, 4, 2, 3
         args.depends_share, args.fail_share, args.rate, args.timeout = 0.25, 0.25, 2.0, 240

@@ -3,10 +3,11 @@
 OpenStack's peak day at a chosen size: ``--changes`` pull requests over
 ``--projects`` projects in ``--tenants`` tenants (project ``p`` belongs to
 tenant ``p mod tenants``; each tenant's gate is one shared queue), on a real
-``sluice web``, real ``celery worker`` processes (a scheduler, a merger with
-the sweep, ``--executors`` executors), a ZooKeeper and a Redis of the run's
-own (bench/_system.py). GitHub is the tests' fake (tests/fixtures/fake_github.py),
-which sends its webhooks signed to ``sluice web``, as GitHub does.
+``sluice web``, real ``celery worker`` processes (a scheduler, a merger,
+``--executors`` executors, and the sweep's timer in a worker of its own), a
+ZooKeeper and a Redis of the run's own (bench/_system.py). GitHub is the
+tests' fake (tests/fixtures/fake_github.py), which sends its webhooks signed
+to ``sluice web``, as GitHub does.
 
 What arrives, drawn with a seeded random (``--seed``), at ``--rate``
 pull requests a second (exponential gaps):
@@ -50,6 +51,7 @@ import math
 import os
 import platform
 import random
+import re
 import resource
 import sys
 import tempfile
@@ -71,6 +73,7 @@ from gating import LOG_LINE, STARTED, git_head
 from cli.stack.workers import EXECUTOR_CONCURRENCY
 from tests.fixtures.fake_forge import Reply
 from tests.fixtures.fake_github import TOKEN, FakeGitHub, Pull
+from tests.fixtures.waiting import wait_until
 from tests.web.server import WebServer, start_web
 
 SECRET = "day-webhook-secret"
@@ -415,7 +418,19 @@ def running_day(
             text = system.config.read_text()
             system.config.write_text(text.replace("connections:\n", "connections:\n" + connection))
             write_repos(phase, sizes, changes, markers)
-            start_workers(CheckSystem(phase, []), setup, executors=executors, sweep="5")
+            # the sweep's timer starts once ``sluice reconfigure`` configured the
+            # tenants: started with the workers, its own reconfiguration of the
+            # new tenant file can hold the single merger process while the
+            # command waits on a merge (seen once in three runs)
+            start_workers(CheckSystem(phase, []), setup, executors=executors)
+            sweep = {"SLUICE_SWEEP_INTERVAL": "5"}
+            system.start_worker(("maintenance",), concurrency=1, env=sweep, beat=True)
+            wait_until(
+                lambda: _logged(phase, RECONFIGURED) >= sizes.tenants,
+                180,
+                "the sweep's reconfiguration of the new tenant file",
+                interval=0.5,
+            )
             with start_web(system, "") as web:
                 forge.webhook_url = f"{web.url}/api/connection/github/payload"
                 yield Day(sizes, forge), phase, web
@@ -423,11 +438,22 @@ def running_day(
         phase.stop()
 
 
+# the merger's log, a tenant reconfigured by a task (the sweep's request)
+RECONFIGURED = re.compile(r"Task sluice\.merger\.reconfigure\[[^\]]+\] succeeded")
+
+
+def _logged(phase: Phase, pattern: re.Pattern[str]) -> int:
+    """Lines of the workers' logs that ``pattern`` finds."""
+    return sum(
+        len(pattern.findall(w.log.read_text(errors="replace"))) for w in phase.system.started
+    )
+
+
 def components(phase: Phase, web: WebServer, services: Services) -> dict[str, list[int]]:
     """Each component's process trees (roots)."""
-    found: dict[str, list[int]] = {"scheduler": [], "merger": [], "executor": []}
-    for worker in phase.system.started:
-        found[worker.queues[0]].append(worker.pid)
+    found: dict[str, list[int]] = {}
+    for worker in phase.system.started:  # named by their first queue
+        found.setdefault(worker.queues[0], []).append(worker.pid)
     found["web"] = [web.pid]
     found["zookeeper"] = [services.zookeeper.proc_pid or 0]
     found["redis"] = [services.redis.proc_pid or 0]

@@ -261,10 +261,11 @@ class Opened:
 
 @dataclass
 class Day:
-    """A day in progress: the forge, the pull requests opened so far, what went wrong."""
+    """A day in progress: the forge, the plan, the pull requests opened so far, what went wrong."""
 
     sizes: Sizes
     forge: StampedGitHub
+    plan: list[Change]
     opened: dict[int, Opened] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
     not_gated: list[str] = field(default_factory=list)
@@ -433,7 +434,7 @@ def running_day(
             )
             with start_web(system, "") as web:
                 forge.webhook_url = f"{web.url}/api/connection/github/payload"
-                yield Day(sizes, forge), phase, web
+                yield Day(sizes, forge, changes), phase, web
     finally:
         phase.stop()
 
@@ -556,7 +557,8 @@ def report(day: Day, sampler: Sampler, measured: Measured, ceilings: tuple[float
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     print(
         f"wall time, first webhook -> last report: {wall:.1f} s"
-        f" (pull requests opened over the first {arrivals - measured.start:.1f} s)"
+        f" (pull requests opened over the first {arrivals - measured.start:.1f} s,"
+        f" {max((c.at for c in day.plan), default=0.0):.1f} s planned)"
     )
     labelled = sum(i.labelled_at is not None for i in day.opened.values())
     print(

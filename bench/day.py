@@ -479,7 +479,7 @@ def builds_started(phase: Phase) -> int:
 
 @dataclass
 class Verdict:
-    """Lost and doubled results, and what merged that must not have."""
+    """Lost and doubled results, and what merged that must not have (or not then)."""
 
     lost: list[str] = field(default_factory=list)
     doubled: list[str] = field(default_factory=list)
@@ -490,6 +490,7 @@ class Verdict:
 def judge(day: Day) -> Verdict:
     verdict = Verdict()
     merges = Counter((m["project"], m["number"]) for m in day.forge.merges)
+    order = {(m["project"], m["number"]): n for n, m in enumerate(day.forge.merges)}
     for item in day.opened.values():
         name = f"c{item.change.n}"
         pipelines = ["check"] + (["gate"] if item.labelled_at is not None else [])
@@ -504,6 +505,14 @@ def judge(day: Day) -> Verdict:
             verdict.doubled.append(f"{name} merged x{merged}")
         if merged and item.change.failure == "deterministic":
             verdict.wrongly.append(f"{name} fails on its own and merged")
+        needed = day.opened.get(
+            item.change.depends_on if item.change.depends_on is not None else -1
+        )
+        if merged and needed is not None:
+            mine = order[(item.pull.project, item.pull.number)]
+            theirs = order.get((needed.pull.project, needed.pull.number))
+            if theirs is None or theirs > mine:
+                verdict.wrongly.append(f"{name} merged before c{needed.change.n}, its Depends-On")
         gate = day.forge.final(item.sha, f"{item.tenant}/gate")
         if gate and gate[-1][1] == "success" and not merged:
             verdict.problems.append(f"{name} reported merged, not merged on the forge")
@@ -596,7 +605,8 @@ def print_verdict(day: Day, verdict: Verdict) -> None:
             print(f"{label}: {len(found)}: {', '.join(found[:20])}")
     print(f"lost results: {len(verdict.lost)} {', '.join(verdict.lost[:20])}")
     print(f"doubled results: {len(verdict.doubled)} {', '.join(verdict.doubled[:20])}")
-    print(f"deterministic failers merged: {len(verdict.wrongly)} {', '.join(verdict.wrongly[:20])}")
+    wrongly = ", ".join(verdict.wrongly[:20])
+    print(f"merged wrongly (a failer, or before its Depends-On): {len(verdict.wrongly)} {wrongly}")
 
 
 def newest_snapshot(services: Services) -> tuple[str, int]:
@@ -738,7 +748,7 @@ def main(argv: list[str] | None = None) -> None:
     print_verdict(day, verdict)
     if verdict.lost or verdict.doubled or verdict.wrongly or day.refused:
         sys.exit(1)
-    print("\nnothing lost, nothing doubled, no failer merged")
+    print("\nnothing lost, nothing doubled, nothing merged wrongly")
 
 
 def _cpu(usage: resource.struct_rusage) -> float:

@@ -55,6 +55,7 @@ import re
 import resource
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -227,12 +228,22 @@ def draw(sizes: Sizes) -> list[Change]:
 
 
 class StampedGitHub(FakeGitHub):
-    """The fake GitHub, stamping each final commit status with the time it arrived."""
+    """The fake GitHub, stamping each final commit status with the time it arrived,
+    and each webhook with the time its POST began (:meth:`posted`, per thread)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         # (sha, context) -> [(time, state)] of the final (not pending) statuses
         self.finals: dict[tuple[str, str], list[tuple[float, str]]] = {}
+        self._posts = threading.local()
+
+    def post_webhook(self, raw: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
+        self._posts.at = time.time()
+        return super().post_webhook(raw, headers)
+
+    def posted(self) -> float:
+        """When this thread's last webhook POST began."""
+        return float(self._posts.at)
 
     def route(self, method: str, path: str, headers: Mapping[str, str], body: Any) -> Reply:
         reply = super().route(method, path, headers, body)
@@ -243,6 +254,11 @@ class StampedGitHub(FakeGitHub):
                 with self.lock:
                     self.finals.setdefault(key, []).append((time.time(), state))
         return reply
+
+    def last_final(self) -> float:
+        """When the last final status arrived (0 before the first)."""
+        with self.lock:
+            return max((t for found in self.finals.values() for t, _ in found), default=0.0)
 
     def final(self, sha: str, context: str) -> list[tuple[float, str]]:
         with self.lock:
@@ -277,14 +293,13 @@ class Day:
             dep = self.opened[change.depends_on]
             body = f"Depends-On: https://github.com/{dep.pull.project}/pull/{dep.pull.number}\n"
         tenant = f"t{self.sizes.tenant_of(change.project)}"
-        sent = time.time()
         try:
             pull = self.forge.open_pull(name, f"c{change.n}", f"Change {change.n}", body=body)
         except OSError as exc:
             self.refused.append(f"c{change.n} opened: {exc}")
             return
         sha = pull.sha(self.forge.repos)
-        self.opened[change.n] = Opened(change, pull, sha, tenant, sent)
+        self.opened[change.n] = Opened(change, pull, sha, tenant, self.forge.posted())
 
     def ready_to_label(self, item: Opened) -> bool | None:
         """Whether a gated pull request may be labelled now (None: it never will)."""
@@ -299,13 +314,12 @@ class Day:
         return self.opened[dep].labelled_at is not None
 
     def label(self, item: Opened) -> None:
-        sent = time.time()
         try:
             self.forge.label(item.pull, "gate")
         except OSError as exc:
             self.refused.append(f"c{item.change.n} labelled: {exc}")
             return
-        item.labelled_at = sent
+        item.labelled_at = self.forge.posted()
 
     def settled(self) -> bool:
         """Every pull request opened has its check report; every one labelled its gate's."""
@@ -319,10 +333,10 @@ class Day:
         return True
 
 
-def drive(day: Day, changes: list[Change], timeout: float) -> float:
+def drive(day: Day, timeout: float) -> float:
     """Open and label the day's pull requests on time; returns when all are reported."""
     start = time.time()
-    waiting = list(changes)
+    waiting = list(day.plan)
     to_label: list[Opened] = []
     while True:
         now = time.time()
@@ -725,8 +739,8 @@ def main(argv: list[str] | None = None) -> None:
                 sampler.start()
                 before = services.mntr()
                 usage = resource.getrusage(resource.RUSAGE_SELF)
-                start = drive(day, changes, args.timeout)
-                end = time.time()
+                start = drive(day, args.timeout)
+                end = day.forge.last_final() or time.time()
                 after = services.mntr()
                 bench_cpu = _cpu(resource.getrusage(resource.RUSAGE_SELF)) - _cpu(usage)
                 sampler.stop()

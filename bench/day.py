@@ -35,8 +35,8 @@ each component's peak memory and its mean in the first and last fifth of
 the run, the znode count and data size at the peak, Redis's
 ``used_memory``, and lost and doubled results: each pull request must get
 exactly one final status per pipeline it entered, each gated one be merged
-at most once, and a deterministic failer never. The bench exits 1 if any
-of these is not 0.
+at most once and never before its ``Depends-On``, and a deterministic
+failer never. The bench exits 1 if any of these is not 0.
 
 ``.venv/bin/python bench/day.py [--changes 1500 --projects 50 --tenants 5
 --rate 1.25]``; ``--smoke`` (``make test``, tests/bench/test_smoke.py):

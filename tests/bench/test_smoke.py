@@ -19,6 +19,7 @@ SMOKES = {
     "throughput": ["throughput.py", "--smoke"],
     "checkout": ["checkout.py", "--seconds", "0.1", "--sizes", "5"],
     "cli_start": ["cli_start.py", "--runs", "1"],
+    "day": ["day.py", "--smoke"],
     "enqueue": ["enqueue.py", "--smoke"],
     "executor": ["executor.py", "--seconds", "0.3"],
     "gating": ["gating.py", "--smoke"],
@@ -52,3 +53,8 @@ def test_benchmark_smoke(name: str) -> None:
     if name == "gating":
         # not its speed: that it checked the branch and nothing merged wrongly
         assert "no change merged wrongly" in done.stdout, done.stdout[-3000:]
+    if name == "day":
+        # every pull request reported once per pipeline, no failer merged, no Depends-On broken
+        assert "nothing lost, nothing doubled, nothing merged wrongly" in done.stdout, done.stdout[
+            -3000:
+        ]

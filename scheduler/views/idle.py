@@ -18,7 +18,7 @@ from typing import Any
 from scheduler.state import codec
 from scheduler.stores import inventory
 from scheduler.stores.job_requests import JobRequestQueue
-from scheduler.zk import doctree, flags, paths, sharding, stored
+from scheduler.zk import doctree, flags, locks, paths, sharding, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.event_queue import EventQueue
 from scheduler.zk.multiread import Children, Data, Read, Stat, read_many
@@ -43,9 +43,15 @@ def tenants_with_events(client: ZooKeeperClient) -> list[str]:
 
 
 def tenants_to_reconfigure(client: ZooKeeperClient) -> list[str]:
-    """Tenants with reconfiguration requests not yet applied."""
+    """Tenants with reconfiguration requests not yet applied and no reconfiguration under
+    way: one that holds or waits for the tenant's write lock (``sluice reconfigure``, a
+    reconfigure task) would only make a new one wait for it, on a merger worker the
+    holder may need for its own merges; the sweep asks again once it is done."""
     return [
-        t for t in inventory.tenants(client) if _events(client, paths.tenant_reconfigure_queue(t))
+        t
+        for t in inventory.tenants(client)
+        if _events(client, paths.tenant_reconfigure_queue(t))
+        and not locks.has_writer(client, paths.tenant_lock(t))
     ]
 
 

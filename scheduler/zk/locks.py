@@ -258,6 +258,15 @@ def try_exclusive(client: ZooKeeperClient, path: str, identifier: str = "") -> H
     return HeldLock(client, path, node, token)
 
 
+def has_writer(client: ZooKeeperClient, path: str) -> bool:
+    """Whether a write (or exclusive) lock at ``path`` is held or waited for."""
+    try:
+        children = client.get_children(path)
+    except NoNodeError:
+        return False
+    return any(_NODE_NAME[LockKind.WRITE] in child for child in children)
+
+
 def contenders(client: ZooKeeperClient, path: str) -> list[str]:
     """Identifiers of the processes holding or waiting for the lock at ``path``, in order."""
     try:

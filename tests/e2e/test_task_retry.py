@@ -47,9 +47,13 @@ def test_retrying_finished_builds_does_nothing_visible(system: SluiceSystem, flo
     lint = next(t for t in _tasks(flower, task_names.BUILD) if "job=lint" in t["args"])
 
     # a build that ended well within half a second left nothing in the result
-    # backend (tasks/executor.py): Flower knows it
+    # backend (tasks/executor.py): Flower knows it. On a loaded host the build
+    # may take longer and its result is kept: the retry is sent all the same
     code, out = system.sluice_result("retry", lint["uuid"])
-    assert code == 1 and "unknown to the result backend" in out and "--flower" in out
+    if code == 0:
+        assert "re-sent sluice.executor.build" in out, out
+    else:
+        assert code == 1 and "unknown to the result backend" in out and "--flower" in out
     out = system.sluice("retry", "--flower", flower, lint["uuid"])
     assert "re-sent sluice.executor.build" in out and "found in Flower" in out
     again = _task(flower, out.split()[-1])

@@ -55,6 +55,7 @@ from scheduler.manager.settings import (
     LayoutProvider,
     PipelineSettings,
     SemaphoreLedger,
+    take_all,
 )
 from scheduler.model import reasons
 from scheduler.model.build import Build, BuildState, JobState
@@ -453,15 +454,9 @@ class PipelineManager:
         self, item: QueueItem, job: JobState, artifacts: tuple[dict[str, Any], ...] = ()
     ) -> None:
         holder = self._semaphore_holder(item, job)
-        taken: list[str] = []
-        for name in job.info.semaphores:
-            if not self.semaphores.try_acquire(name, holder):
-                for got in taken:
-                    self.semaphores.release(got, holder)
-                job.waiting_for_semaphore = name
-                return
-            taken.append(name)
-        job.waiting_for_semaphore = None
+        job.waiting_for_semaphore = take_all(self.semaphores, job.info.semaphores, holder)
+        if job.waiting_for_semaphore is not None:
+            return
         build = Build(uuid=self.make_uuid(), job=job.name, attempt=job.next_attempt)
         job.builds.append(build)
         if job.name == NOOP_JOB:

@@ -10,7 +10,7 @@ stays pure, and the tests give it fakes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -90,3 +90,19 @@ class SemaphoreLedger(Protocol):
 
     def release(self, name: str, holder: str) -> None:
         """Give back ``holder``'s slot (harmless if it holds none)."""
+
+
+def take_all(ledger: SemaphoreLedger, names: Iterable[str], holder: str) -> str | None:
+    """Take a slot of every semaphore in ``names`` for ``holder``, or none of them.
+
+    Returns None when all were taken, else the name that had no free slot
+    (those taken before it are given back).
+    """
+    taken: list[str] = []
+    for name in names:
+        if not ledger.try_acquire(name, holder):
+            for got in taken:
+                ledger.release(got, holder)
+            return name
+        taken.append(name)
+    return None

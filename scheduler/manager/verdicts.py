@@ -39,7 +39,7 @@ from typing import Protocol
 from scheduler.manager import answers
 from scheduler.manager import events as ev
 from scheduler.manager.intents import BuildIntent, CancelIntent, Intents, MergeIntent, NodeIntent
-from scheduler.manager.settings import PipelineSettings, SemaphoreLedger
+from scheduler.manager.settings import PipelineSettings, SemaphoreLedger, take_all
 from scheduler.model import reasons
 from scheduler.model.build import Build, BuildState, JobState
 from scheduler.model.item import MergeState, PipelineState, Probe, QueueItem
@@ -147,14 +147,7 @@ def _holder(probe: Probe) -> str:
 
 def _take_semaphores(manager: Judging, probe: Probe, jobs: Mapping[str, JobState]) -> bool:
     """Take all of the job's semaphores for the probe, or none (it waits: False)."""
-    taken: list[str] = []
-    for name in jobs[probe.job].info.semaphores:
-        if not manager.semaphores.try_acquire(name, _holder(probe)):
-            for got in taken:
-                manager.semaphores.release(got, _holder(probe))
-            return False
-        taken.append(name)
-    return True
+    return take_all(manager.semaphores, jobs[probe.job].info.semaphores, _holder(probe)) is None
 
 
 def _release_semaphores(manager: Judging, probe: Probe, jobs: Mapping[str, JobState]) -> None:

@@ -482,3 +482,67 @@ def test_untrusted_steps_share_the_build_namespaces_a_trusted_step_has_its_own(
     ] * 3
     for step in ("first", "later", "trusted"):
         assert f"{step} nothing listens" in text and f"{step} no-nested" in text, text
+
+
+def _shared_etc_in_child(state_dir: Path) -> str:
+    """``shared_etc`` as another worker process of the host would call it: its path."""
+    code = "import sys; from pathlib import Path; from workers.executor.sandbox import shared_etc; "
+    code += "print(shared_etc(Path(sys.argv[1])))"
+    argv = [sys.executable, "-c", code, str(state_dir)]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_one_etc_copy_serves_every_process_of_the_host(tmp_path: Path) -> None:
+    first, second = _shared_etc_in_child(tmp_path), _shared_etc_in_child(tmp_path)
+    assert first == second
+    copies = [p.name for p in (tmp_path / "sandbox").iterdir() if p.is_dir() and "." not in p.name]
+    assert copies == [Path(first).name]
+    etc = Path(first)
+    assert "sluice" in (etc / "passwd").read_text()
+    assert stat.S_IMODE(etc.stat().st_mode) & 0o005 == 0o005  # any job user reaches it
+    # each process records itself; the second forgot the first, which was gone
+    users = etc.with_name(etc.name + ".users")
+    assert len(list(users.iterdir())) == 1
+    sandbox.shared_etc.cache_clear()
+    try:
+        assert sandbox.shared_etc(tmp_path) == etc
+    finally:
+        sandbox.shared_etc.cache_clear()
+    assert [p.name for p in users.iterdir()] == [str(os.getpid())]
+
+
+def test_copies_no_live_process_uses_are_removed(tmp_path: Path) -> None:
+    folder = tmp_path / "sandbox"
+    folder.mkdir()
+    prefix = f"etc-{os.uname().nodename}-"
+    dead = _a_dead_pid()
+
+    def copy(name: str, *users: int) -> Path:
+        path = folder / f"{prefix}{name}"
+        (path / "ssl").mkdir(parents=True)
+        if users:
+            (folder / f"{prefix}{name}.users").mkdir()
+            for pid in users:
+                (folder / f"{prefix}{name}.users" / str(pid)).touch()
+        return path
+
+    unused = copy("dold", dead)
+    used = copy("dother", dead, os.getpid())
+    legacy_dead, legacy_live = copy(str(dead)), copy(str(os.getpid()))
+    draft = copy("dold.draft-12345")
+    sandbox.shared_etc.cache_clear()
+    try:
+        mine = sandbox.shared_etc(tmp_path)
+    finally:
+        sandbox.shared_etc.cache_clear()
+    assert mine.is_dir()
+    assert not unused.exists() and not unused.with_name(unused.name + ".users").exists()
+    assert not legacy_dead.exists() and not draft.exists()
+    assert used.is_dir() and legacy_live.is_dir()
+    assert [p.name for p in (folder / f"{used.name}.users").iterdir()] == [str(os.getpid())]
+
+
+def _a_dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

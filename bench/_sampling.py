@@ -3,16 +3,20 @@
 :class:`Sampler` is a thread that every ``interval`` seconds reads, for
 each named component (a process tree), its memory (the proportional set
 size from ``/proc/<pid>/smaps_rollup``, the resident size where that is
-not readable), and the ZooKeeper server's ``mntr`` counters and Redis's
+not readable) and its CPU time so far, the builds finished so far (when
+given a count), and the ZooKeeper server's ``mntr`` counters and Redis's
 ``used_memory``. :func:`fsync_ceiling` is the disk's bound on ZooKeeper's
 transaction log: fsyncs per second of a small append loop in a folder.
-:func:`print_memory` and :func:`print_zookeeper` print what the samples say:
-each component's peak and its means in the first and last fifth of a
-window, ZooKeeper's writes per second and its tree at the peak and the end.
+:func:`print_memory`, :func:`print_cpu` and :func:`print_zookeeper` print
+what the samples say: each component's peak memory and its means in the
+first and last fifth of a window, builds/s and each component's CPU per
+build in each fifth, ZooKeeper's writes per second and its tree at the
+peak and the end.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -21,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-from _system import Services, tree
+from _system import Services, cpu_seconds, tree
 from throughput import FSYNCS, WRITES
 
 ZNODES = "zk_znode_count"
@@ -56,6 +60,9 @@ class Sample:
     memory: dict[str, int]
     mntr: dict[str, float]
     redis_used: int
+    # component -> CPU seconds so far (its trees, reaped children included)
+    cpu: dict[str, float] = field(default_factory=dict)
+    builds: int = 0  # finished so far (the ``builds`` count given to the sampler)
 
 
 @dataclass
@@ -65,6 +72,7 @@ class Sampler:
     services: Services
     components: Callable[[], dict[str, list[int]]]
     interval: float = 1.0
+    builds: Callable[[], int] | None = None
     samples: list[Sample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -84,10 +92,13 @@ class Sampler:
             self.sample()
 
     def sample(self) -> None:
-        memory = {
-            name: sum(tree_memory_kb(pid) for pid in pids)
-            for name, pids in self.components().items()
-        }
+        trees = self.components()
+        memory = {name: sum(tree_memory_kb(pid) for pid in pids) for name, pids in trees.items()}
+        cpu = {name: cpu_seconds(pids) for name, pids in trees.items()}
+        try:
+            builds = self.builds() if self.builds is not None else 0
+        except Exception:  # a database being written: the previous count stands
+            builds = self.samples[-1].builds if self.samples else 0
         try:
             mntr = self.services.mntr()
         except OSError:
@@ -99,7 +110,7 @@ class Sampler:
             used = 0
         finally:
             client.close()
-        self.samples.append(Sample(time.time(), memory, mntr, used))
+        self.samples.append(Sample(time.time(), memory, mntr, used, cpu, builds))
 
     def within(self, start: float, end: float) -> list[Sample]:
         return [s for s in self.samples if start <= s.at <= end]
@@ -144,6 +155,40 @@ def print_memory(samples: list[Sample], start: float, end: float) -> dict[str, f
         ratios[name] = b / a if a else float("nan")
         print(f"  {name:10} {peak:8.1f} {a:10.1f} {b:10.1f} {ratios[name]:>10.2f}x")
     return ratios
+
+
+def print_cpu(samples: list[Sample], start: float, end: float) -> None:
+    """Builds/s and each component's CPU ms per build finished, in each fifth of the window.
+
+    A cost per build that grows from the first fifth to the last is work
+    that grows with what the system holds (queues, history, trees), not with
+    what arrives.
+    """
+    inside = [s for s in samples if start <= s.at <= end]
+    if len(inside) < 6:
+        return
+    names = sorted({k for s in inside for k in s.cpu})
+    edges = [start + (end - start) * i / 5 for i in range(6)]
+    marks = [_nearest(inside, at) for at in edges]
+    print("CPU per build finished, by fifth of the day (ms; builds/s in the fifth):")
+    print(f"  {'component':10} " + " ".join(f"{f'{i + 1}/5':>8}" for i in range(5)))
+    fifths = list(itertools.pairwise(marks))
+    rates = [(b.builds - a.builds) / max(b.at - a.at, 1e-9) for a, b in fifths]
+    print(f"  {'builds/s':10} " + " ".join(f"{r:8.1f}" for r in rates))
+    for name in [*names, "all"]:
+        cells = []
+        for a, b in fifths:
+            done = b.builds - a.builds
+            if name == "all":
+                used = sum(b.cpu.get(n, 0.0) - a.cpu.get(n, 0.0) for n in names)
+            else:
+                used = b.cpu.get(name, 0.0) - a.cpu.get(name, 0.0)
+            cells.append(f"{used * 1000 / done:8.1f}" if done > 0 else f"{'-':>8}")
+        print(f"  {name:10} " + " ".join(cells))
+
+
+def _nearest(samples: list[Sample], at: float) -> Sample:
+    return min(samples, key=lambda s: abs(s.at - at))
 
 
 def _mean(values: list[int]) -> float:

@@ -13,6 +13,7 @@ class Side:
     wall: float = 0.0
     cpu_self: float = 0.0
     cpu_children: float = 0.0
+    cpu_host: float = 0.0  # the whole host's, where a benchmark measures it
 
     @property
     def rate(self) -> float:

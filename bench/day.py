@@ -53,6 +53,7 @@ import platform
 import random
 import re
 import resource
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -67,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _checksystem import CheckSystem, WorkerSetup, percentile, start_workers
-from _sampling import Sampler, fsync_ceiling, print_memory, print_zookeeper
+from _sampling import Sampler, fsync_ceiling, print_cpu, print_memory, print_zookeeper
 from _system import Phase, Services
 from gating import LOG_LINE, STARTED, git_head
 
@@ -475,6 +476,20 @@ def components(phase: Phase, web: WebServer, services: Services) -> dict[str, li
     return found
 
 
+def builds_finished(phase: Phase) -> int:
+    """Build rows with an end in SQL so far (read-only; 0 before the reporter's tables)."""
+    if not phase.database.exists():
+        return 0
+    connection = sqlite3.connect(f"file:{phase.database}?mode=ro", uri=True, timeout=1)
+    try:
+        query = "SELECT count(*) FROM sluice_builds WHERE end_time IS NOT NULL"
+        return int(connection.execute(query).fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        connection.close()
+
+
 def builds_started(phase: Phase) -> int:
     """Builds the executors started (their logs), those a gate reset aborted included."""
     count = 0
@@ -606,6 +621,7 @@ def report(day: Day, sampler: Sampler, measured: Measured, ceilings: tuple[float
     grown = [n for n, r in ratios.items() if r > 1.10]
     flat = "yes" if not grown else "no: " + ", ".join(grown)
     print(f"  flat (the last fifth within 10 % of the first): {flat}")
+    print_cpu(sampler.samples, measured.start, measured.end)
     print(f"the benchmark's own CPU (the fake GitHub, the driver): {measured.bench_cpu:.1f} s")
 
 
@@ -735,7 +751,11 @@ def main(argv: list[str] | None = None) -> None:
             ceiling_before = fsync_ceiling(zk_disk)
             with running_day(services, sizes, changes, setup, args.executors) as (day, phase, web):
                 print("  the system is up; the day starts", flush=True)
-                sampler = Sampler(services, lambda: components(phase, web, services))
+                sampler = Sampler(
+                    services,
+                    lambda: components(phase, web, services),
+                    builds=lambda: builds_finished(phase),
+                )
                 sampler.start()
                 before = services.mntr()
                 usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -21,8 +21,15 @@ children, not ours: their CPU is read from the zygote's ``/proc`` entry
 (its own and its reaped children's), as ``os.times`` counts ours. Jobs
 run in bubblewrap, the executor's default (``--sandbox none`` to compare); a
 build runs ``run.sh`` once, or ``--steps`` times (what each further step
-costs). Not run in CI: ``.venv/bin/python bench/executor.py [--seconds 5]
-[--sandbox none] [--build-dir tmpfs] [--steps 1]``.
+costs). ``--floor`` measures two more sides in the same slices, what no
+build can go below: ``true`` started and waited for (``posix_spawn``), and
+``true`` in bubblewrap's least sandbox (user, PID, IPC, UTS, network and
+mount namespaces, ``/usr``, ``/proc``, ``/dev``). The *host* column is the
+whole host's CPU over each side's slices (``/proc/stat``): ZooKeeper and the
+kernel's threads (a network namespace is torn down in a kernel worker)
+included, so it is read on a quiet host. Not run in CI:
+``.venv/bin/python bench/executor.py [--seconds 5] [--sandbox none]
+[--build-dir tmpfs] [--steps 1] [--floor]``.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient, connect
 from workers.claims import Delivery
 from workers.executor import BuildContext, BuildSpec, RunnerOptions, forkserver
+from workers.executor.sandbox import bwrap_path
 from workers.executor.service import execute_request
 
 # A benchmark killed from outside leaves no ZooKeeper or Redis behind.
@@ -111,20 +119,30 @@ def zygote_cpu() -> tuple[int | None, float]:
     return pid, sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def compare(seconds: float, build: Callable[[], None], raw: Callable[[], None]) -> list[Side]:
-    """Lifecycles of ``build`` and ``raw``, measured in alternating slices."""
+def host_busy() -> float:
+    """Seconds of CPU the whole host spent so far (every process and kernel thread, no idle)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def compare(seconds: float, ops: list[Callable[[], None]]) -> list[Side]:
+    """Lifecycles of each of ``ops``, measured in alternating slices."""
     for _ in range(5):  # warm up: queue directories, the server, page cache
-        build()
-        raw()
-    sides = [Side(), Side()]
-    while sum(side.wall for side in sides) < 2 * seconds:
-        for side, op in zip(sides, (build, raw), strict=True):
+        for op in ops:
+            op()
+    sides = [Side() for _ in ops]
+    hosts = [0.0 for _ in ops]
+    while sum(side.wall for side in sides) < len(ops) * seconds:
+        for index, (side, op) in enumerate(zip(sides, ops, strict=True)):
             zygote_before = zygote_cpu()
+            host_before = host_busy()
             before, started = os.times(), time.perf_counter()
             while time.perf_counter() - started < SLICE:
                 op()
                 side.count += 1
             after = os.times()
+            hosts[index] += host_busy() - host_before
             zygote_after = zygote_cpu()
             if zygote_after[0] is not None:  # a new zygote: all of its CPU is this slice's
                 same = zygote_after[0] == zygote_before[0]
@@ -137,6 +155,8 @@ def compare(seconds: float, build: Callable[[], None], raw: Callable[[], None]) 
                 - before.children_user
                 - before.children_system
             )
+    for side, host in zip(sides, hosts, strict=True):
+        side.cpu_host = host
     return sides
 
 
@@ -174,6 +194,28 @@ def build_lifecycle(
     return op
 
 
+def spawn(argv: list[str]) -> Callable[[], None]:
+    """Start ``argv`` (posix_spawn, as the reaper starts a step) and wait for it."""
+
+    def op() -> None:
+        pid = os.posix_spawn(argv[0], argv, {"PATH": "/usr/bin:/bin"})
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, argv
+
+    return op
+
+
+def bare_bwrap() -> list[str]:
+    """bubblewrap's least sandbox running ``true``: user, PID, IPC, UTS, network and mount
+    namespaces, ``/usr`` and its links, a ``/proc`` and a ``/dev``."""
+    argv = [bwrap_path(), "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    argv += ["--unshare-net", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib64"):
+        if os.path.islink(f"/{name}"):
+            argv += ["--symlink", os.readlink(f"/{name}"), f"/{name}"]
+    return [*argv, "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
+
+
 def request_lifecycle(client: ZooKeeperClient) -> Callable[[], None]:
     queue = JobRequestQueue(client, paths.executor_queue("raw"))
 
@@ -199,6 +241,12 @@ def main() -> None:
         help="workspaces under the state dir or on /dev/shm (executor.build_dir)",
     )
     parser.add_argument("--steps", type=int, default=1, help="run steps a build")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure what no build can go below: `true` started and waited for, and "
+        "`true` in bubblewrap's least sandbox",
+    )
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp,
@@ -214,13 +262,15 @@ def main() -> None:
             server.wait_ready(timeout=60)
             client = connect(ZooKeeperSettings(hosts=server.hosts, root="/bench-root"))
             try:
-                builds, raw = compare(
-                    args.seconds,
+                ops = [
                     build_lifecycle(
                         client, repo, commit, options, sandbox=args.sandbox, steps=args.steps
                     ),
                     request_lifecycle(client),
-                )
+                ]
+                if args.floor:
+                    ops += [spawn(["/usr/bin/true"]), spawn(bare_bwrap())]
+                sides = compare(args.seconds, ops)
             finally:
                 client.stop()
                 client.close()
@@ -228,20 +278,26 @@ def main() -> None:
             server.stop()
     print(f"sandbox: {args.sandbox}, workspaces: {args.build_dir}, steps: {args.steps}")
     header = f"{'lifecycle':44} {'per s':>7} {'ms each':>8} {'CPU ms':>7} {'children':>8}"
-    print(header)
-    for name, side in (
-        ("build (claim, workspace, run true, complete)", builds),
-        ("request (submit, claim, complete, result)", raw),
-    ):
+    print(header + f" {'host':>6}")
+    names = [
+        "build (claim, workspace, run true, complete)",
+        "request (submit, claim, complete, result)",
+        "floor: true, started and waited for",
+        "floor: true in bubblewrap's least sandbox",
+    ]
+    for name, side in zip(names, sides, strict=False):
         print(
             f"{name:44} {side.rate:7.1f} {side.ms(side.wall):8.1f}"
             f" {side.ms(side.cpu_self):7.1f} {side.ms(side.cpu_children):8.1f}"
+            f" {side.ms(side.cpu_host):6.1f}"
         )
+    builds, raw = sides[0], sides[1]
     ratio = builds.rate / raw.rate
     print(f"ratio build/request: {ratio:.3f} (a build costs {1 / ratio:.1f} requests)")
     print(
         "CPU ms: this process (ZooKeeper client, runner);"
-        " children: git, zygote and reapers, sandbox, job"
+        " children: git, zygote and reapers, sandbox, job;"
+        " host: the whole host's (ZooKeeper and the kernel's threads too)"
     )
 
 

@@ -18,8 +18,11 @@ unzoned executor queue and every executor zone) the steps are:
   result and their ``request-completed`` event, so the pipeline retries
   them; detection takes at most the session timeout plus one sweep
   interval (invariant 6).
-* **clean up** completed requests older than ``max_age`` that nobody waits
-  for.
+* **clean up** completed requests older than ``max_age`` (a day) that
+  nobody waits for, and a build's request as soon as its completion event
+  is consumed (a minute after it completed, at most a minute later: see
+  :func:`cleanup`), so the executor queues hold the builds in flight and
+  the last minute's, not the day's.
 
 One runner at a time: the sweep holds the ``general`` cleanup lock
 (non-blocking); a sweep that cannot take it returns at once, as another is
@@ -42,6 +45,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kazoo.exceptions import NoNodeError
+
 from scheduler.nudge import dispatch, task_labels, task_names
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings.sections import Settings
@@ -55,13 +60,17 @@ from scheduler.zk import locks, paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import LockContext
 from scheduler.zk.errors import NoDataError, ZooKeeperError
-from scheduler.zk.event_queue import EventQueue
+from scheduler.zk.event_queue import EVENT_PREFIX, EventQueue
 
 log = logging.getLogger(__name__)
 
 SWEEP_LOCK = "general"
 # Completed requests are kept this long for their submitter to read.
 DEFAULT_REQUEST_MAX_AGE = 24 * 3600.0
+# A build's completed request goes this long after it completed once the
+# scheduler consumed its completion event: nobody reads it after that (a
+# duplicate or re-sent build task finds no request: nothing to claim).
+CONSUMED_MAX_AGE = 60.0
 
 Nudge = Callable[[JobRequest], object]
 
@@ -141,13 +150,60 @@ CLEANUP_EVERY = 300.0
 _last_cleanup: dict[tuple[int, str], float] = {}
 
 
-def cleanup(queue: JobRequestQueue, max_age: float) -> list[str]:
+def cleanup(queue: JobRequestQueue, max_age: float, *, consumed: bool = False) -> list[str]:
+    """The queue's clean-up, at most every :data:`CLEANUP_EVERY` seconds.
+
+    With ``consumed`` (build requests), at most every :data:`CONSUMED_MAX_AGE`
+    seconds, and a request also goes once it completed that long ago and
+    no pipeline's result queue still holds its completion event: build
+    requests are submitted by pipeline passes, whose completions go to the
+    pipeline's result queue. A day's builds would otherwise stay in
+    ZooKeeper (a few kB and three znodes each), and with them the server's
+    memory and the size of every snapshot.
+    """
     key = (id(queue.client), queue.root)
     now = time.monotonic()
-    if now - _last_cleanup.get(key, -math.inf) < min(CLEANUP_EVERY, max_age / 10):
+    every = min(CLEANUP_EVERY, max_age / 10, CONSUMED_MAX_AGE if consumed else math.inf)
+    if now - _last_cleanup.get(key, -math.inf) < every:
         return []
     _last_cleanup[key] = now
-    return queue.cleanup(max_age)
+    if not consumed:
+        return queue.cleanup(max_age)
+    return queue.cleanup(
+        max_age,
+        consumed_age=min(CONSUMED_MAX_AGE, max_age),
+        pending=lambda: queued_completions(queue.client),
+    )
+
+
+def queued_completions(client: ZooKeeperClient) -> set[str] | None:
+    """The requests named by the events still queued in every pipeline's result queue.
+
+    None when an event stays that could not be read (one of a newer Sluice,
+    left for a newer reader): the requests it names are unknown, so none is
+    taken for consumed this time.
+    """
+    found: set[str] = set()
+    for tenant in inventory.tenants(client):
+        for pipeline in inventory.pipelines(client, tenant):
+            queue = EventQueue(client, paths.pipeline_result_queue(tenant, pipeline))
+            try:
+                names = client.get_children(queue.queue_path)
+            except NoNodeError:
+                continue
+            events = queue.read(names=names)
+            found.update(r for e in events if isinstance(r := e.payload.get("request"), str))
+            unread = {n for n in names if n.startswith(EVENT_PREFIX)} - {e.id for e in events}
+            if unread and unread & set(_listing(client, queue.queue_path)):
+                return None
+    return found
+
+
+def _listing(client: ZooKeeperClient, path: str) -> list[str]:
+    try:
+        return client.get_children(path)
+    except NoNodeError:
+        return []
 
 
 # Seconds after which an event's data node that no event names is an orphan
@@ -202,15 +258,20 @@ def request_queue_steps(
     min_age: float,
     max_age: float = DEFAULT_REQUEST_MAX_AGE,
     queued: Callable[[], int] | None = None,
+    consumed: bool = False,
 ) -> list[SweepStep]:
-    """The steps for one job request queue (``nudge=None``: no re-nudges)."""
+    """The steps for one job request queue (``nudge=None``: no re-nudges).
+
+    ``consumed``: the queue's completed requests go once their completion
+    event is consumed (the executor queues), not only after ``max_age``.
+    """
     steps = []
     if nudge is not None:
         steps.append(
             SweepStep(f"{name}:renudge", lambda: renudge_pending(queue, nudge, min_age, queued))
         )
     steps.append(SweepStep(f"{name}:lost", lambda: recover_lost(queue)))
-    steps.append(SweepStep(f"{name}:cleanup", lambda: cleanup(queue, max_age)))
+    steps.append(SweepStep(f"{name}:cleanup", lambda: cleanup(queue, max_age, consumed=consumed)))
     return steps
 
 
@@ -243,7 +304,7 @@ def _executor_steps(
         # lost requests and clean it up, so one bad name never stops a sweep.
         log.error("executor zone %r: %s; its requests are not re-nudged", zone, exc)
         return request_queue_steps(
-            f"executor.{zone}", queue, None, min_age=min_age, max_age=max_age
+            f"executor.{zone}", queue, None, min_age=min_age, max_age=max_age, consumed=True
         )
     return request_queue_steps(
         name,
@@ -252,6 +313,7 @@ def _executor_steps(
         min_age=min_age,
         max_age=max_age,
         queued=_broker_count(name, settings),
+        consumed=True,
     )
 
 

@@ -10,15 +10,18 @@ transaction (:meth:`RequestSweeps.remove`). So the requests in flight are
 the requests minus the markers: :meth:`RequestSweeps.active_count` counts
 them by two stats, :meth:`RequestSweeps._in_flight` names them by two
 listings. Completed requests stay a day (for their submitters and
-replays); the sweeps and metrics never read them, so their cost follows
-the work in flight, not the history.
+replays), or, where the caller says whose completion events are still
+queued (the executor queues: a build's request is read by nobody once the
+scheduler applied its completion), only until that event is consumed;
+the sweeps and metrics never read them, so their cost follows the work in
+flight, not the history.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from kazoo.exceptions import NoNodeError
 
@@ -26,6 +29,13 @@ from scheduler.stores.request_records import JobRequest, RequestState
 from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.context import OpFailedError, Transaction
+
+# Requests removed together in one transaction (:meth:`RequestSweeps.remove_many`):
+# four deletes each, a few kB of paths.
+REMOVE_BATCH = 50
+# (client, queue root) -> completion time of each completed request seen: a
+# marker is written once, so each is statted once by a cleaning process.
+_completed_at: dict[tuple[int, str], dict[str, float]] = {}
 
 
 class RequestSweeps:
@@ -164,27 +174,97 @@ class RequestSweeps:
         checks = [(r, self.client.kazoo.exists_async(self._path("locks", r.uuid))) for r in active]
         return [r for r, result in checks if self.client.wait(result) is None]
 
-    def cleanup(self, max_age: float) -> list[str]:
+    def cleanup(
+        self,
+        max_age: float,
+        *,
+        consumed_age: float | None = None,
+        pending: Callable[[], set[str] | None] | None = None,
+    ) -> list[str]:
         """Remove requests completed (or orphaned) over ``max_age`` seconds ago with no waiter.
 
+        With ``consumed_age`` and ``pending``, also those completed over
+        ``consumed_age`` seconds ago whose completion event is consumed:
+        ``pending()`` names the requests whose events are still queued, read
+        after the ages (an event is queued with its marker, so a marker
+        older than the read and absent from it was consumed); None: unknown
+        this time, nothing is taken for consumed.
+
         A completed request is aged by its result marker (one stat each, sent
-        together); no request is read: one without a marker is in flight.
+        together, and once per process: a marker is never written again); no
+        request is read: one without a marker is in flight. The old ones go
+        in a few transactions (:meth:`remove_many`).
         """
         requests, results = self._names("requests"), self._names("results")
-        leftovers = (self._names("params") | self._names("result-data")) - requests
+        listed = {child: self._names(child) for child in ("params", "result-data")}
+        leftovers = (listed["params"] | listed["result-data"]) - requests
         waiters = self._names("waiters")
         completed = sorted(results - waiters)
-        stats = [self.client.kazoo.exists_async(self._path("results", u)) for u in completed]
-        now = time.time()
-        old = [
-            uuid
-            for uuid, check in zip(completed, stats, strict=True)
-            if (stat := self.client.wait(check)) is None or now - stat.mtime / 1000.0 >= max_age
-        ]
-        old += [u for u in sorted(leftovers - waiters - results) if self._age(u) >= max_age]
-        for uuid in old:
+        ages = self._completion_ages(completed)
+        old = [uuid for uuid in completed if ages[uuid] >= max_age]
+        if consumed_age is not None and pending is not None:
+            young = [u for u in completed if consumed_age <= ages[u] < max_age]
+            queued = pending() if young else None
+            if queued is not None:
+                old += [u for u in young if u not in queued]
+        self.remove_many(old, results=results, listed=listed)
+        stale = [u for u in sorted(leftovers - waiters - results) if self._age(u) >= max_age]
+        for uuid in stale:
             self.remove(uuid)
-        return old
+        return old + stale
+
+    def _completion_ages(self, completed: list[str]) -> dict[str, float]:
+        """Seconds since each request completed, by its marker's time (inf: no marker)."""
+        known = _completed_at.setdefault((id(self.client), self.root), {})
+        for uuid in set(known) - set(completed):
+            del known[uuid]  # removed: forgotten
+        unknown = [u for u in completed if u not in known]
+        stats = [self.client.kazoo.exists_async(self._path("results", u)) for u in unknown]
+        for uuid, check in zip(unknown, stats, strict=True):
+            stat = self.client.wait(check)
+            if stat is not None:
+                known[uuid] = stat.mtime / 1000.0
+        now = time.time()
+        return {u: now - known[u] if u in known else float("inf") for u in completed}
+
+    def remove_many(
+        self,
+        uuids: Iterable[str],
+        *,
+        results: set[str] | None = None,
+        listed: dict[str, set[str]] | None = None,
+    ) -> None:
+        """:meth:`remove` of each, their plain nodes deleted together a few requests at a time.
+
+        One transaction deletes the request, its marker and its params and
+        result data of up to :data:`REMOVE_BATCH` requests (``results`` and
+        ``listed``: the markers and the ``params``/``result-data`` names, as
+        the caller just listed them; listed here when not given). A
+        transaction that fails (a flag under a request, sharded data, a node
+        gone meanwhile) leaves its requests to :meth:`remove`, one by one.
+        """
+        todo = list(uuids)
+        if not todo:
+            return
+        if results is None:
+            results = self._names("results")
+        if listed is None:
+            listed = {child: self._names(child) for child in ("params", "result-data")}
+        for start in range(0, len(todo), REMOVE_BATCH):
+            batch = todo[start : start + REMOVE_BATCH]
+            txn = Transaction(self.client)
+            for uuid in batch:
+                txn.delete(self._path("requests", uuid))
+                if uuid in results:
+                    txn.delete(self._path("results", uuid))
+                for child, names in listed.items():
+                    if uuid in names:
+                        txn.delete(self._path(child, uuid))
+            try:
+                txn.commit()
+            except OpFailedError:
+                for uuid in batch:
+                    self.remove(uuid)
 
     def _age(self, uuid: str) -> float:
         """Seconds since the newest write to any node of the request."""

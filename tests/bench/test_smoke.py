@@ -21,7 +21,7 @@ SMOKES = {
     "cli_start": ["cli_start.py", "--runs", "1"],
     "day": ["day.py", "--smoke"],
     "enqueue": ["enqueue.py", "--smoke"],
-    "executor": ["executor.py", "--seconds", "0.3"],
+    "executor": ["executor.py", "--seconds", "0.3", "--floor"],
     "gating": ["gating.py", "--smoke"],
     "inodes": ["inodes.py", "--files", "20"],
     "latency": ["latency.py", "--smoke", "--pause", "0.2"],

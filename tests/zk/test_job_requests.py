@@ -13,8 +13,9 @@ import pytest
 
 from scheduler.stores import job_requests
 from scheduler.stores.job_requests import JobRequest, JobRequestQueue, RequestState
+from scheduler.sweep import queued_completions
 from scheduler.wire.events import RequestEvent
-from scheduler.zk import paths
+from scheduler.zk import paths, stored
 from scheduler.zk.client import ZooKeeperClient, attach
 from scheduler.zk.context import Transaction
 from scheduler.zk.errors import LockLostError, ZooKeeperUnavailableError
@@ -281,6 +282,59 @@ def test_pending_and_cleanup(zk: ZooKeeperClient) -> None:
         assert zk.exists(paths.request_child(queue.root, child, done.uuid)) is None
     assert queue.get_result(waited.uuid) is not None
     assert {r.uuid for r in queue.pending()} == {high.uuid, low.uuid}
+
+
+def _completed(queue: JobRequestQueue, params: dict[str, Any] | None = None) -> JobRequest:
+    request = queue.submit(new_request(), params or {"p": 1})
+    claimed = queue.claim(request.uuid, "e1")
+    assert claimed is not None and queue.complete(claimed, {"result": "SUCCESS"})
+    return request
+
+
+def test_builds_whose_completion_was_consumed_are_removed_at_once(zk: ZooKeeperClient) -> None:
+    """Issue 39: a day's builds no longer stay in ZooKeeper; an unconsumed result stays."""
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    consumed = [_completed(queue) for _ in range(3)]
+    flagged = _completed(queue)
+    queue.request_cancel(flagged.uuid)  # a flag under it: its batch fails, removed one by one
+    large = _completed(queue, {"blob": os.urandom(job_requests.PARAMS_INLINE_BYTES).hex()})
+    unread = _completed(queue)
+    results = EventQueue(zk, RESULTS)
+    for event in results.read():  # the scheduler's pass consumes all but one completion
+        if event.payload["request"] != unread.uuid or event.payload["type"] != "request-completed":
+            results.ack(event)
+    assert queue.cleanup(3600, consumed_age=60, pending=lambda: queued_completions(zk)) == []
+    time.sleep(0.05)
+    removed = queue.cleanup(3600, consumed_age=0.01, pending=lambda: queued_completions(zk))
+    gone = [*consumed, flagged, large]
+    assert sorted(removed) == sorted(r.uuid for r in gone)
+    for request in gone:
+        for child in ("requests", "params", "result-data", "results"):
+            assert zk.exists(paths.request_child(queue.root, child, request.uuid)) is None
+    assert queue.get_result(unread.uuid) is not None  # its event still waits for the pass
+    assert queue.active_count() == 0
+    # the pass applies it: it goes at the next clean-up
+    [event] = results.read()
+    results.ack(event)
+    assert queue.cleanup(3600, consumed_age=0.01, pending=lambda: queued_completions(zk)) == [
+        unread.uuid
+    ]
+
+
+def test_an_event_left_unread_keeps_every_completed_build(zk: ZooKeeperClient) -> None:
+    """An event of a newer Sluice, left for a newer reader: nothing is taken for consumed."""
+    queue = JobRequestQueue(zk, paths.executor_queue())
+    request = _completed(queue)
+    results = EventQueue(zk, RESULTS)
+    for event in results.read():
+        results.ack(event)
+    newer = stored.encode({"payload": {"type": "request-completed", "request": "x"}}, schema=999)
+    zk.kazoo.create(paths.join(results.queue_path, "event-"), newer, sequence=True)
+    assert results.read() == []  # left for a newer reader
+    assert queued_completions(zk) is None
+    time.sleep(0.05)
+    assert queue.cleanup(3600, consumed_age=0.01, pending=lambda: queued_completions(zk)) == []
+    assert queue.get(request.uuid) is not None
 
 
 def test_lost_request_with_a_half_written_result_is_recovered(zk: ZooKeeperClient) -> None:

@@ -239,9 +239,9 @@ class RequestSweeps:
         One transaction deletes the request, its marker and its params and
         result data of up to :data:`REMOVE_BATCH` requests (``results`` and
         ``listed``: the markers and the ``params``/``result-data`` names, as
-        the caller just listed them; listed here when not given). A
-        transaction that fails (a flag under a request, sharded data, a node
-        gone meanwhile) leaves its requests to :meth:`remove`, one by one.
+        the caller just listed them; listed here when not given). A request
+        a transaction fails on (a flag under it, sharded data, a node gone
+        meanwhile) is left to :meth:`remove`, and the others are tried again.
         """
         todo = list(uuids)
         if not todo:
@@ -252,19 +252,32 @@ class RequestSweeps:
             listed = {child: self._names(child) for child in ("params", "result-data")}
         for start in range(0, len(todo), REMOVE_BATCH):
             batch = todo[start : start + REMOVE_BATCH]
-            txn = Transaction(self.client)
-            for uuid in batch:
-                txn.delete(self._path("requests", uuid))
-                if uuid in results:
-                    txn.delete(self._path("results", uuid))
-                for child, names in listed.items():
-                    if uuid in names:
-                        txn.delete(self._path(child, uuid))
-            try:
-                txn.commit()
-            except OpFailedError:
-                for uuid in batch:
-                    self.remove(uuid)
+            while batch:
+                failed = self._delete_together(batch, results, listed)
+                if failed is None:
+                    break
+                self.remove(failed)  # its flags or shards, one request at a time
+                batch.remove(failed)
+
+    def _delete_together(
+        self, batch: list[str], results: set[str], listed: dict[str, set[str]]
+    ) -> str | None:
+        """One transaction deleting ``batch``'s nodes; the request it failed on, if it did."""
+        txn = Transaction(self.client)
+        owner: dict[str, str] = {}
+        for uuid in batch:
+            nodes = [self._path("requests", uuid)]
+            if uuid in results:
+                nodes.append(self._path("results", uuid))
+            nodes += [self._path(child, uuid) for child, names in listed.items() if uuid in names]
+            for node in nodes:
+                txn.delete(node)
+                owner[node] = uuid
+        try:
+            txn.commit()
+        except OpFailedError as exc:
+            return owner.get(exc.path, batch[0])
+        return None
 
     def _age(self, uuid: str) -> float:
         """Seconds since the newest write to any node of the request."""

@@ -40,10 +40,12 @@ three here). The model: how many executor hosts the ensemble feeds before
 that ceiling, ``ceiling / (writes per build x builds/s of one host)``, with
 its assumptions printed.
 
-Root only (namespaces), not in CI at full size: ``sudo .venv/bin/python
-bench/hosts.py [--changes 60 --jobs 3]``; ``--smoke``: 3 changes x 1 job on
-one and two hosts. Leaves nothing behind: the fixture's ``destroy()`` kills
-every process of the namespaces and deletes them and the bridge.
+Root only (namespaces), not in CI: ``sudo .venv/bin/python bench/hosts.py
+[--changes 100 --jobs 3 --hosts 1 2 3 1]`` (a phase may repeat: the one-host
+phase again at the end shows the machine's drift); ``--smoke``: 3 changes x
+1 job on one and two hosts (75-85 s on this host, mostly starting workers).
+Leaves nothing behind: the fixture's ``destroy()`` kills every process of
+the namespaces and deletes them and the bridge.
 """
 
 from __future__ import annotations

@@ -53,8 +53,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import multiprocessing.synchronize
+import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -93,6 +95,7 @@ from tests.fixtures.hosts import (
 from tests.fixtures.workers import ServiceEnvironment, WorkerProcess
 
 REPLAYED = "merged again here"  # an executor's log line: one per build it ran
+REPLAY_SECONDS = re.compile(rf"{REPLAYED} in ([0-9.]+)s")
 PACKETS_IN = "zk_packets_received"
 PROPOSALS = "zk_proposal_count"  # the leader's
 FSYNCS = "zk_cnt_fsynctime"
@@ -241,7 +244,14 @@ class HostPhase:
 
     def replays(self) -> dict[str, int]:
         """Builds each host's executor ran so far (its log's count)."""
-        return {name: w.log_text().count(REPLAYED) for name, w in self.executors.items()}
+        return {name: len(times) for name, times in self.replay_seconds().items()}
+
+    def replay_seconds(self) -> dict[str, list[float]]:
+        """Each host's executor's merges again so far: the seconds each took (its log)."""
+        return {
+            name: [float(s) for s in REPLAY_SECONDS.findall(w.log_text())]
+            for name, w in self.executors.items()
+        }
 
     def stop(self) -> None:
         workers = factory_workers(self.factories)
@@ -340,7 +350,8 @@ def run_phase(
         counted = services.counters().minus(before)
         service_after = cpu_seconds(services.pids())
         role_after = {role: cpu_seconds(pids) for role, pids in roles.items()}
-        spread_after = phase.replays()
+        replays = phase.replay_seconds()
+        spread_after = {name: len(times) for name, times in replays.items()}
         load_after = uptime()
         builds, _sets = check.phase.rows()
         timings["measured"] = time.time() - started
@@ -378,6 +389,9 @@ def run_phase(
         },
         "cpu_ms_workers": 1000 * sum(role_after[r] - role_before[r] for r in ROLES) / count,
         "cpu_ms_zk_redis": 1000 * (service_after - service_before) / count,
+        "replay_s_p50": statistics.median(
+            t for name, times in replays.items() for t in times[spread_before.get(name, 0) :]
+        ),
         "builds_by_host": {h: spread_after[h] - spread_before.get(h, 0) for h in spread_after},
         "leader": f"zk{counted.leader}",
         "load_before": load_before,
@@ -519,6 +533,7 @@ ROWS = [
     ("  merger", "cpu_ms_merger", "{:.1f}"),
     ("  executors", "cpu_ms_executor", "{:.1f}"),
     ("CPU ms per build, ZooKeeper x3 + Redis", "cpu_ms_zk_redis", "{:.1f}"),
+    ("an executor's merge again, s (median)", "replay_s_p50", "{:.2f}"),
 ]
 
 

@@ -79,7 +79,6 @@ from _system import Phase, Services, cpu_seconds, epoch
 from kazoo.client import KazooClient
 
 from cli.stack.workers import EXECUTOR_CONCURRENCY
-from cli.stack.zookeeper import four_letter
 from tests.e2e.system import SluiceSystem, dedent
 from tests.fixtures.ensemble import Member
 from tests.fixtures.hosts import (
@@ -165,7 +164,7 @@ class HostServices(Services):
         return [*self.ensemble.pids(), *([self.redis.proc_pid] if self.redis.proc_pid else [])]
 
     def counters(self) -> Counters:
-        every = {m.myid: member_mntr(m) for m in self.ensemble.members}
+        every = {m.myid: MemberCounters(m).mntr() for m in self.ensemble.members}
         leader = self.ensemble.leader()
         mine = every[leader.myid]
         return Counters(
@@ -212,16 +211,11 @@ class HostServices(Services):
         return HostWorkerFactory(environment, host, root / "hosts" / host.name / "state")
 
 
-def member_mntr(member: Member) -> dict[str, float]:
-    server = member.server
-    counters: dict[str, float] = {}
-    for line in four_letter(server.host, server.port, "mntr").splitlines():
-        key, _, value = line.partition("\t")
-        try:
-            counters[key.strip()] = float(value)
-        except ValueError:
-            continue
-    return counters
+class MemberCounters(Services):
+    """Services' ``mntr`` reading, pointed at one member of the ensemble."""
+
+    def __init__(self, member: Member) -> None:  # only ``zookeeper``: all ``mntr`` reads
+        self.zookeeper = member.server
 
 
 def uptime() -> str:

@@ -411,3 +411,36 @@ def test_pause_stores_its_result_data_until_the_completion_replaces_it(
     assert queue.paused_data(request.uuid) == {}  # the final result replaced it
     queue.remove(request.uuid)
     assert not queue.resume_ops(request.uuid, Transaction(zk))  # gone: nothing to add
+
+
+def test_the_sweep_cleans_build_queues_by_consumption_and_merge_queues_by_age(
+    zk: ZooKeeperClient,
+) -> None:
+    """The sweep's step: builds go once consumed; a merge request stays (replays read it)."""
+    from scheduler import sweep
+
+    builds = JobRequestQueue(zk, paths.executor_queue())
+    merges = JobRequestQueue(zk, paths.merger_queue())
+    build, merge = _completed(builds), _completed(merges)
+    results = EventQueue(zk, RESULTS)
+    for event in results.read():
+        results.ack(event)
+    time.sleep(0.05)
+    sweep._last_cleanup.clear()
+    try:
+        assert sweep.cleanup(builds, 3600, consumed=True) == []  # not a minute old yet
+        sweep._last_cleanup.clear()
+        assert sweep.cleanup(merges, 3600) == []
+        sweep._last_cleanup.clear()
+        original = sweep.CONSUMED_MAX_AGE
+        sweep.CONSUMED_MAX_AGE = 0.01
+        try:
+            assert sweep.cleanup(builds, 3600, consumed=True) == [build.uuid]
+            sweep._last_cleanup.clear()
+            assert sweep.cleanup(merges, 3600) == []
+        finally:
+            sweep.CONSUMED_MAX_AGE = original
+    finally:
+        sweep._last_cleanup.clear()
+    assert builds.get(build.uuid) is None
+    assert merges.get_result(merge.uuid) is not None

@@ -45,8 +45,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kazoo.exceptions import NoNodeError
-
 from scheduler.nudge import dispatch, task_labels, task_names
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings.sections import Settings
@@ -187,23 +185,13 @@ def queued_completions(client: ZooKeeperClient) -> set[str] | None:
     for tenant in inventory.tenants(client):
         for pipeline in inventory.pipelines(client, tenant):
             queue = EventQueue(client, paths.pipeline_result_queue(tenant, pipeline))
-            try:
-                names = client.get_children(queue.queue_path)
-            except NoNodeError:
-                continue
+            names = queue.listing()
             events = queue.read(names=names)
             found.update(r for e in events if isinstance(r := e.payload.get("request"), str))
             unread = {n for n in names if n.startswith(EVENT_PREFIX)} - {e.id for e in events}
-            if unread and unread & set(_listing(client, queue.queue_path)):
+            if unread and unread & set(queue.listing()):
                 return None
     return found
-
-
-def _listing(client: ZooKeeperClient, path: str) -> list[str]:
-    try:
-        return client.get_children(path)
-    except NoNodeError:
-        return []
 
 
 # Seconds after which an event's data node that no event names is an orphan

@@ -124,6 +124,13 @@ class EventQueue:
         stat = self.client.exists(self.queue_path)
         return 0 if stat is None else int(stat.numChildren)
 
+    def listing(self) -> list[str]:
+        """The queue's children as they are now (none when the queue does not exist)."""
+        try:
+            return self.client.get_children(self.queue_path)
+        except NoNodeError:
+            return []
+
     def read(self, limit: int | None = None, *, names: list[str] | None = None) -> list[Event]:
         """Events in put order (at most ``limit``); undecodable ones are acked and skipped.
 

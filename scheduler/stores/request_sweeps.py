@@ -228,28 +228,18 @@ class RequestSweeps:
         return {u: now - known[u] if u in known else float("inf") for u in completed}
 
     def remove_many(
-        self,
-        uuids: Iterable[str],
-        *,
-        results: set[str] | None = None,
-        listed: dict[str, set[str]] | None = None,
+        self, uuids: list[str], *, results: set[str], listed: dict[str, set[str]]
     ) -> None:
         """:meth:`remove` of each, their plain nodes deleted together a few requests at a time.
 
         One transaction deletes the request, its marker and its params and
         result data of up to :data:`REMOVE_BATCH` requests (``results`` and
         ``listed``: the markers and the ``params``/``result-data`` names, as
-        the caller just listed them; listed here when not given). A request
-        a transaction fails on (a flag under it, sharded data, a node gone
-        meanwhile) is left to :meth:`remove`, and the others are tried again.
+        the caller just listed them). A request a transaction fails on (a
+        flag under it, sharded data, a node gone meanwhile) is left to
+        :meth:`remove`, and the others are tried again.
         """
         todo = list(uuids)
-        if not todo:
-            return
-        if results is None:
-            results = self._names("results")
-        if listed is None:
-            listed = {child: self._names(child) for child in ("params", "result-data")}
         for start in range(0, len(todo), REMOVE_BATCH):
             batch = todo[start : start + REMOVE_BATCH]
             while batch:

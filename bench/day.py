@@ -23,8 +23,10 @@ pull requests a second (exponential gaps):
   (``--flaky-share``) *flaky*, failing the first gate build whose tree
   holds them, the rest *deterministic*, failing every gate build whose tree
   holds them (as bench/gating.py's);
-* every project runs about ``--jobs-per-change`` short jobs (``true``) in a
-  graph: job ``j<k>`` depends on ``j<(k-1)//3>``.
+* a change runs about ``--jobs-per-change`` short jobs (``true``) in all,
+  over its check and, if gated, its gate (OpenStack's day: 20,000 jobs for
+  1,500 changes), so each project runs ``jobs / (1 + gate-share)`` of them
+  in each pipeline, in a graph: job ``j<k>`` depends on ``j<(k-1)//3>``.
 
 Each item is measured from its webhook's POST to its report: the fake
 forge stamps the final commit status (``<tenant>/<pipeline>``, success or
@@ -39,8 +41,8 @@ at most once and never before its ``Depends-On``, and a deterministic
 failer never. The bench exits 1 if any of these is not 0.
 
 ``.venv/bin/python bench/day.py [--changes 1500 --projects 50 --tenants 5
---rate 1.25]``; ``--smoke`` (``make test``, tests/bench/test_smoke.py):
-8 changes, 4 projects, 2 tenants, 3 jobs each.
+--rate 1.5]``; ``--smoke`` (``make test``, tests/bench/test_smoke.py):
+8 changes, 4 projects, 2 tenants, about 3 jobs a pipeline.
 """
 
 from __future__ import annotations
@@ -175,8 +177,14 @@ class Sizes:
         return f"org{self.tenant_of(project)}/p{project}"
 
     def jobs_of(self, project: int) -> int:
-        """About ``jobs`` per project, spread -2..+2 (at least 2: j1 is the one that fails)."""
-        return max(2, self.jobs + (project % 5) - 2)
+        """The jobs ``project`` runs in each pipeline, spread -2..+2 about the mean.
+
+        ``jobs`` counts a change's builds over its check and its gate, so a
+        pipeline runs ``jobs / (1 + gate_share)`` of them (at least 2: j1 is
+        the one that fails).
+        """
+        per_run = round(self.jobs / (1 + self.gate_share))
+        return max(2, per_run + (project % 5) - 2)
 
 
 @dataclass(frozen=True)
@@ -691,12 +699,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--changes", type=count, default=1500)
     parser.add_argument("--projects", type=count, default=50)
     parser.add_argument("--tenants", type=count, default=5)
-    parser.add_argument("--jobs-per-change", type=count, default=13)
+    parser.add_argument(
+        "--jobs-per-change", type=count, default=13, help="over its check and gate, on average"
+    )
     parser.add_argument("--gate-share", type=share, default=0.7)
     parser.add_argument("--depends-share", type=share, default=0.05)
     parser.add_argument("--fail-share", type=share, default=0.05, help="of the gated ones")
     parser.add_argument("--flaky-share", type=share, default=0.5, help="of the failing ones")
-    parser.add_argument("--rate", type=rate, default=1.25, help="pull requests opened a second")
+    parser.add_argument("--rate", type=rate, default=1.5, help="pull requests opened a second")
     parser.add_argument("--seed", type=int, default=39)
     parser.add_argument("--executors", type=count, default=1, help="executor workers")
     parser.add_argument(
@@ -714,7 +724,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.tenants > args.projects:
         parser.error(f"--tenants {args.tenants} is more than --projects {args.projects}")
     if args.smoke:
-        args.changes, args.projects, args.tenants, args.jobs_per_change = 8, 4, 2, 3
+        args.changes, args.projects, args.tenants, args.jobs_per_change = 8, 4, 2, 5
         args.depends_share, args.fail_share, args.rate, args.timeout = 0.25, 0.25, 2.0, 240
     sizes = Sizes(
         args.changes,
@@ -730,10 +740,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     changes = draw(sizes)
     setup = WorkerSetup(executor_concurrency=args.executor_concurrency)
-    jobs = sum(sizes.jobs_of(c.project) for c in changes) / max(1, len(changes))
+    jobs = sum(sizes.jobs_of(c.project) * (1 + c.gated) for c in changes) / max(1, len(changes))
     print(
         f"day: {sizes.changes} pull requests, {sizes.projects} projects, {sizes.tenants} tenants,"
-        f" {jobs:.1f} jobs a change, {sizes.rate:g}/s; gated {sum(c.gated for c in changes)},"
+        f" {jobs:.1f} jobs a change (check and gate), {sizes.rate:g}/s;"
+        f" gated {sum(c.gated for c in changes)},"
         f" Depends-On {sum(c.depends_on is not None for c in changes)},"
         f" failing in the gate {sum(c.failure == 'deterministic' for c in changes)}"
         f" + {sum(c.failure == 'flaky' for c in changes)} flaky; seed {sizes.seed};"

@@ -19,10 +19,11 @@ unzoned executor queue and every executor zone) the steps are:
   them; detection takes at most the session timeout plus one sweep
   interval (invariant 6).
 * **clean up** completed requests older than ``max_age`` (a day) that
-  nobody waits for, and a build's request as soon as its completion event
-  is consumed (a minute after it completed, at most a minute later: see
-  :func:`cleanup`), so the executor queues hold the builds in flight and
-  the last minute's, not the day's.
+  nobody waits for, and a build's or a merge's request as soon as its
+  completion event is consumed (a minute after it completed, at most a
+  minute later: see :func:`cleanup`) and, for a merge, no item in any
+  pipeline names it any more (:func:`referenced_merges`), so the queues
+  hold the work in flight and the last minute's, not the day's.
 
 One runner at a time: the sweep holds the ``general`` cleanup lock
 (non-blocking); a sweep that cannot take it returns at once, as another is
@@ -42,9 +43,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from scheduler.model.item import QueueItem
 from scheduler.nudge import dispatch, task_labels, task_names
 from scheduler.reconfiguration import check_tenant_file
 from scheduler.settings.sections import Settings
@@ -65,9 +67,10 @@ log = logging.getLogger(__name__)
 SWEEP_LOCK = "general"
 # Completed requests are kept this long for their submitter to read.
 DEFAULT_REQUEST_MAX_AGE = 24 * 3600.0
-# A build's completed request goes this long after it completed once the
-# scheduler consumed its completion event: nobody reads it after that (a
-# duplicate or re-sent build task finds no request: nothing to claim).
+# A build's or merge's completed request goes this long after it completed
+# once the scheduler consumed its completion event (and, for a merge, no item
+# names it): nobody reads it after that (a duplicate or re-sent task finds no
+# request: nothing to claim).
 CONSUMED_MAX_AGE = 60.0
 
 Nudge = Callable[[JobRequest], object]
@@ -148,16 +151,24 @@ CLEANUP_EVERY = 300.0
 _last_cleanup: dict[tuple[int, str], float] = {}
 
 
-def cleanup(queue: JobRequestQueue, max_age: float, *, consumed: bool = False) -> list[str]:
+def cleanup(
+    queue: JobRequestQueue,
+    max_age: float,
+    *,
+    consumed: bool = False,
+    referenced: Callable[[], set[str]] | None = None,
+) -> list[str]:
     """The queue's clean-up, at most every :data:`CLEANUP_EVERY` seconds.
 
-    With ``consumed`` (build requests), at most every :data:`CONSUMED_MAX_AGE`
-    seconds, and a request also goes once it completed that long ago and
-    no pipeline's result queue still holds its completion event: build
-    requests are submitted by pipeline passes, whose completions go to the
-    pipeline's result queue. A day's builds would otherwise stay in
-    ZooKeeper (a few kB and three znodes each), and with them the server's
-    memory and the size of every snapshot.
+    With ``consumed`` (build and merge requests), at most every
+    :data:`CONSUMED_MAX_AGE` seconds, and a request also goes once it
+    completed that long ago, no pipeline's result queue still holds its
+    completion event and ``referenced()`` (read after the ages, as the
+    events are) does not name it: pipeline passes submit these requests
+    and their completions go to the pipeline's result queue; a blocking
+    caller's request is kept by its waiter node. A day's builds and merges
+    would otherwise stay in ZooKeeper (a few kB and three znodes each),
+    and with them the server's memory and the size of every snapshot.
     """
     key = (id(queue.client), queue.root)
     now = time.monotonic()
@@ -170,8 +181,26 @@ def cleanup(queue: JobRequestQueue, max_age: float, *, consumed: bool = False) -
     return queue.cleanup(
         max_age,
         consumed_age=min(CONSUMED_MAX_AGE, max_age),
-        pending=lambda: queued_completions(queue.client),
+        pending=lambda: still_needed(queue.client, referenced),
     )
+
+
+def still_needed(
+    client: ZooKeeperClient, referenced: Callable[[], set[str]] | None = None
+) -> set[str] | None:
+    """The completed requests that must stay: events still queued, and what ``referenced`` names.
+
+    None (keep every young request this time) when an event or a
+    reference cannot be read.
+    """
+    queued = queued_completions(client)
+    if queued is None or referenced is None:
+        return queued
+    try:
+        return queued | referenced()
+    except ZooKeeperError as exc:
+        log.warning("the requests pipelines still name could not be read: %s", exc)
+        return None
 
 
 def queued_completions(client: ZooKeeperClient) -> set[str] | None:
@@ -247,11 +276,13 @@ def request_queue_steps(
     max_age: float = DEFAULT_REQUEST_MAX_AGE,
     queued: Callable[[], int] | None = None,
     consumed: bool = False,
+    referenced: Callable[[], set[str]] | None = None,
 ) -> list[SweepStep]:
     """The steps for one job request queue (``nudge=None``: no re-nudges).
 
     ``consumed``: the queue's completed requests go once their completion
-    event is consumed (the executor queues), not only after ``max_age``.
+    event is consumed and ``referenced()`` does not name them (see
+    :func:`cleanup`), not only after ``max_age``.
     """
     steps = []
     if nudge is not None:
@@ -259,7 +290,12 @@ def request_queue_steps(
             SweepStep(f"{name}:renudge", lambda: renudge_pending(queue, nudge, min_age, queued))
         )
     steps.append(SweepStep(f"{name}:lost", lambda: recover_lost(queue)))
-    steps.append(SweepStep(f"{name}:cleanup", lambda: cleanup(queue, max_age, consumed=consumed)))
+    steps.append(
+        SweepStep(
+            f"{name}:cleanup",
+            lambda: cleanup(queue, max_age, consumed=consumed, referenced=referenced),
+        )
+    )
     return steps
 
 
@@ -336,6 +372,8 @@ def standard_steps(
         min_age=min_age,
         max_age=max_age,
         queued=_broker_count("merger", settings),
+        consumed=True,
+        referenced=lambda: referenced_merges(client),
     )
     for zone in [None, *inventory.executor_zones(client)]:
         steps += _executor_steps(client, settings, zone, min_age=min_age, max_age=max_age)
@@ -514,14 +552,33 @@ def renudge_deferred(client: ZooKeeperClient, nudge: Callable[[str], object]) ->
     return found
 
 
-def live_buildsets(client: ZooKeeperClient) -> set[str]:
-    """The uuid of every buildset in every pipeline's state."""
+def live_items(client: ZooKeeperClient) -> Iterator[QueueItem]:
+    """Every item in every pipeline's state, read one pipeline at a time."""
     store = PipelineStore(client)
-    found: set[str] = set()
     for tenant in inventory.tenants(client):
         for pipeline in inventory.pipelines(client, tenant):
-            state = store.state(tenant, pipeline, store.read(tenant, pipeline))
-            found.update(item.buildset.uuid for item in state.items.peek_values())
+            yield from store.state(
+                tenant, pipeline, store.read(tenant, pipeline)
+            ).items.peek_values()
+
+
+def live_buildsets(client: ZooKeeperClient) -> set[str]:
+    """The uuid of every buildset in every pipeline's state."""
+    return {item.buildset.uuid for item in live_items(client)}
+
+
+def referenced_merges(client: ZooKeeperClient) -> set[str]:
+    """The merge requests an item in some pipeline still names.
+
+    An item's buildset names the merge its builds were tested on (a batch's
+    riders name their tail's), and each probe its own: an executor on
+    another host makes that state again from the request
+    (:mod:`workers.merger.replay`), and the item's push names it.
+    """
+    found: set[str] = set()
+    for item in live_items(client):
+        named = [item.buildset.merge_request, *(p.merge_request for p in item.probes)]
+        found.update(uuid for uuid in named if uuid)
     return found
 
 

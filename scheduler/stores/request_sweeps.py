@@ -9,10 +9,10 @@ created in the completing transaction and deleted with the request in one
 transaction (:meth:`RequestSweeps.remove`). So the requests in flight are
 the requests minus the markers: :meth:`RequestSweeps.active_count` counts
 them by two stats, :meth:`RequestSweeps._in_flight` names them by two
-listings. Completed requests stay a day (for their submitters and
-replays), or, where the caller says whose completion events are still
-queued (the executor queues: a build's request is read by nobody once the
-scheduler applied its completion), only until that event is consumed;
+listings. Completed requests stay a day (for their submitters), or,
+where the caller says which are still needed (the sweep: those whose
+completion events are still queued, and the merges an item still names
+for replays), only until nothing needs them;
 the sweeps and metrics never read them, so their cost follows the work in
 flight, not the history.
 """

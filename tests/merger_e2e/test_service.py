@@ -7,6 +7,7 @@ must happen while a request is claimed.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -35,6 +36,7 @@ from scheduler.wire.merger import (
 )
 from scheduler.zk.client import ZooKeeperClient, attach, connect
 from scheduler.zk.context import Transaction
+from scheduler.zk.event_queue import EventQueue
 from tests.merger.gitrepos import Remotes
 from tests.merger_e2e.conftest import RESULTS, Merges
 from workers.claims import Delivery
@@ -215,3 +217,29 @@ def test_one_repo_cache_per_process(merges: Merges, tmp_path: Path) -> None:
     assert process_cache(settings) is process_cache(settings)
     moved: Settings = replace(settings, state_dir=tmp_path / "two")
     assert process_cache(moved).root == tmp_path / "two" / "git"
+
+
+def test_the_sweep_removes_a_merge_once_consumed_and_named_by_no_item(
+    merges: Merges, remotes: Remotes, cache: RepoCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The standard sweep's merger clean-up: a pass consumed the completion, no item names it."""
+    from scheduler import sweep
+
+    request = merges.submit(heads_job(remotes))
+    report = execute_merge_request(open_queue(merges.client), request.uuid, "w", cache)
+    assert report.outcome is Delivery.COMPLETED
+    results = EventQueue(merges.client, RESULTS)
+    monkeypatch.setattr(sweep, "CONSUMED_MAX_AGE", 0.01)
+    monkeypatch.setattr(sweep, "_last_cleanup", {})
+    time.sleep(0.05)
+
+    def sweep_once() -> list[str]:
+        sweep._last_cleanup.clear()
+        done = run_sweep(merges.client, lambda: standard_steps(merges.client, merges.settings))
+        return done.done.get("merger:cleanup", [])
+
+    assert sweep_once() == []  # its completion event is still queued
+    for event in results.read():
+        results.ack(event)
+    assert sweep_once() == [request.uuid]
+    assert merges.queue.get(request.uuid) is None

@@ -413,34 +413,70 @@ def test_pause_stores_its_result_data_until_the_completion_replaces_it(
     assert not queue.resume_ops(request.uuid, Transaction(zk))  # gone: nothing to add
 
 
-def test_the_sweep_cleans_build_queues_by_consumption_and_merge_queues_by_age(
-    zk: ZooKeeperClient,
-) -> None:
-    """The sweep's step: builds go once consumed; a merge request stays (replays read it)."""
+def test_the_sweep_removes_consumed_merges_that_no_item_names(zk: ZooKeeperClient) -> None:
+    """Merges go as builds do once consumed, but not while an item names them (replays read them).
+
+    An item's buildset (a batch's riders name their tail's) and each of its
+    probes name the merge they were tested on; another host's executor
+    makes that state again from the request.
+    """
     from scheduler import sweep
+    from scheduler.model.item import Probe
+    from scheduler.state.store import PipelineStore
+    from scheduler.zk import locks
+    from tests.scheduler.test_state_store import sample_state
 
     builds = JobRequestQueue(zk, paths.executor_queue())
     merges = JobRequestQueue(zk, paths.merger_queue())
-    build, merge = _completed(builds), _completed(merges)
+    build = _completed(builds)
+    named, probed, free = (_completed(merges) for _ in range(3))
+    blocking = merges.submit(new_request(result_queue=""), {}, wait=True)  # a caller waits
+    claimed = merges.claim(blocking.uuid, "m1")
+    assert claimed is not None and merges.complete(claimed, {"result": "SUCCESS"})
     results = EventQueue(zk, RESULTS)
-    for event in results.read():
+    for event in results.read():  # the passes consumed every completion
         results.ack(event)
+    state = sample_state()
+    first, second = state.items.peek_values()
+    first.buildset.merge_request = named.uuid
+    second.buildset.merge_request = None
+    second.probes = [Probe("alone", "probe-1", "unit", merge_request=probed.uuid)]
+    store = PipelineStore(zk)
+
+    def write() -> None:
+        held = locks.try_exclusive(zk, paths.pipeline_lock(state.tenant, state.pipeline))
+        assert held is not None
+        with held:
+            store.write(held.context, store.read(state.tenant, state.pipeline), state)
+
+    write()
+
+    def cleanup(queue: JobRequestQueue, **consumed: Any) -> list[str]:
+        sweep._last_cleanup.clear()
+        return sweep.cleanup(queue, 3600, **consumed)
+
+    steps = {s.name: s for s in sweep.request_queue_steps("merger", merges, None, min_age=1)}
     time.sleep(0.05)
-    sweep._last_cleanup.clear()
     try:
-        assert sweep.cleanup(builds, 3600, consumed=True) == []  # not a minute old yet
-        sweep._last_cleanup.clear()
-        assert sweep.cleanup(merges, 3600) == []
-        sweep._last_cleanup.clear()
+        assert cleanup(builds, consumed=True) == []  # not a minute old yet
+        assert cleanup(merges, consumed=True) == []
         original = sweep.CONSUMED_MAX_AGE
         sweep.CONSUMED_MAX_AGE = 0.01
         try:
-            assert sweep.cleanup(builds, 3600, consumed=True) == [build.uuid]
-            sweep._last_cleanup.clear()
-            assert sweep.cleanup(merges, 3600) == []
+            assert cleanup(builds, consumed=True) == [build.uuid]
+            assert cleanup(merges) == []  # without consumption: a day
+            assert steps["merger:cleanup"].run() == []  # (nor does this plain step)
+            referenced = {"referenced": lambda: sweep.referenced_merges(zk)}
+            assert sweep.referenced_merges(zk) == {named.uuid, probed.uuid}
+            assert cleanup(merges, consumed=True, **referenced) == [free.uuid]
+            del state.items[first.uuid]  # the item left its pipeline
+            state.queues[first.queue].items.remove(first.uuid)
+            write()
+            assert cleanup(merges, consumed=True, **referenced) == [named.uuid]
         finally:
             sweep.CONSUMED_MAX_AGE = original
     finally:
         sweep._last_cleanup.clear()
     assert builds.get(build.uuid) is None
-    assert merges.get_result(merge.uuid) is not None
+    assert merges.get_result(probed.uuid) is not None  # its probe still runs
+    assert merges.get_result(blocking.uuid) is not None  # its caller has not read it yet

@@ -5,8 +5,8 @@ merged it. Another host (an executor elsewhere, or another merger asked
 to push the tested commit) makes the same state again from what ZooKeeper
 keeps of the item's merge request: its job (the changes, in order) and its
 result (every branch head the merger started from, and the base of each
-branch the changes moved), kept in the merger queue until the sweep
-removes completed requests a day later.
+branch the changes moved), kept in the merger queue while an item in some
+pipeline names the request (``scheduler.sweep.referenced_merges``).
 
 Merges are deterministic (fixed identity, the changes' own dates), so the
 replay, with every branch pinned where the merger found it, makes the very

@@ -140,20 +140,24 @@ def fsync_ceiling(folder: Path, seconds: float = 2.0) -> float:
 
 
 def print_memory(samples: list[Sample], start: float, end: float) -> dict[str, float]:
-    """Peak and first/last-fifth means per component; the ratio last/first of each."""
-    fifth = (end - start) / 5
-    first = [s for s in samples if start <= s.at <= start + fifth]
-    last = [s for s in samples if end - fifth <= s.at <= end]
+    """Peak and each fifth's mean per component; the ratio of the last fifth's to the first's.
+
+    The fifths between show whether a growth is a warm-up that levels off
+    (bounded caches, a JVM heap sizing itself) or goes on with the day.
+    """
+    edges = [start + (end - start) * i / 5 for i in range(6)]
+    fifths = [[s for s in samples if a <= s.at <= b] for a, b in itertools.pairwise(edges)]
     names = sorted({k for s in samples for k in s.memory})
-    print("memory (MB, Pss summed over each process tree; first / last fifth: means):")
-    print(f"  {'component':10} {'peak':>8} {'first 1/5':>10} {'last 1/5':>10} {'last/first':>11}")
+    print("memory (MB, Pss summed over each process tree; each fifth of the day: its mean):")
+    heads = " ".join(f"{f'{i + 1}/5':>7}" for i in range(5))
+    print(f"  {'component':10} {'peak':>7} {heads} {'last/first':>11}")
     ratios = {}
     for name in names:
         peak = max(s.memory.get(name, 0) for s in samples) / 1024
-        a = _mean([s.memory.get(name, 0) for s in first]) / 1024
-        b = _mean([s.memory.get(name, 0) for s in last]) / 1024
-        ratios[name] = b / a if a else float("nan")
-        print(f"  {name:10} {peak:8.1f} {a:10.1f} {b:10.1f} {ratios[name]:>10.2f}x")
+        means = [_mean([s.memory.get(name, 0) for s in part]) / 1024 for part in fifths]
+        ratios[name] = means[-1] / means[0] if means[0] else float("nan")
+        cells = " ".join(f"{m:7.1f}" for m in means)
+        print(f"  {name:10} {peak:7.1f} {cells} {ratios[name]:>10.2f}x")
     return ratios
 
 

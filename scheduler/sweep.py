@@ -20,10 +20,10 @@ unzoned executor queue and every executor zone) the steps are:
   interval (invariant 6).
 * **clean up** completed requests older than ``max_age`` (a day) that
   nobody waits for, and a build's or a merge's request as soon as its
-  completion event is consumed (a minute after it completed, at most a
-  minute later: see :func:`cleanup`) and, for a merge, no item in any
+  completion event is consumed (15 seconds after it completed, at most
+  15 seconds later: see :func:`cleanup`) and, for a merge, no item in any
   pipeline names it any more (:func:`referenced_merges`), so the queues
-  hold the work in flight and the last minute's, not the day's.
+  hold the work in flight and the last half minute's, not the day's.
 
 One runner at a time: the sweep holds the ``general`` cleanup lock
 (non-blocking); a sweep that cannot take it returns at once, as another is
@@ -71,7 +71,7 @@ DEFAULT_REQUEST_MAX_AGE = 24 * 3600.0
 # once the scheduler consumed its completion event (and, for a merge, no item
 # names it): nobody reads it after that (a duplicate or re-sent task finds no
 # request: nothing to claim).
-CONSUMED_MAX_AGE = 60.0
+CONSUMED_MAX_AGE = 15.0
 
 Nudge = Callable[[JobRequest], object]
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_shutdown
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
 from scheduler import processlocal
 from scheduler.drivers.merging import DriverForges
@@ -42,6 +43,23 @@ app.steps["worker"].add(LauncherStep)
 # runtime: scheduler/processlocal.py forgets them at the fork, and the child
 # makes its own on first use (never here: a worker_process_init handler
 # that blocks for 4 s gets the child killed).
+
+
+# The objects a pool process inherits are frozen on both sides of the fork
+# (``gc.freeze``: the cyclic collector never walks them again). A collection
+# writes to every object it walks, so without this each full collection, in
+# the worker or in a child, copied more of the pages they share (copy on
+# write), and each pool's memory grew through the day (docs/performance.md,
+# "A peak day"). They are the imports and the worker's setup, which live as
+# long as the process anyway.
+@worker_init.connect
+def _freeze_before_forking(**_: Any) -> None:
+    gc.freeze()
+
+
+@worker_process_init.connect
+def _freeze_what_was_inherited(**_: Any) -> None:
+    gc.freeze()
 
 
 @worker_process_shutdown.connect

@@ -37,8 +37,9 @@ each component's peak memory and its mean in each fifth of the run
 (*flat* when the last fifth's is within 10 % of the first's), the znode
 count and data size at the peak, Redis's ``used_memory``, and lost and
 doubled results: each pull request must get exactly one final status per
-pipeline it entered, each gated one be merged at most once and never before its ``Depends-On``, and a deterministic
-failer never. The bench exits 1 if any of these is not 0.
+pipeline it entered, each gated one be merged at most once and never
+before its ``Depends-On``, and a deterministic failer never. The bench
+exits 1 if any of these is not 0.
 
 ``.venv/bin/python bench/day.py [--changes 1500 --projects 50 --tenants 5
 --rate 1.5]``; ``--smoke`` (``make test``, tests/bench/test_smoke.py):

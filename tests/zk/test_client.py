@@ -51,6 +51,28 @@ def test_segment_is_safe_and_injective() -> None:
         paths.segment("")
 
 
+def test_the_path_memos_hold_the_work_in_flight_not_a_days_uuids() -> None:
+    """A day's builds pass through the memos; what stays is bounded (issue 39: flat memory)."""
+    memos = [paths.segment, paths.item, paths.buildset, paths.frozen_job, paths.build]
+    for memo in memos:
+        memo.cache_clear()
+    for n in range(paths.PATHS_MEMO + 100):  # more buildsets than a memo keeps
+        ref = paths.BuildsetRef("t", "gate", f"item-{n}", f"buildset-{n}")
+        assert paths.build(ref, "unit", f"build-{n}").endswith(f"/build/build-{n}")
+    assert paths.segment.cache_info().currsize <= paths.SEGMENTS_MEMO
+    for memo in memos[1:]:
+        assert memo.cache_info().currsize <= paths.PATHS_MEMO
+    # a pipeline of 500 items of 3 jobs is held whole: its second pass builds nothing
+    for memo in memos:
+        memo.cache_clear()
+    refs = [paths.BuildsetRef("t", "gate", f"i{n}", f"b{n}") for n in range(500)]
+    for _ in range(2):
+        for ref in refs:
+            for job in ("lint", "unit", "docs"):
+                paths.build(ref, job, f"{ref.buildset_uuid}-{job}")
+    assert paths.build.cache_info().misses == 1500
+
+
 def test_bad_names_become_nodes_without_breaking_the_client(zk: ZooKeeperClient) -> None:
     for name in BAD_NAMES:
         path = paths.pipeline_lock(name, name)

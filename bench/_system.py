@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.exc import OperationalError
 
 from cli.stack import process
-from cli.stack.process import free_port
+from cli.stack.process import free_port, start_on_free_port
 from cli.stack.redis import RedisServer
 from cli.stack.zookeeper import ZooKeeperServer, four_letter
 from scheduler.reporting.models import BuildRow, BuildsetRow
@@ -52,10 +52,13 @@ class Services:
         self.redis = RedisServer(data_dir=base / "redis", port=free_port())
 
     def start(self) -> None:
-        self.zookeeper.start()
-        self.redis.start()
-        self.zookeeper.wait_ready(timeout=60)
-        self.redis.wait_ready()
+        base = self.base
+        self.zookeeper = start_on_free_port(
+            lambda port: ZooKeeperServer(data_dir=base / "zookeeper", port=port), timeout=60
+        )
+        self.redis = start_on_free_port(
+            lambda port: RedisServer(data_dir=base / "redis", port=port), timeout=30
+        )
 
     def stop(self) -> None:
         self.redis.stop()

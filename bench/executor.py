@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _slices import Side
 
 from cli.stack import process
-from cli.stack.process import free_port
+from cli.stack.process import start_on_free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.config.freeze import FrozenJob
 from scheduler.config.model import Playbook
@@ -256,10 +256,10 @@ def main() -> None:
         repo, commit = small_repo(base / "repos")
         build_dir = Path(shm) / "builds" if args.build_dir == "tmpfs" else None
         options = RunnerOptions(state_dir=base / "state", build_dir=build_dir)
-        server = ZooKeeperServer(data_dir=base / "zookeeper", port=free_port())
-        server.start()
+        server = start_on_free_port(
+            lambda port: ZooKeeperServer(data_dir=base / "zookeeper", port=port), timeout=60
+        )
         try:
-            server.wait_ready(timeout=60)
             client = connect(ZooKeeperSettings(hosts=server.hosts, root="/bench-root"))
             try:
                 ops = [

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cli.stack import process
-from cli.stack.process import free_port
+from cli.stack.process import start_on_free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.settings.sections import ZooKeeperSettings
 from scheduler.stores.job_requests import JobRequest, JobRequestQueue
@@ -122,10 +122,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
-        server = ZooKeeperServer(data_dir=Path(tmp), port=free_port())
-        server.start()
+        server = start_on_free_port(
+            lambda port: ZooKeeperServer(data_dir=Path(tmp), port=port), timeout=60
+        )
         try:
-            server.wait_ready(timeout=60)
             client = connect(ZooKeeperSettings(hosts=server.hosts, root="/bench-root"))
             try:
                 run(client, args.seconds)

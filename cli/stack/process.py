@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from scheduler.errors import StackError
 
@@ -195,6 +196,68 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+class Server(Protocol):
+    """A service started on a port: ZooKeeperServer, RedisServer."""
+
+    @property
+    def log_file(self) -> Path: ...
+
+    def start(self) -> int: ...
+
+    def wait_ready(self, timeout: float) -> None: ...
+
+    def stop(self, timeout: float = ...) -> None: ...
+
+
+# what a server's log says when its port was taken between free_port() and its bind
+PORT_TAKEN = ("Address already in use", "BindException")
+
+
+S = TypeVar("S", bound=Server)
+
+
+def start_on_free_port(
+    make: Callable[[int], S],
+    *,
+    timeout: float,
+    attempts: int = 3,
+    ports: Callable[[], int] = free_port,
+) -> S:
+    """``make(port)`` started and ready on a port that was free.
+
+    :func:`free_port` closes its socket before the server binds, and in the
+    gap another process's outgoing connection can be given that port: the
+    server then exits during start-up. When its log says so, it is started
+    again on another port, up to ``attempts`` times; any other failure is
+    raised at once.
+    """
+    attempt = 1
+    while True:
+        server = make(ports())
+        log = server.log_file
+        seen = log.stat().st_size if log.exists() else 0
+        server.start()
+        try:
+            server.wait_ready(timeout)
+        except StackError:
+            server.stop()
+            if attempt >= attempts or not _says_port_taken(log, seen):
+                raise
+            attempt += 1
+            continue
+        return server
+
+
+def _says_port_taken(log: Path, offset: int) -> bool:
+    try:
+        with log.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return any(sign in text for sign in PORT_TAKEN)
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

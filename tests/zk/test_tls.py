@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
-from cli.stack.process import free_port
+from cli.stack.process import start_on_free_port
 from cli.stack.zookeeper import ZooKeeperServer
 from scheduler.errors import SluiceError, StackError
 from scheduler.settings.sections import TLSSettings, ZooKeeperAuth, ZooKeeperSettings
@@ -62,15 +62,15 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 def tls_server(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[ZooKeeperServer]:
     if shutil.which("java") is None:
         missing_service("java (for ZooKeeper)")
-    server = ZooKeeperServer(
-        data_dir=tmp_path_factory.mktemp("zookeeper-tls"), port=free_port(), tls=pki.server_tls()
-    )
+    data_dir = tmp_path_factory.mktemp("zookeeper-tls")
     try:
-        server.start()
-        server.wait_ready(timeout=60)
+        server = start_on_free_port(
+            lambda port: ZooKeeperServer(data_dir=data_dir, port=port, tls=pki.server_tls()),
+            timeout=60,
+        )
     except StackError as exc:
-        server.stop()
         missing_service(f"ZooKeeper with TLS ({exc})")
+        raise  # unreachable: missing_service fails or skips
     yield server
     server.stop()
 

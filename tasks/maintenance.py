@@ -3,6 +3,13 @@
 Thin: the steps and their lock are :mod:`scheduler.sweep`; this adapter
 opens the process's ZooKeeper client and decides whether merge requests
 can be re-nudged (only once a merge task is registered with this app).
+
+``ignore_result=True``: a sweep runs every ``sweep_interval`` on every
+maintenance worker's timer, and a report kept in the result backend for
+``result_expires`` (an hour) is hundreds of keys nobody reads. Flower shows
+the report from the ``task-succeeded`` event; a sweep that fails is stored
+all the same (``task_store_errors_even_if_ignored``), so ``sluice retry``
+finds it.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from scheduler.zk.client import process_client
 from tasks.app import app
 
 
-@app.task(name=task_names.SWEEP)
+@app.task(name=task_names.SWEEP, ignore_result=True)
 def sweep() -> dict[str, Any]:
     """Re-nudge pending requests and scheduler work, record lost requests and nodes, clean up."""
     settings = load_settings()

@@ -24,7 +24,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.exc import OperationalError
 
 from cli.stack import process
-from cli.stack.process import free_port, start_on_free_port
+from cli.stack.process import start_on_free_port
 from cli.stack.redis import RedisServer
 from cli.stack.zookeeper import ZooKeeperServer, four_letter
 from scheduler.reporting.models import BuildRow, BuildsetRow
@@ -48,8 +48,10 @@ class Services:
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self.zookeeper = ZooKeeperServer(data_dir=base / "zookeeper", port=free_port())
-        self.redis = RedisServer(data_dir=base / "redis", port=free_port())
+        # Not started: start() makes the servers that run, each on a port free
+        # at the time; these let stop() run whatever start() got to.
+        self.zookeeper = ZooKeeperServer(data_dir=base / "zookeeper", port=0)
+        self.redis = RedisServer(data_dir=base / "redis", port=0)
 
     def start(self) -> None:
         base = self.base

@@ -110,6 +110,7 @@ def renudge_pending(
     nudge: Nudge,
     min_age: float,
     queued: Callable[[], int] | None = None,
+    in_flight: Callable[[], list[JobRequest]] | None = None,
 ) -> list[str]:
     """Nudge every REQUESTED request created more than ``min_age`` seconds ago.
 
@@ -119,9 +120,13 @@ def renudge_pending(
     request and sweep. Once executors drain the queue below that number,
     every one is re-sent: a re-nudge would have waited behind those messages
     anyway (FIFO), so skipping it delays it by at most one more interval.
+
+    ``in_flight``: the queue's requests in flight as this sweep read them
+    (:class:`InFlight`); None reads them now.
     """
     cutoff = time.time() - min_age
-    waiting = [r for r in queue.pending() if r.created <= cutoff]
+    read = None if in_flight is None else in_flight()
+    waiting = [r for r in queue.pending(read) if r.created <= cutoff]
     if not waiting or (queued is not None and queued() >= len(waiting)):
         return []
     for request in waiting:
@@ -129,10 +134,18 @@ def renudge_pending(
     return [r.uuid for r in waiting]
 
 
-def recover_lost(queue: JobRequestQueue) -> list[str]:
-    """Complete every lost request as LOST (with its event); the uuids recovered."""
+def recover_lost(
+    queue: JobRequestQueue, in_flight: Callable[[], list[JobRequest]] | None = None
+) -> list[str]:
+    """Complete every lost request as LOST (with its event); the uuids recovered.
+
+    ``in_flight`` as for :func:`renudge_pending`. A read a few steps old is
+    safe: the locks are looked at now, and a request that moved on since
+    is not recovered (its version changed).
+    """
     recovered = []
-    for request in queue.lost_requests():
+    read = None if in_flight is None else in_flight()
+    for request in queue.lost_requests(read):
         if queue.recover_lost(request):
             log.warning(
                 "request %s of %s (worker %s) lost; completed as LOST",
@@ -267,6 +280,24 @@ def orphaned_event_data(client: ZooKeeperClient, max_age: float = EVENT_DATA_MAX
     return cleaned
 
 
+class InFlight:
+    """A queue's requests in flight, read once for the steps of one sweep.
+
+    The re-nudge and the lost check both look at every request in flight;
+    one listing and one read of each serve both. A read that fails is not
+    kept: the next step reads again.
+    """
+
+    def __init__(self, queue: JobRequestQueue) -> None:
+        self.queue = queue
+        self._read: list[JobRequest] | None = None
+
+    def __call__(self) -> list[JobRequest]:
+        if self._read is None:
+            self._read = self.queue.in_flight()
+        return self._read
+
+
 def request_queue_steps(
     name: str,
     queue: JobRequestQueue,
@@ -285,11 +316,14 @@ def request_queue_steps(
     :func:`cleanup`), not only after ``max_age``.
     """
     steps = []
+    read = InFlight(queue)
     if nudge is not None:
         steps.append(
-            SweepStep(f"{name}:renudge", lambda: renudge_pending(queue, nudge, min_age, queued))
+            SweepStep(
+                f"{name}:renudge", lambda: renudge_pending(queue, nudge, min_age, queued, read)
+            )
         )
-    steps.append(SweepStep(f"{name}:lost", lambda: recover_lost(queue)))
+    steps.append(SweepStep(f"{name}:lost", lambda: recover_lost(queue, read)))
     steps.append(
         SweepStep(
             f"{name}:cleanup",

@@ -139,13 +139,21 @@ class RequestSweeps:
         done = names & self._names("results")
         return names - done, done
 
-    def _read_active(self) -> list[JobRequest]:
-        """Requests in flight (not COMPLETED), read; completed ones are never read."""
+    def in_flight(self) -> list[JobRequest]:
+        """Requests in flight (no result marker), read; completed ones are never read.
+
+        A sweep reads these once and passes them to :meth:`pending` and
+        :meth:`lost_requests`: both then look at the same read.
+        """
         return self._read(self._in_flight()[0])
 
-    def pending(self) -> list[JobRequest]:
-        """REQUESTED requests, by precedence then age (sweeps re-nudge these)."""
-        waiting = [r for r in self._read_active() if r.state == RequestState.REQUESTED]
+    def pending(self, in_flight: list[JobRequest] | None = None) -> list[JobRequest]:
+        """REQUESTED requests, by precedence then age (sweeps re-nudge these).
+
+        ``in_flight``: :meth:`in_flight` as already read (None: read it now).
+        """
+        read = self.in_flight() if in_flight is None else in_flight
+        waiting = [r for r in read if r.state == RequestState.REQUESTED]
         return sorted(waiting, key=lambda r: (r.precedence, r.created))
 
     def all(self) -> list[JobRequest]:
@@ -164,13 +172,17 @@ class RequestSweeps:
 
     def active(self) -> list[JobRequest]:
         """Requests not COMPLETED yet (for status; reads only those)."""
-        return [r for r in self._read_active() if r.state != RequestState.COMPLETED]
+        return [r for r in self.in_flight() if r.state != RequestState.COMPLETED]
 
-    def lost_requests(self) -> list[JobRequest]:
-        """RUNNING or PAUSED requests whose lock has no holder (their worker died)."""
-        active = [
-            r for r in self._read_active() if r.state in (RequestState.RUNNING, RequestState.PAUSED)
-        ]
+    def lost_requests(self, in_flight: list[JobRequest] | None = None) -> list[JobRequest]:
+        """RUNNING or PAUSED requests whose lock has no holder (their worker died).
+
+        ``in_flight``: :meth:`in_flight` as already read (None: read it now).
+        The locks are looked at now, after that read; a request that moved
+        on since is not recovered (:meth:`recover_lost` checks its version).
+        """
+        read = self.in_flight() if in_flight is None else in_flight
+        active = [r for r in read if r.state in (RequestState.RUNNING, RequestState.PAUSED)]
         checks = [(r, self.client.kazoo.exists_async(self._path("locks", r.uuid))) for r in active]
         return [r for r, result in checks if self.client.wait(result) is None]
 

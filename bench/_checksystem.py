@@ -195,8 +195,10 @@ class WorkerSetup:
     """How the benchmark's workers run: the local stack's defaults unless asked otherwise."""
 
     scheduler_pool: str = "prefork"
-    # processes of each executor worker (sluice stack up --executor-concurrency)
+    # processes (threads with the threads pool) of each executor worker
+    # (sluice stack up --executor-concurrency)
     executor_concurrency: int = EXECUTOR_CONCURRENCY
+    executor_pool: str = "prefork"
     # more environment for every worker (SLUICE_BUILD_DIR: executor.build_dir)
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -215,5 +217,10 @@ def start_workers(
     system.start_worker(("scheduler",), concurrency=1, env=env, pool=setup.scheduler_pool)
     system.start_worker(("merger", "maintenance"), concurrency=1, env=env, beat=bool(sweep))
     for _ in range(executors):
-        system.start_worker(("executor",), concurrency=setup.executor_concurrency, env=env)
+        system.start_worker(
+            ("executor",),
+            concurrency=setup.executor_concurrency,
+            env=env,
+            pool=setup.executor_pool,
+        )
     system.sluice("reconfigure")

@@ -410,6 +410,9 @@ def main() -> None:
         "--scheduler-pool", default="prefork", help="the scheduler worker's pool (prefork, solo)"
     )
     parser.add_argument(
+        "--executor-pool", default="prefork", help="the executor workers' pool (prefork, threads)"
+    )
+    parser.add_argument(
         "--executor-concurrency",
         type=int,
         default=EXECUTOR_CONCURRENCY,
@@ -460,6 +463,7 @@ def main() -> None:
         build_dir = {"SLUICE_BUILD_DIR": str(Path(shm) / "builds")}
         setup = WorkerSetup(
             scheduler_pool=args.scheduler_pool,
+            executor_pool=args.executor_pool,
             executor_concurrency=args.executor_concurrency,
             env=build_dir if args.build_dir == "tmpfs" else {},
         )

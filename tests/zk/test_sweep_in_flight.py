@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 
@@ -12,21 +11,7 @@ from scheduler.sweep import InFlight, SweepReport, request_queue_steps, run_step
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import ZooKeeperUnavailableError
-
-RESULTS = paths.pipeline_result_queue("tenant", "gate")
-
-
-def new_request(**fields: object) -> JobRequest:
-    defaults: dict[str, object] = {
-        "uuid": uuid.uuid4().hex,
-        "tenant": "tenant",
-        "pipeline": "gate",
-        "buildset_uuid": "bs1",
-        "job_name": "tox/py3",
-        "result_queue": RESULTS,
-    }
-    defaults.update(fields)
-    return JobRequest(**defaults)  # type: ignore[arg-type]
+from tests.zk.test_job_requests import new_request
 
 
 class CountedQueue(JobRequestQueue):

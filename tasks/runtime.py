@@ -20,7 +20,7 @@ from scheduler.config.model import Pipeline
 from scheduler.drivers.reporter import DRIVERS, ForgeReporter, ReporterConfig
 from scheduler.layouts import LayoutManagerSource, TenantLayouts
 from scheduler.layouts.source import ProjectsNeeded
-from scheduler.nudge import dispatch, pending_marks, task_names
+from scheduler.nudge import dispatch, task_names
 from scheduler.processing.environment import Environment, ItemReporter, Nudge
 from scheduler.processing.formats import WireFormats
 from scheduler.processing.reporters import HistoryReporter
@@ -50,8 +50,6 @@ def _connection_of(layouts: TenantLayouts) -> Callable[[str, str], str]:
 
 def _nudge(settings: Settings) -> Nudge:
     def nudge(task: str, args: Sequence[Any], queue: str | None, /, label: str = "") -> None:
-        if not pending_marks.should_send_hop(settings, task, args):
-            return  # one of the hop's nudges waits and has not started: it reads this
         options = {"queue": queue} if queue else {}
         dispatch.send(task, *args, settings=settings, label=label, **options)
 

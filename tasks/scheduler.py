@@ -49,10 +49,8 @@ def _name(task: str, what: str, value: object) -> str:
 def forward_connection_events(self: Task[Any, Any], connection: str) -> None:
     """Move a connection's events into the trigger queues of the tenants holding them."""
     name = _name(self.name, "connection", connection)
-    settings = runtime_settings()
-    # before any queue is read: an event from now on nudges again
-    pending_marks.hop_started(settings, task_names.FORWARD_CONNECTION_EVENTS, (name,))
     env, layouts = runtime()
+    settings = runtime_settings()
     found = settings.connections.get(name)
 
     def wanted(trigger: TriggerEvent) -> bool:  # (read nothing for what nobody listens to)
@@ -74,7 +72,6 @@ def forward_connection_events(self: Task[Any, Any], connection: str) -> None:
 def process_tenant(self: Task[Any, Any], tenant: str) -> None:
     """Move a tenant's management and trigger events into its pipelines' queues."""
     name = _name(self.name, "tenant", tenant)
-    pending_marks.hop_started(runtime_settings(), task_names.PROCESS_TENANT, (name,))
     env, layouts = runtime()
     with logcontext.bound(tenant=name):
         forwarding.process_tenant(env.client, layouts, env.nudge, name)

@@ -24,10 +24,6 @@ A GitHub body is hashed as it streams in, into a spool that keeps at most
 :data:`SPOOL_IN_MEMORY` bytes in memory (the rest in a temporary file), and
 refused with 413 once it passes :data:`MAX_BODY`; only a body whose
 signature matched is read back and parsed.
-
-The nudge is skipped while another nudge of the connection's hop waits and
-has not started (:mod:`scheduler.nudge.pending_marks`): that one moves
-this delivery too.
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ from starlette.responses import JSONResponse, Response
 
 from scheduler.drivers import webhooks
 from scheduler.nudge import dispatch, task_names
-from scheduler.settings.sections import ConnectionSettings, Settings
+from scheduler.settings.sections import ConnectionSettings
 from web.bodies import chunks, parse_json
 from web.errors import ApiError, error_response
 
@@ -125,18 +121,15 @@ async def _receive(request: Request) -> Response:
     if not fresh:
         return JSONResponse({"status": "duplicate", "delivery": found.delivery})
     try:
-        await run_in_threadpool(_nudge_hop, name, ctx.settings)
+        await run_in_threadpool(
+            dispatch.send_quickly,
+            task_names.FORWARD_CONNECTION_EVENTS,
+            name,
+            settings=ctx.settings,
+        )
     except Exception:  # stored: the sweep nudges the connection hop later
         log.warning("webhook %s stored; nudge not sent", found.delivery, exc_info=True)
     return JSONResponse({"status": "stored", "delivery": found.delivery})
-
-
-def _nudge_hop(connection: str, settings: Settings) -> None:
-    """Nudge the connection's hop, unless one of its nudges waits (it moves this event too)."""
-    from scheduler.nudge import pending_marks  # redis-py: the first delivery imports it
-
-    if pending_marks.should_send_hop(settings, task_names.FORWARD_CONNECTION_EVENTS, (connection,)):
-        dispatch.send_quickly(task_names.FORWARD_CONNECTION_EVENTS, connection, settings=settings)
 
 
 def _delivery(

@@ -22,12 +22,10 @@ def _marks(broker: redis.Redis) -> list[bytes]:
 def test_results_of_changes_that_end_together_are_all_applied(system: SluiceSystem) -> None:
     prepare_check(system, REFS)
     system.start_workers()
-    # the sweep nudges a pipeline whose nudges were all held back (below)
-    system.start_worker(("maintenance",), env={"SLUICE_SWEEP_INTERVAL": "1"}, beat=True)
     system.sluice("reconfigure")
     broker = redis.Redis.from_url(system.environment.redis_url)
     # a nudge that was lost after it marked the pipeline: its mark holds the
-    # pipeline's next nudges back until it expires, and nothing is lost
+    # first results' nudges back until it expires, and nothing is lost
     broker.set(pending_marks.mark_key("demo", "check"), b"1", px=pending_marks.TTL_MS)
 
     for ref in REFS:

@@ -1,4 +1,4 @@
-"""One waiting nudge per hop (scheduler/nudge/pending_marks.py), with a real Redis.
+"""One waiting nudge per pipeline (scheduler/nudge/pending_marks.py), with a real Redis.
 
 What is sent shows in the broker's own queue: ``notify_pipeline`` pushes a
 ``process_pipeline`` message onto the ``scheduler`` list, or does not.
@@ -14,13 +14,11 @@ import pytest
 import redis
 
 from cli.stack.process import free_port
-from scheduler.nudge import dispatch, kept_connection, pending_marks, task_names
+from scheduler.nudge import dispatch, kept_connection, pending_marks
 from scheduler.settings.load import load_settings
 from scheduler.settings.sections import Settings
 from scheduler.stores.job_requests import JobRequest
 from scheduler.zk import paths
-from tasks import runtime
-from web import hooks
 
 QUEUE = "scheduler"
 
@@ -127,75 +125,3 @@ def test_a_mark_that_cannot_be_set_sends_the_nudge() -> None:
     assert not kept_connection.pusher(settings.broker_url).ready
     assert pending_marks.should_send(settings, "demo", "check")
     pending_marks.started(settings, "demo", "check")  # logged, not raised
-
-
-# ---------------------------------------------------------------- the hops before a pipeline
-
-
-def test_each_hop_has_its_own_mark_and_other_tasks_none() -> None:
-    forward, tenant_hop = task_names.FORWARD_CONNECTION_EVENTS, task_names.PROCESS_TENANT
-    keys = {
-        pending_marks.hop_key(forward, ("github",)),
-        pending_marks.hop_key(tenant_hop, ("github",)),  # a tenant named as the connection
-        pending_marks.hop_key(task_names.PROCESS_PIPELINE, ("github", "check")),
-        pending_marks.hop_key(forward, ("a name/with ../ and spaces",)),
-    }
-    assert len(keys) == 4 and None not in keys
-    assert pending_marks.hop_key(task_names.PROCESS_PIPELINE, ("demo", "check")) == (
-        pending_marks.mark_key("demo", "check")
-    )
-    for task, args in [
-        (task_names.BUILD, ("r1", None)),
-        (task_names.MERGE, ("r1",)),
-        (task_names.RECONFIGURE, ("demo",)),
-        (forward, ("",)),
-        (forward, (None,)),
-        (tenant_hop, ("demo", "extra")),
-    ]:
-        assert pending_marks.hop_key(task, args) is None
-        assert pending_marks.should_send_hop(_settings("redis://127.0.0.1:1/0"), task, args)
-
-
-def test_a_hop_is_not_nudged_again_while_its_nudge_waits(
-    broker: redis.Redis, redis_url: str
-) -> None:
-    """The scheduler's nudges of the hops (``tasks.runtime``): one waits per hop."""
-    settings = _settings(redis_url)
-    nudge = runtime._nudge(settings)
-    for _ in range(4):  # four events moved before the first nudge of each hop starts
-        nudge(task_names.FORWARD_CONNECTION_EVENTS, ("github",), None)
-        nudge(task_names.PROCESS_TENANT, ("demo",), None)
-        nudge(task_names.PROCESS_PIPELINE, ("demo", "check"), None)
-    assert broker.llen(QUEUE) == 3
-
-    pending_marks.hop_started(settings, task_names.PROCESS_TENANT, ("demo",))
-    nudge(task_names.PROCESS_TENANT, ("demo",), None)  # an event after the hop began
-    nudge(task_names.FORWARD_CONNECTION_EVENTS, ("github",), None)  # still waiting
-    assert broker.llen(QUEUE) == 4
-    # a result's nudge and a trigger's share the pipeline's mark
-    dispatch.notify_pipeline(_result("demo", "check"), settings)
-    assert broker.llen(QUEUE) == 4
-
-
-def test_builds_and_merges_are_always_nudged(broker: redis.Redis, redis_url: str) -> None:
-    settings = _settings(redis_url)
-    nudge = runtime._nudge(settings)
-    broker.delete("merger")
-    for _ in range(3):
-        nudge(task_names.MERGE, ("r1",), "merger")
-    assert broker.llen("merger") == 3
-    broker.delete("merger")
-
-
-def test_a_webhook_nudges_its_connection_once_while_that_nudge_waits(
-    broker: redis.Redis, redis_url: str
-) -> None:
-    """``sluice web`` (``web/hooks.py``): deliveries stored back to back, one nudge waits."""
-    settings = _settings(redis_url)
-    for _ in range(3):
-        hooks._nudge_hop("github", settings)
-    hooks._nudge_hop("gitlab", settings)
-    assert broker.llen(QUEUE) == 2
-    pending_marks.hop_started(settings, task_names.FORWARD_CONNECTION_EVENTS, ("github",))
-    hooks._nudge_hop("github", settings)
-    assert broker.llen(QUEUE) == 3

@@ -40,6 +40,7 @@ transaction that nobody holds the lock).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -121,11 +122,11 @@ def renudge_pending(
     every one is re-sent: a re-nudge would have waited behind those messages
     anyway (FIFO), so skipping it delays it by at most one more interval.
 
-    ``in_flight``: the queue's requests in flight as this sweep read them
-    (:class:`InFlight`); None reads them now.
+    ``in_flight``: the queue's requests in flight as this sweep reads them
+    (:func:`request_queue_steps`: once for its steps); None reads them now.
     """
     cutoff = time.time() - min_age
-    read = None if in_flight is None else in_flight()
+    read = (in_flight or queue.in_flight)()
     waiting = [r for r in queue.pending(read) if r.created <= cutoff]
     if not waiting or (queued is not None and queued() >= len(waiting)):
         return []
@@ -144,8 +145,7 @@ def recover_lost(
     is not recovered (its version changed).
     """
     recovered = []
-    read = None if in_flight is None else in_flight()
-    for request in queue.lost_requests(read):
+    for request in queue.lost_requests((in_flight or queue.in_flight)()):
         if queue.recover_lost(request):
             log.warning(
                 "request %s of %s (worker %s) lost; completed as LOST",
@@ -280,24 +280,6 @@ def orphaned_event_data(client: ZooKeeperClient, max_age: float = EVENT_DATA_MAX
     return cleaned
 
 
-class InFlight:
-    """A queue's requests in flight, read once for the steps of one sweep.
-
-    The re-nudge and the lost check both look at every request in flight;
-    one listing and one read of each serve both. A read that fails is not
-    kept: the next step reads again.
-    """
-
-    def __init__(self, queue: JobRequestQueue) -> None:
-        self.queue = queue
-        self._read: list[JobRequest] | None = None
-
-    def __call__(self) -> list[JobRequest]:
-        if self._read is None:
-            self._read = self.queue.in_flight()
-        return self._read
-
-
 def request_queue_steps(
     name: str,
     queue: JobRequestQueue,
@@ -316,7 +298,9 @@ def request_queue_steps(
     :func:`cleanup`), not only after ``max_age``.
     """
     steps = []
-    read = InFlight(queue)
+    # one read of the requests in flight for both steps; a failed read is
+    # not kept (the cache keeps results only), so the next step reads again
+    read = functools.cache(queue.in_flight)
     if nudge is not None:
         steps.append(
             SweepStep(

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from scheduler.stores.job_requests import JobRequest, JobRequestQueue
-from scheduler.sweep import InFlight, SweepReport, request_queue_steps, run_steps
+from scheduler.sweep import SweepReport, request_queue_steps, run_steps
 from scheduler.zk import paths
 from scheduler.zk.client import ZooKeeperClient
 from scheduler.zk.errors import ZooKeeperUnavailableError
@@ -63,6 +61,9 @@ def test_one_read_serves_the_renudge_and_the_lost_check(zk: ZooKeeperClient) -> 
 def test_a_read_that_failed_is_read_again_by_the_next_step(zk: ZooKeeperClient) -> None:
     queue = JobRequestQueue(zk, paths.executor_queue())
     request = queue.submit(new_request(), {})
+    claimed = queue.claim(request.uuid, "dead-worker")
+    assert claimed is not None
+    queue.release(claimed)  # lost
     attempts: list[int] = []
 
     class Flaky(JobRequestQueue):
@@ -72,9 +73,11 @@ def test_a_read_that_failed_is_read_again_by_the_next_step(zk: ZooKeeperClient) 
                 raise ZooKeeperUnavailableError("connection lost while reading")
             return super().in_flight()
 
-    read = InFlight(Flaky(zk, queue.root))
-    with pytest.raises(ZooKeeperUnavailableError):
-        read()
-    assert [r.uuid for r in read()] == [request.uuid]
-    assert [r.uuid for r in read()] == [request.uuid]
+    report = SweepReport(ran=True)
+    run_steps(
+        request_queue_steps("executor", Flaky(zk, queue.root), lambda r: None, min_age=0), report
+    )
+    assert list(report.failed) == ["executor:renudge"]
+    assert "connection lost while reading" in report.failed["executor:renudge"]
+    assert report.done["executor:lost"] == [request.uuid]
     assert len(attempts) == 2

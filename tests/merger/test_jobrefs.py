@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,9 @@ def test_refs_stay_within_the_window(
     for n in range(40):
         merged(cache, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
         refs = sluice_refs(cache)
-        # each job: source-0, merged-0 and its memo ref
-        assert len(refs) <= 24 and len(refs) == 3 * min(n + 1, 8), n
-        assert jobs_of(refs) == {f"check-{k}" for k in range(max(0, n - 7), n + 1)}
+        # each job: source-0 (its fetch's) and the memo ref of its merge
+        assert len(refs) <= 24 and len(refs) == 2 * min(n + 1, 12), n
+        assert jobs_of(refs) == {f"check-{k}" for k in range(max(0, n - 11), n + 1)}
     # A job run again under its id becomes the newest, once; its memo of the run before goes.
     before = sluice_refs(cache)
     merged(cache, MergeJob("check-36", (change(1, "1,again"),)))
@@ -85,7 +86,7 @@ def test_refs_stay_within_the_window(
     assert len(after) == 24 and jobs_of(after) == jobs_of(before)
     assert len(set(after) - set(before)) == 1 and len(set(before) - set(after)) == 1
     merged(cache, MergeJob("check-40", (change(1, "1,40"),)))
-    assert jobs_of(sluice_refs(cache)) == {f"check-{k}" for k in range(33, 41)}
+    assert jobs_of(sluice_refs(cache)) == {f"check-{k}" for k in range(29, 41)}
 
 
 def test_a_jobs_refs_share_one_folder(
@@ -93,22 +94,23 @@ def test_a_jobs_refs_share_one_folder(
 ) -> None:
     """A job adds one folder to the repo, not one per kind of ref: each is an inode on a disk.
 
-    No ref names a branch's final tip: it is the branch's last ``merged-<i>``.
+    In it, the changes its fetch wrote; each merged state is the memo ref
+    ``ChangeResult.merged_ref`` names (the last of a branch is its final
+    tip), written once by the job that made the merge.
     """
     a = project(remotes, 1)
     a.git("update-ref", "refs/heads/stable/1.0", a.rev("refs/heads/main"))
     a.change(2, {"file2": "2\n"}, branch="stable/1.0")
     cache = RepoCache(tmp_path / "state", connections)
     two = MergeChange("git", "org/a", "stable/1.0", ref="refs/changes/2", change_id="2,1")
-    merged(cache, MergeJob("job-1", (change(1), two)))
+    result = run_merge_job(MergeJob("job-1", (change(1), two)), cache)
     folder = cache.repo_path("git", "org/a") / "refs" / "sluice" / "jobs" / "job-1"
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "merged-0",
-        "merged-1",
-        "source-0",
-        "source-1",
-    ]
-    assert set(sluice_refs(cache)) >= {f"refs/sluice/jobs/job-1/{p.name}" for p in folder.iterdir()}
+    assert sorted(p.name for p in folder.iterdir()) == ["source-0", "source-1"]
+    refs = sluice_refs(cache)
+    assert set(refs) >= {f"refs/sluice/jobs/job-1/{p.name}" for p in folder.iterdir()}
+    for merged_change in result.changes:
+        assert merged_change.merged_ref.startswith("refs/sluice/memo/")
+        assert refs[merged_change.merged_ref] == merged_change.merged_commit
 
 
 def test_results_equal_those_of_a_fresh_cache(
@@ -145,7 +147,7 @@ def test_the_gate_still_merges_only_its_own_change(
             assert applied == [a.rev(f"refs/changes/{n}")], (burst, n)
             assert len(sluice_refs(cache)) <= 48
     # With the item ahead dropped, the memo misses: the same result, merged afresh.
-    for k in range(12):
+    for k in range(30):
         merged(cache, MergeJob(f"check-last-{k}", (change(1, f"1,last{k}"),)))
     applied.clear()
     again = merged(cache, MergeJob("gate-2-6", changes))
@@ -168,10 +170,10 @@ def test_a_replay_in_a_busy_cache(
     again = run_merge_job(replay, executor)
     assert again.ok, again.failure
     assert again.repo_state == result.repo_state
-    assert delete_job_refs(executor, "git", "org/a", "build-x") == 2 + 2
-    for n in range(12):  # the journal still names the deleted job: no harm
+    assert delete_job_refs(executor, "git", "org/a", "build-x") == 2  # its fetched changes
+    for n in range(15):  # the journal still names the deleted job: no harm
         merged(executor, MergeJob(f"build-new-{n}", (change(3, f"3,new{n}"),)))
-    assert jobs_of(sluice_refs(executor)) <= {f"build-new-{n}" for n in range(12)}
+    assert jobs_of(sluice_refs(executor)) <= {f"build-new-{n}" for n in range(15)}
 
 
 def legacy_refs(cache: RepoCache, jobs: int, sha: str) -> None:
@@ -200,13 +202,13 @@ def test_thousands_of_old_refs_are_cleaned_a_few_hundred_at_a_time(
     (cache.repo_path("git", "org/a") / JOURNAL).unlink()  # as an earlier version left it
     legacy_refs(cache, 600, sluice_refs(cache)["refs/sluice/jobs/first/source-0"])
     counts = [len(sluice_refs(cache))]
-    assert counts[0] == 3 + 600 * 4
+    assert counts[0] == 2 + 600 * 4
     for n in range(20):
         merged(cache, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
         counts.append(len(sluice_refs(cache)))
         if counts[-1] <= cache.keep_refs:
             break
-    dropped = [before + 3 - after for before, after in itertools.pairwise(counts)]
+    dropped = [before + 2 - after for before, after in itertools.pairwise(counts)]
     assert counts[-1] <= cache.keep_refs and len(counts) <= 2 + 2400 // DROP_AT_ONCE, counts
     # a few hundred per merge: one entry more at most (a hundred memo refs)
     assert all(0 < d <= DROP_AT_ONCE + 100 for d in dropped[:-1]), dropped
@@ -226,8 +228,8 @@ def test_a_lost_or_garbled_journal_is_rebuilt(
             journal.write_text("# sluice job refs 1\nnot a job line at all\n")
         merged(cache, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
         assert len(sluice_refs(cache)) <= 9 or n in (10, 20), n
-    assert jobs_of(sluice_refs(cache)) == {f"check-{n}" for n in (27, 28, 29)}
-    assert journal.read_text().startswith("# sluice job refs 1\ncheck-27 2 ")
+    assert jobs_of(sluice_refs(cache)) == {f"check-{n}" for n in (26, 27, 28, 29)}
+    assert journal.read_text().startswith("# sluice job refs 1\ncheck-26 1 ")
 
 
 def test_two_processes_share_the_window(
@@ -240,7 +242,7 @@ def test_two_processes_share_the_window(
     for n in range(20):
         merged(caches[n % 2], MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
         assert len(sluice_refs(caches[0])) <= 12
-    assert jobs_of(sluice_refs(caches[0])) == {f"check-{n}" for n in range(16, 20)}
+    assert jobs_of(sluice_refs(caches[0])) == {f"check-{n}" for n in range(14, 20)}
 
 
 def test_fetches_without_merges_are_bounded_too(
@@ -272,15 +274,15 @@ def test_refs_of_a_process_killed_before_its_journal_are_found(
         patch.setattr(JobRefs, "done", lambda self, plan: None)
         merged(cache, MergeJob("killed", (change(1, "1,killed"),)))
     killed = {ref for ref in sluice_refs(cache) if "/killed/" in ref}
-    assert len(killed) == 2  # its job refs: entered in the journal before its fetch
+    assert len(killed) == 1  # its fetched change: entered in the journal before its fetch
     orphan = set(sluice_refs(cache)) - killed - set(before)
     (memo,) = orphan
     assert memo.startswith("refs/sluice/memo/")
     # The next process finds the memo ref no journal entry names, and drops it.
-    after = RepoCache(state, connections, keep_refs=9)
+    after = RepoCache(state, connections, keep_refs=8)
     for n in range(1, 8):
         merged(after, MergeJob(f"check-{n}", (change(1, f"1,{n}"),)))
-    assert len(sluice_refs(after)) == 9
+    assert len(sluice_refs(after)) == 8
     assert not (killed | {memo}) & set(sluice_refs(after))
 
 
@@ -313,3 +315,55 @@ def test_a_plan_deletes_nothing_it_writes(tmp_path: Path) -> None:
         refs.done(plan)
     # each job: one ref of its own and the shared memo ref, counted once
     assert [e.job for e in plan.journal] == ["job-3", "job-4", "job-5"]
+
+
+def test_a_gate_item_writes_only_the_ref_of_its_own_merge(
+    remotes: Remotes, tmp_path: Path, connections: dict[str, ConnectionSettings]
+) -> None:
+    """Item n holds the memo refs of the items ahead without writing them again.
+
+    Each ref a transaction writes is a lock file and a file, an inode each
+    on a disk: item n of a gate once wrote 3n refs, so a gate of twenty
+    wrote 630 where 20 merges need 20.
+    """
+    a = project(remotes, 6)
+    cache = RepoCache(tmp_path / "state", connections)
+    merged(cache, MergeJob("fetch-all", tuple(change(n, f"{n},fetch") for n in range(1, 7))))
+    # as the scheduler gives them: ref and commit (here in the cache already, so no fetch)
+    changes = [replace(change(k), commit=a.rev(f"refs/changes/{k}")) for k in range(1, 7)]
+    before = sluice_refs(cache)
+    for n in range(1, 7):
+        merged(cache, MergeJob(f"gate-{n}", tuple(changes[:n])))
+        after = sluice_refs(cache)
+        new = set(after) - set(before)
+        assert len(new) == 1 and next(iter(new)).startswith("refs/sluice/memo/"), (n, new)
+        assert set(before) <= set(after)
+        before = after
+    journal = (cache.repo_path("git", "org/a") / JOURNAL).read_text().splitlines()
+    last = next(line for line in journal if line.startswith("gate-6 "))
+    assert last.split(" ")[1] == "0" and len(last.split(" ")[2:]) == 6  # holds all six
+
+
+def test_a_held_memo_ref_outlives_the_job_that_wrote_it(tmp_path: Path) -> None:
+    """Unit: a kept job that holds a memo key keeps its ref when the writer is dropped."""
+    repo = tmp_path / "repo.git"
+    repo.mkdir()
+    refs = JobRefs(repo, keep=4)
+    ahead, own = "a" * 64, "b" * 64
+    plan = refs.plan("writer", {f"refs/sluice/memo/{ahead}": "1" * 40}, lambda prefix: [])
+    refs.done(plan)
+    plan = refs.plan(
+        "holder",
+        {f"refs/sluice/memo/{own}": "2" * 40},
+        lambda prefix: [],
+        held=[f"refs/sluice/memo/{ahead}"],
+    )
+    assert plan.lines == f"update refs/sluice/memo/{own} {'2' * 40}\n"  # the held one is not
+    refs.done(plan)
+    gone_with: list[set[str]] = []  # the jobs kept when the ref of ``ahead`` went
+    for n in range(4):  # the writer is dropped first, the holder later
+        plan = refs.plan(f"job-{n}", {f"refs/sluice/jobs/job-{n}/source-0": "3" * 40}, list)
+        if f"delete refs/sluice/memo/{ahead}" in plan.lines.splitlines():
+            gone_with.append({e.job for e in plan.journal})
+        refs.done(plan)
+    assert len(gone_with) == 1 and not {"writer", "holder"} & gone_with[0]

@@ -122,7 +122,7 @@ def test_executor_workspace_at_a_speculative_commit(
     assert head == [tip, "main"]
     # The workspace owns its objects: dropping the job's refs and pruning the
     # cache cannot break it.
-    assert delete_job_refs(cache, "git", "org/a", "ws") == 2 + 2
+    assert delete_job_refs(cache, "git", "org/a", "ws") == 2  # the changes it fetched
     # (the merge memo and the cache's merge worktree still hold the tip)
     assert prune_job_refs(cache, "git", "org/a", set()) == 0
     cherry = MergeChange(
@@ -140,11 +140,11 @@ def test_executor_workspace_at_a_speculative_commit(
 
 def test_prune_refs_of_jobs_no_longer_needed(remotes: Remotes, cache: RepoCache) -> None:
     a = remotes.create("org/a")
-    a.change(1, {"one": "1\n"})
-    for job_id in ("old-1", "old-2", "live"):
-        job = MergeJob(job_id, (MergeChange("git", "org/a", "main", ref="refs/changes/1"),))
+    for n, job_id in enumerate(("old-1", "old-2", "live"), start=1):
+        a.change(n, {f"file{n}": f"{n}\n"})
+        job = MergeJob(job_id, (MergeChange("git", "org/a", "main", ref=f"refs/changes/{n}"),))
         assert run_merge_job(job, cache).status is Status.OK
-    assert prune_job_refs(cache, "git", "org/a", {"live"}) == 2 * 2
+    assert prune_job_refs(cache, "git", "org/a", {"live"}) == 2  # each fetched its change
     repo = cache.repo_path("git", "org/a")
     left = cache.git.text(["for-each-ref", "--format=%(refname)", "refs/sluice/"], repo).split()
     assert {ref.split("/")[3] for ref in left} == {"live"}

@@ -1,27 +1,29 @@
 """The merger's own refs in a cache repo, kept for its last jobs only.
 
 Every merge job writes refs into its repo: ``refs/sluice/jobs/<job id>/``
-(each change's commit, the state after it, each branch's final tip) and
-the memo ``refs/sluice/memo/<key>``. Nothing reads a job's refs by name
-once the job has ended (``docs/merger.md``, "Which refs are kept, and how
-long"), but many steps of the next merges cost time per ref: a fetch reads
-every ref and the commit of each, and its connectivity check walks them
-all. So a repo keeps the refs of its newest jobs that fit in
-:data:`KEEP_REFS` refs (the newest job's always), and the memo refs those
-jobs wrote; a merge then costs the same in a repo that served ten
-thousand jobs as in one that served ten.
+(the changes its fetch wrote) and the memo ``refs/sluice/memo/<key>`` of
+each merge it made (the state after a change; the last of a branch is its
+final tip); it holds the memo refs it found without writing them again.
+Nothing reads a job's refs by name once the job has ended
+(``docs/merger.md``, "Which refs are kept, and how long"), but many steps
+of the next merges cost time per ref: a fetch reads every ref and the
+commit of each, and its connectivity check walks them all. So a repo
+keeps the refs of its newest jobs that fit in :data:`KEEP_REFS` refs (the
+newest job's always), and the memo refs those jobs wrote or hold; a merge
+then costs the same in a repo that served ten thousand jobs as in one
+that served ten.
 
 **How.** A journal in the bare repo, ``sluice-jobs``: the jobs whose refs
 the repo holds, oldest first, each with its number of refs and the memo
-keys it wrote. A job is entered before a fetch writes its first ref
-(:meth:`JobRefs.enter`) and becomes the newest in the ref transaction
+keys it wrote or holds. A job is entered before a fetch writes its first
+ref (:meth:`JobRefs.enter`) and becomes the newest in the ref transaction
 that writes its refs (:meth:`JobRefs.plan`); that same transaction
 (through ``git update-ref --stdin``, :mod:`.reftx`) deletes the refs of
-the jobs beyond the window and the memo refs no kept job wrote, so
-dropping costs no git process. Which refs a dropped job has is read from the repo's files
-(:func:`~workers.merger.branchrefs.read_refs`; ``for-each-ref`` where they
-hold anything unusual). A job id is opaque: the order is that of the
-journal, never of the ids.
+the jobs beyond the window and the memo refs no kept job wrote or holds,
+so dropping costs no git process. Which refs a dropped job has is read
+from the repo's files (:func:`~workers.merger.branchrefs.read_refs`;
+``for-each-ref`` where they hold anything unusual). A job id is opaque:
+the order is that of the journal, never of the ids.
 
 **Across processes.** The journal is read and written under the repo's
 lock only (and read once per lock). Refs no entry names (written by an
@@ -55,12 +57,12 @@ from workers.merger.names import JOBS_NAMESPACE, MEMO_NAMESPACE, job_prefix, mem
 log = logging.getLogger(__name__)
 
 # Refs a cache repo keeps for its last jobs (their own refs and the memo
-# refs they wrote), always those of the newest job. Every ref costs each
-# later merge some 50 µs of CPU, most of it in the fetch (docs/merger.md).
-# A gate's item n finds the memo of the items ahead in the job of item
-# n - 1 (3n refs: each change's source, merged and memo refs): 128 keep it
-# for a gate twenty deep while twenty-two check merges of the project run
-# in between (3 refs each), or forty-two check merges.
+# refs they wrote or hold), always those of the newest job. Every ref costs
+# each later merge some 50 µs of CPU, most of it in the fetch (docs/merger.md).
+# A gate's item n finds the memo of the items ahead, which the job of item
+# n - 1 holds (one ref of its own, its merge's memo ref; the memo refs it
+# holds count once): 128 keep it for a gate twenty deep while fifty check
+# merges of the project (2 refs each: the change, the merge) run in between.
 KEEP_REFS = 128
 # Refs deleted at most per transaction beyond what the window needs (old
 # refs found by a scan): deleting a ref costs git some 0.4 ms here.
@@ -83,7 +85,7 @@ ListRefs = Callable[[str], list[str]]
 
 
 class Entry(NamedTuple):
-    """A job whose refs the repo holds: how many, besides the memo keys it wrote."""
+    """A job whose refs the repo holds: how many, besides the memo keys it wrote or holds."""
 
     job: str
     refs: int = 0
@@ -136,21 +138,34 @@ class JobRefs:
         """
         return _beyond(self._load(list_refs), 2 * self.keep) > 0
 
-    def plan(self, job_id: str | None, refs: Mapping[str, str], list_refs: ListRefs) -> Plan:
+    def plan(
+        self,
+        job_id: str | None,
+        refs: Mapping[str, str],
+        list_refs: ListRefs,
+        *,
+        held: Sequence[str] = (),
+    ) -> Plan:
         """The transaction that writes ``refs`` of ``job_id`` and drops the jobs beyond the window.
 
         ``job_id`` becomes the newest entry, with the memo keys among
-        ``refs``; the memo keys of an earlier run of it that it no longer
-        writes go, unless a kept job wrote them too. Without a job, the
-        transaction only drops.
+        ``refs`` and those of the memo refs ``held`` (found and kept, not
+        written again); its own refs are those its fetch wrote
+        (:meth:`enter`) or ``refs`` outside the memo, whichever are more.
+        The memo keys of an earlier run of it that it no longer holds go,
+        unless a kept job holds them too. Without a job, the transaction
+        only drops.
         """
         entries = self._load(list_refs)
         previous = Entry(NO_JOB)
         if job_id is not None:
             previous = _entry_of(entries, job_id)
-            memo = tuple(r[len(MEMO_NAMESPACE) :] for r in refs if r.startswith(MEMO_NAMESPACE))
+            written = [r for r in refs if r.startswith(MEMO_NAMESPACE)]
+            keys = (r[len(MEMO_NAMESPACE) :] for r in (*held, *written))
+            memo = tuple(dict.fromkeys(keys))
+            own = max(previous.refs, len(refs) - len(written))
             entries = [e for e in entries if e.job != job_id]
-            entries.append(Entry(job_id, len(refs) - len(memo), memo))
+            entries.append(Entry(job_id, own, memo))
         beyond = _beyond(entries, self.keep)
         dropped = 0
         deletes: list[str] = []

@@ -9,11 +9,12 @@ locks (no lock-order deadlock between jobs).
 Per project: one fetch (branches, tags and the changes' refs together, in
 one round trip; skipped when every commit is already in the cache and
 every branch is pinned), then the merges in the repo's worktree, then one
-ref transaction that records each change's commit and each intermediate
-state (the last of a branch is its final tip) under
-``refs/sluice/jobs/<job id>/`` (and drops
-the refs of the jobs beyond the repo's window: :mod:`.jobrefs`), then the
-config files of the touched branches from the merged trees.
+ref transaction that writes the memo ref of each merge made (each state
+after a change; the last of a branch is its final tip; the states found
+in the memo are held, not written again) and drops the refs of the jobs
+beyond the repo's window (:mod:`.jobrefs`), then the config files of the
+touched branches from the merged trees. The fetch writes the changes it
+fetches under ``refs/sluice/jobs/<job id>/``.
 
 Every failure is a result: a conflict names the change and the files, any
 other error (unknown ref, unreachable remote, corrupt repo, bad input)
@@ -58,7 +59,6 @@ from workers.merger.names import (
     check_job_id,
     check_ref_name,
     memo_ref,
-    merged_ref,
     source_ref,
 )
 from workers.merger.repo import Repo
@@ -180,7 +180,8 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
     memo = repo.commits_of(memo_refs.values())
     applier = Applier(repo.git, repo.path, repo.clean_worktree, repo.is_ancestor)
     tips = dict(bases)
-    refs = {source_ref(job.job_id, index): sha for index, sha in sources.items()}
+    made: dict[str, str] = {}  # the memo refs of the merges this job makes
+    held: list[str] = []  # those it found: the items ahead, merged by earlier jobs
     results: list[ChangeResult] = []
     for index, change in items:
         source = sources[index]
@@ -192,19 +193,25 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
                     repo, applier, change, index=index, tip=tip, source=source, stamps=stamps
                 )
             except MergeConflictError as exc:
-                repo.update_job_refs(job.job_id, refs)
+                repo.update_job_refs(job.job_id, made, held=held)
                 conflict = _conflict(exc, change, index)
                 return _ProjectOutcome(ProjectState(connection, project), results, [], conflict)
+            made[memo_refs[index]] = merged
+        else:
+            held.append(memo_refs[index])
         tips[change.branch] = merged
-        refs[merged_ref(job.job_id, index)] = merged
-        refs[memo_refs[index]] = merged
         files = repo.changed_files(bases[change.branch], source)
         results.append(
             _change_result(
-                job, index=index, change=change, source=source, merged=merged, files=files
+                index=index,
+                change=change,
+                source=source,
+                merged=merged,
+                merged_ref=memo_refs[index],
+                files=files,
             )
         )
-    repo.update_job_refs(job.job_id, refs)
+    repo.update_job_refs(job.job_id, made, held=held)
     freshen_loose_objects(repo.path / "objects", tips.values())
     state = ProjectState(connection, project, {**heads, **pinned, **tips})
     moved = ProjectState(connection, project, {b: bases[b] for b in tips if tips[b] != bases[b]})
@@ -407,7 +414,13 @@ def _by_project(changes: Sequence[MergeChange]) -> dict[tuple[str, str], Indexed
 
 
 def _change_result(
-    job: MergeJob, *, index: int, change: MergeChange, source: str, merged: str, files: list[str]
+    *,
+    index: int,
+    change: MergeChange,
+    source: str,
+    merged: str,
+    merged_ref: str,
+    files: list[str],
 ) -> ChangeResult:
     return ChangeResult(
         index=index,
@@ -417,7 +430,7 @@ def _change_result(
         branch=change.branch,
         commit=source,
         merged_commit=merged,
-        merged_ref=merged_ref(job.job_id, index),
+        merged_ref=merged_ref,
         files=tuple(files),
     )
 

@@ -73,11 +73,6 @@ def source_ref(job_id: str, index: int) -> str:
     return f"{job_prefix(job_id)}source-{index}"
 
 
-def merged_ref(job_id: str, index: int) -> str:
-    """Where the speculative state after change ``index`` is kept."""
-    return f"{job_prefix(job_id)}merged-{index}"
-
-
 def memo_ref(key: str) -> str:
     """Where the merged commit memoized under ``key`` (a hex digest) is kept."""
     return f"{MEMO_NAMESPACE}{key}"

@@ -363,13 +363,18 @@ class Repo:
         if self.job_refs.overdue(self.refs):
             self.update_job_refs(None, {})
 
-    def update_job_refs(self, job_id: str | None, refs: Mapping[str, str]) -> None:
+    def update_job_refs(
+        self, job_id: str | None, refs: Mapping[str, str], *, held: Sequence[str] = ()
+    ) -> None:
         """Set every ``ref -> sha`` of job ``job_id`` in one transaction (None: only drop).
 
-        The same transaction deletes the refs of the jobs beyond the
-        repo's window, and the memo refs only they wrote (jobrefs.py).
+        ``held`` are memo refs the job found and keeps without writing
+        them (the merges of the items ahead of it). The same transaction
+        deletes the refs of the jobs beyond the repo's window, and the memo
+        refs that only they wrote or held (jobrefs.py); with nothing to
+        write or delete, no git process runs.
         """
-        plan = self.job_refs.plan(job_id, refs, self.refs)
+        plan = self.job_refs.plan(job_id, refs, self.refs, held=held)
         if plan.lines:
             self._update_refs(plan.lines, "update refs")
         self.job_refs.done(plan)

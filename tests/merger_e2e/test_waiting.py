@@ -34,6 +34,7 @@ from tests.merger.gitrepos import Remote, Remotes
 from tests.merger_e2e.conftest import FakeSsh, Merges, local_cache
 from workers.merger import RepoCache, run_merge_job
 from workers.merger.gitcmd import Git
+from workers.merger.merge import ONE_PACK_AT
 from workers.merger.service import execute_merge_request, open_queue
 
 
@@ -228,3 +229,36 @@ def test_a_required_project_is_fetched_once_for_the_merges_waiting(
         assert isinstance(result, MergeResult)
         states = {s.project: s.branches for s in result.repo_state}
         assert states["org/lib"] == {"main": tip}
+
+
+def count_objects(cache: RepoCache) -> dict[str, int]:
+    """``git count-objects -v`` of org/a's cache repo: loose objects, packs."""
+    out = cache.git.text(["count-objects", "-v"], cache.repo_path("git", "org/a"))
+    return {key: int(value) for key, value in (line.split(": ") for line in out.splitlines())}
+
+
+@pytest.mark.parametrize("burst", [ONE_PACK_AT + 1, 3])
+def test_a_burst_fetched_along_is_kept_as_one_pack(
+    merges: Merges, remotes: Remotes, cache: RepoCache, burst: int
+) -> None:
+    """A fetch that brings many waiting changes writes one pack, not a file per object.
+
+    Fewer changes stay loose objects, as git keeps a small fetch.
+    """
+    remote = remotes.create("org/a")
+    for n in range(1, burst + 2):
+        remote.change(n, {f"dir-{n}/file-{n}": f"{n}\n"})
+    first = merges.submit(change_job("warm", remote, burst + 1))
+    queue = open_queue(merges.client)
+    assert execute_merge_request(queue, first.uuid, "w", cache).status == "ok"
+    before = count_objects(cache)
+    requests = [merges.submit(change_job(f"check-{n}", remote, n)) for n in range(1, burst + 1)]
+
+    reports = [execute_merge_request(queue, r.uuid, "w", cache) for r in requests]
+
+    assert [r.status for r in reports] == ["ok"] * burst
+    after = count_objects(cache)
+    if burst - 1 >= ONE_PACK_AT:  # the first request's own change, and burst - 1 along
+        assert after["packs"] == before["packs"] + 1 and after["count"] == before["count"]
+    else:
+        assert after["packs"] == before["packs"] and after["count"] > before["count"]

@@ -66,6 +66,12 @@ from workers.merger.waiting import NO_BATCH, Batch, WaitingChange
 
 Indexed = list[tuple[int, MergeChange]]
 
+# A fetch that brings this many waiting changes along (a burst) keeps them as
+# one pack: some four objects a change, each a file (an inode) when loose.
+# Fewer stay loose, as git would keep them: every pack is one more index
+# for each lookup until the next repack.
+ONE_PACK_AT = 8
+
 log = logging.getLogger(__name__)
 
 
@@ -329,7 +335,10 @@ def _fetch_with_waiting(
         repo.note_jobs(list(jobs.items()))
     if along:
         try:
-            repo.fetch(specs + [f"+{w.change.ref or w.change.commit}:{w.ref}" for w in along])
+            repo.fetch(
+                specs + [f"+{w.change.ref or w.change.commit}:{w.ref}" for w in along],
+                one_pack=len(along) >= ONE_PACK_AT,
+            )
             log.debug("%s: fetched %d waiting changes along", repo.label, len(along))
             return
         except MergerError as exc:

@@ -51,6 +51,14 @@ log = logging.getLogger(__name__)
 
 _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
+# A fetch that keeps what it receives as one pack (``fetch.unpackLimit`` 1,
+# given in the environment so that the command line stays ``git fetch``).
+ONE_PACK = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "fetch.unpackLimit",
+    "GIT_CONFIG_VALUE_0": "1",
+}
+
 # Files of a linked worktree's git dir that an interrupted operation leaves.
 _OPERATION_STATE = (
     "MERGE_HEAD",
@@ -188,17 +196,27 @@ class Repo:
     def worktree_path(path: Path) -> Path:
         return path.with_name(path.name + ".work")
 
-    def _run(self, args: Sequence[str], what: str, stdin: bytes | None = None) -> bytes:
+    def _run(
+        self, args: Sequence[str], what: str, stdin: bytes | None = None, git: Git | None = None
+    ) -> bytes:
         try:
-            return self.git.run(args, self.path, stdin=stdin).stdout
+            return (git or self.git).run(args, self.path, stdin=stdin).stdout
         except GitCommandError as exc:
             raise classify(exc, f"{self.label}: {what}") from None
 
     # ------------------------------------------------------------------
     # Remote
 
-    def fetch(self, refspecs: Sequence[str] = (), branches: bool = True) -> None:
-        """Fetch the branches and tags (``branches``) and any extra ``refspecs``."""
+    def fetch(
+        self, refspecs: Sequence[str] = (), branches: bool = True, *, one_pack: bool = False
+    ) -> None:
+        """Fetch the branches and tags (``branches``) and any extra ``refspecs``.
+
+        ``one_pack``: what comes is kept as one pack (two files), never as
+        loose objects (a file each, and git's default below 100 objects):
+        for a fetch of many changes at once, whose few objects each would
+        otherwise cost an inode each on a disk.
+        """
         specs = list(refspecs)
         if branches:
             specs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", *specs]
@@ -209,7 +227,8 @@ class Repo:
         args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
         if branches:
             args.append("--prune")
-        self._run([*args, "origin", *specs], "fetch")
+        git = self.git.with_env(**ONE_PACK) if one_pack else None
+        self._run([*args, "origin", *specs], "fetch", git=git)
         if self.upkeep.due():
             self.maintain()
 

@@ -36,16 +36,20 @@ LTIME = "/ltime"
 
 
 # The memos of the paths below hold what the passes build again and again:
-# every live item's, buildset's, job's and build's path and segments (a
-# pipeline of 500 items of 3 jobs needs about 1,500 builds' paths and 3,000
-# segments). They are kept to that order, since every entry is of a uuid that
-# the day's work leaves behind: memos of 65,536 segments and 16,384 paths of
-# each kind held 27 MB after a peak day's 20,400 builds, these 9.
+# every live item's, buildset's, job's and build's path (a pipeline of 500
+# items of 3 jobs needs about 1,500 builds' paths). They are kept to that
+# order, since every entry is of a uuid that the day's work leaves behind:
+# memos of 65,536 segments and 16,384 paths of each kind held 27 MB after a
+# peak day's 20,400 builds, these 9. A name that is its own segment (letters
+# and digits: a uuid's hex, most job and pipeline names) is returned as it
+# is and never memoized: in a worker that only sees each request's uuid a
+# few times (an executor, a merger), the memo of segments would otherwise
+# fill with a day's uuids, some 2 MB a process, and its memory grow with it
+# through the first half of the day.
 SEGMENTS_MEMO = 8192
 PATHS_MEMO = 4096
 
 
-@functools.lru_cache(maxsize=SEGMENTS_MEMO)
 def segment(name: str) -> str:
     """Encode an outside name as one safe path segment (``feature/x`` -> ``feature%2Fx``).
 
@@ -53,6 +57,14 @@ def segment(name: str) -> str:
     is ASCII, never ``.``/``..``, never contains ``/`` and is at most
     :data:`MAX_SEGMENT` characters.
     """
+    if type(name) is str and name.isascii() and name.isalnum() and len(name) <= MAX_SEGMENT:
+        return name  # what quote() leaves as it is
+    return _encoded(name)
+
+
+@functools.lru_cache(maxsize=SEGMENTS_MEMO)
+def _encoded(name: str) -> str:
+    """:func:`segment` of a name that needs encoding (or checking), memoized."""
     if not isinstance(name, str) or name == "":
         raise InvalidNameError(f"a path segment needs a non-empty name, got {name!r}")
     # surrogatepass: a lone surrogate becomes its (unique) 3-byte encoding.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -16,6 +17,7 @@ from scheduler.zk.context import LockContext
 from scheduler.zk.errors import (
     AccessDeniedError,
     CallTimeoutError,
+    InvalidNameError,
     LockLostError,
     ZooKeeperUnavailableError,
 )
@@ -53,13 +55,13 @@ def test_segment_is_safe_and_injective() -> None:
 
 def test_the_path_memos_hold_the_work_in_flight_not_a_days_uuids() -> None:
     """A day's builds pass through the memos; what stays is bounded (issue 39: flat memory)."""
-    memos = [paths.segment, paths.item, paths.buildset, paths.frozen_job, paths.build]
+    memos = [paths._encoded, paths.item, paths.buildset, paths.frozen_job, paths.build]
     for memo in memos:
         memo.cache_clear()
     for n in range(paths.PATHS_MEMO + 100):  # more buildsets than a memo keeps
         ref = paths.BuildsetRef("t", "gate", f"item-{n}", f"buildset-{n}")
         assert paths.build(ref, "unit", f"build-{n}").endswith(f"/build/build-{n}")
-    assert paths.segment.cache_info().currsize <= paths.SEGMENTS_MEMO
+    assert paths._encoded.cache_info().currsize <= paths.SEGMENTS_MEMO
     for memo in memos[1:]:
         assert memo.cache_info().currsize <= paths.PATHS_MEMO
     # a pipeline of 500 items of 3 jobs is held whole: its second pass builds nothing
@@ -258,3 +260,20 @@ def test_lock_acquire_is_bounded_when_the_server_hangs(
     assert held is None
     assert time.monotonic() - started < 3.0 + 2.0
     proxy.thaw()
+
+
+def test_a_uuid_is_its_own_segment_and_never_memoized() -> None:
+    """An executor sees each request's uuid a few times: a day of them must not stay."""
+    paths._encoded.cache_clear()
+    for _ in range(3 * paths.SEGMENTS_MEMO):
+        name = uuid.uuid4().hex
+        assert paths.segment(name) is name
+        assert paths.request_child("/executor/unzoned", "requests", name).endswith("/" + name)
+    assert paths._encoded.cache_info().currsize == 0
+    # names that need encoding or checking still go through the encoder
+    for name in ("feature/x", ".", "..", "a-b", "é", "x" * (paths.MAX_SEGMENT + 1)):
+        assert paths.segment(name) == paths._encoded(name)
+        assert "/" not in paths.segment(name) and paths.segment(name) not in (".", "..")
+    for bad in ("", None, 5):
+        with pytest.raises(InvalidNameError):
+            paths.segment(bad)  # type: ignore[arg-type]

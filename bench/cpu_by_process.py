@@ -10,18 +10,27 @@ shell), ZooKeeper's threads, Redis, the kernel's threads, idle. Nothing is
 missed that ``/proc`` accounting misses (a process reaped by init, a kernel
 thread's work, time before a child is reaped).
 
+With ``--timeline MS``, the whole measured window instead, from the
+first enqueue to the last report, in buckets of MS milliseconds: each
+bucket's samples by role (the eight busiest roles, a worker's children
+with it), which shows what paces a burst (the first merge, a merger
+working alone, idle CPUs); ``--pipeline gate`` for the gate.
+
 Needs ``perf`` (Debian: linux-perf) and root (or ``perf_event_paranoid`` -1).
 Not run in CI: ``.venv/bin/python bench/cpu_by_process.py [--changes 100]
-[--seconds 5] [--build-dir tmpfs]``. The run must be long enough for the
-window: about 30 builds a second, so 100 changes (300 builds) for 5 s.
+[--seconds 5] [--build-dir tmpfs] [--timeline 50 [--pipeline gate]]``. The
+run must be long enough for the window: about 30 builds a second, so 100
+changes (300 builds) for 5 s; a timeline wants 20 changes.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +41,8 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 STARTED = "measuring check: started"
 DONE = "measuring check: done"
+# perf script's time field: seconds, then a colon
+TIME = re.compile(r"\s(\d+\.\d+):")
 FORK = re.compile(r"PERF_RECORD_FORK\((\d+):(\d+)\):\((\d+):(\d+)\)")
 WORKER = re.compile(r"worker -Q (\S+)")
 CPUS = os.cpu_count() or 1
@@ -113,6 +124,99 @@ def attribute(out: str, processes: dict[int, tuple[int, str]]) -> tuple[Counter[
     return by_role, sum(samples.values())
 
 
+def timeline(
+    out: str,
+    processes: dict[int, tuple[int, str]],
+    window: tuple[float, float],
+    bucket: float,
+) -> list[Counter[str]]:
+    """Samples per role in each ``bucket`` seconds of ``window`` (perf's clock).
+
+    ``out`` is ``perf script --show-task-events -F comm,pid,time``; a
+    worker's children count as the worker (``executor worker, pool > bwrap``
+    is ``executor worker, pool``), every kernel or unknown process as
+    ``other``.
+    """
+    forks: dict[int, int] = {}
+    samples: list[tuple[float, int, str]] = []
+    for line in out.splitlines():
+        if found := FORK.search(line):
+            pid, tid, ppid = (int(found.group(i)) for i in (1, 2, 3))
+            if pid == tid:
+                forks.setdefault(pid, ppid)
+            continue
+        stamp = TIME.search(line)
+        if "PERF_RECORD" in line or stamp is None:
+            continue
+        name, _, number = line[: stamp.start()].strip().rpartition(" ")
+        if number.isdigit():
+            samples.append((float(stamp.group(1)), int(number), name.strip()))
+    roles = Roles(processes, forks)
+    start, end = window
+    count = max(1, math.ceil(round((end - start) / bucket, 9)))
+    buckets = [Counter[str]() for _ in range(count)]
+    for when, pid, comm in samples:
+        if start <= when <= end:
+            role = roles.of(pid, comm).split(" > ")[0]
+            role = "other" if role.startswith("other") else role
+            buckets[min(count - 1, int((when - start) / bucket))][role] += 1
+    return buckets
+
+
+def print_timeline(buckets: list[Counter[str]], bucket: float, columns: int = 8) -> None:
+    total: Counter[str] = Counter()
+    for counts in buckets:
+        total.update(counts)
+    roles = [role for role, _ in total.most_common(columns)]
+    names = [role.replace(" worker, ", " ") for role in roles]  # "executor pool"
+    width = max(len(name) for name in names) + 2
+    print(f"samples by role in each {1000 * bucket:.0f} ms (a worker's children with it)")
+    print("   ms " + "".join(f"{name:>{width}}" for name in names))
+    for n, counts in enumerate(buckets):
+        cells = "".join(f"{counts[role]:>{width}}" for role in roles)
+        print(f"{1000 * n * bucket:5.0f} {cells}")
+
+
+def run_timeline(args: argparse.Namespace, command: list[str], folder: Path) -> None:
+    """The whole window of one run, in buckets of ``args.timeline`` ms."""
+    log, data = folder / "throughput.log", folder / "perf.data"
+    started, done = markers(args.pipeline)
+    record = ["perf", "record", "-a", "-F", "997", "-k", "CLOCK_MONOTONIC", "-o", str(data)]
+    perf = subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marks: list[float] = []
+    processes: dict[int, tuple[int, str]] = {}
+    try:
+        time.sleep(1.0)  # perf is recording
+        with log.open("w") as output:
+            bench = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        while bench.poll() is None and len(marks) < 2:
+            text = log.read_text()
+            if not marks and started in text:
+                marks.append(time.monotonic())
+                processes = snapshot()
+            elif marks and done in text:
+                marks.append(time.monotonic())
+            time.sleep(0.01)
+        bench.wait()
+    finally:
+        perf.send_signal(signal.SIGINT)
+        perf.wait()
+    if len(marks) < 2:
+        sys.exit(f"the benchmark did not measure: {log}")
+    script = ["perf", "script", "-i", str(data), "--show-task-events", "-F", "comm,pid,time"]
+    out = subprocess.run(script, capture_output=True, text=True, check=True).stdout
+    bucket = args.timeline / 1000
+    print(f"{args.pipeline} {args.changes} x 3: {marks[1] - marks[0]:.2f} s from the enqueue "
+          f"to the last report seen; {CPUS} CPUs, 997 samples a second each")  # fmt: skip
+    print_timeline(timeline(out, processes, (marks[0], marks[1]), bucket), bucket)
+    print(f"(files in {folder})")
+
+
+def markers(pipeline: str) -> tuple[str, str]:
+    """What throughput.py prints as it starts and ends measuring ``pipeline``."""
+    return STARTED.replace("check", pipeline), DONE.replace("check", pipeline)
+
+
 def rate(text: str, name: str) -> float:
     """The best figure of ``name`` in throughput.py's table."""
     for line in text.splitlines():
@@ -127,19 +231,24 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--build-dir", choices=("state", "tmpfs"), default="state")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--timeline", type=float, default=0.0, help="bucket width, ms")
+    parser.add_argument("--pipeline", choices=("check", "gate"), default="check")
     args = parser.parse_args()
     if shutil.which("perf") is None:
         sys.exit("perf is not installed (Debian: linux-perf)")
     folder = Path(tempfile.mkdtemp(prefix="sluice-perf-"))
     log, data = folder / "throughput.log", folder / "perf.data"
     command = [
-        sys.executable, str(BENCH / "throughput.py"), "--runs", "1", "--pipelines", "check",
+        sys.executable, str(BENCH / "throughput.py"), "--runs", "1", "--pipelines", args.pipeline,
         "--changes", str(args.changes), "--depths", "10", "--build-dir", args.build_dir,
     ]  # fmt: skip
+    if args.timeline:
+        run_timeline(args, command, folder)
+        return
     with log.open("w") as output:
         bench = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     try:
-        while STARTED not in log.read_text():
+        while markers(args.pipeline)[0] not in log.read_text():
             if bench.poll() is not None:
                 sys.exit(f"the benchmark ended before measuring: {log}")
             time.sleep(0.1)
@@ -147,7 +256,7 @@ def main() -> None:
         processes = snapshot()
         record = ["perf", "record", "-a", "-F", "997", "-o", str(data)]
         subprocess.run([*record, "--", "sleep", str(args.seconds)], capture_output=True, check=True)
-        late = DONE in log.read_text()
+        late = markers(args.pipeline)[1] in log.read_text()
     finally:
         bench.wait()
     by_role, total = attribute(perf_script(data), processes)

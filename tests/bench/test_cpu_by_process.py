@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from cpu_by_process import attribute
+from cpu_by_process import attribute, timeline
 
 WORKER = "/venv/bin/python -m celery -A tasks worker -Q {} -n w@h --concurrency 4"
 PROCESSES = {
@@ -57,3 +57,27 @@ def test_samples_go_to_the_worker_role_and_the_child_below_it() -> None:
         "idle": 1,
         "other: kworker/0": 1,
     }
+
+
+# the same processes with perf's time field (``-F comm,pid,time``), seconds
+TIMED = """
+         python   102 100.000100: PERF_RECORD_FORK(500:500):(102:102)
+         python   500 100.000200: PERF_RECORD_FORK(501:501):(500:500)
+         python   101 100.010000:
+          bwrap   501 100.020000:
+        swapper     0 100.030000:
+            git   600 100.060000:
+         python   201 100.070000:
+   SyncThread:0   300 100.080000:
+      kworker/0    77 100.081000:
+         python   101 100.200000:
+"""
+
+
+def test_a_timeline_buckets_the_window_and_folds_children_into_their_worker() -> None:
+    buckets = timeline(TIMED, PROCESSES, (100.0, 100.1), 0.05)
+    assert len(buckets) == 2
+    assert buckets[0] == {"executor worker, pool": 1, "step zygote": 1, "idle": 1}
+    # git 600 has no known parent here: not the merger's (no fork event), so "other"
+    assert buckets[1] == {"other": 2, "merger worker, pool": 1, "ZooKeeper": 1}
+    assert sum(sum(b.values()) for b in buckets) == 7  # the sample at 100.2 is outside

@@ -104,24 +104,36 @@ def perf_script(data: Path) -> str:
     return subprocess.run(script, capture_output=True, text=True, check=True).stdout
 
 
-def attribute(out: str, processes: dict[int, tuple[int, str]]) -> tuple[Counter[str], int]:
-    """Samples per role, and all samples, from ``perf script``'s output ``out``."""
+def parse(out: str) -> tuple[dict[int, int], list[tuple[float, int, str]]]:
+    """The fork events (child -> parent) and the samples (time, pid, command) of ``out``.
+
+    ``out`` is ``perf script --show-task-events`` with the fields
+    ``comm,pid`` or ``comm,pid,time``; without the time, every sample's is 0.
+    """
     forks: dict[int, int] = {}
-    samples: Counter[tuple[int, str]] = Counter()
+    samples: list[tuple[float, int, str]] = []
     for line in out.splitlines():
         if found := FORK.search(line):
             pid, tid, ppid = (int(found.group(i)) for i in (1, 2, 3))
             if pid == tid:
                 forks.setdefault(pid, ppid)
-        elif "PERF_RECORD" not in line and line.strip():
-            comm, _, pid = line.strip().rpartition(" ")
-            if pid.isdigit():
-                samples[(int(pid), comm.strip())] += 1
+            continue
+        if "PERF_RECORD" in line or not line.strip():
+            continue
+        stamp = TIME.search(line)
+        head = line[: stamp.start()] if stamp else line
+        name, _, number = head.strip().rpartition(" ")
+        if number.isdigit():
+            samples.append((float(stamp.group(1)) if stamp else 0.0, int(number), name.strip()))
+    return forks, samples
+
+
+def attribute(out: str, processes: dict[int, tuple[int, str]]) -> tuple[Counter[str], int]:
+    """Samples per role, and all samples, from ``perf script``'s output ``out``."""
+    forks, samples = parse(out)
     roles = Roles(processes, forks)
-    by_role: Counter[str] = Counter()
-    for (pid, comm), count in samples.items():
-        by_role[roles.of(pid, comm)] += count
-    return by_role, sum(samples.values())
+    by_role = Counter(roles.of(pid, comm) for _when, pid, comm in samples)
+    return by_role, len(samples)
 
 
 def timeline(
@@ -137,20 +149,7 @@ def timeline(
     is ``executor worker, pool``), every kernel or unknown process as
     ``other``.
     """
-    forks: dict[int, int] = {}
-    samples: list[tuple[float, int, str]] = []
-    for line in out.splitlines():
-        if found := FORK.search(line):
-            pid, tid, ppid = (int(found.group(i)) for i in (1, 2, 3))
-            if pid == tid:
-                forks.setdefault(pid, ppid)
-            continue
-        stamp = TIME.search(line)
-        if "PERF_RECORD" in line or stamp is None:
-            continue
-        name, _, number = line[: stamp.start()].strip().rpartition(" ")
-        if number.isdigit():
-            samples.append((float(stamp.group(1)), int(number), name.strip()))
+    forks, samples = parse(out)
     roles = Roles(processes, forks)
     start, end = window
     count = max(1, math.ceil(round((end - start) / bucket, 9)))
@@ -245,10 +244,11 @@ def main() -> None:
     if args.timeline:
         run_timeline(args, command, folder)
         return
+    started, done = markers(args.pipeline)
     with log.open("w") as output:
         bench = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     try:
-        while markers(args.pipeline)[0] not in log.read_text():
+        while started not in log.read_text():
             if bench.poll() is not None:
                 sys.exit(f"the benchmark ended before measuring: {log}")
             time.sleep(0.1)
@@ -256,7 +256,7 @@ def main() -> None:
         processes = snapshot()
         record = ["perf", "record", "-a", "-F", "997", "-o", str(data)]
         subprocess.run([*record, "--", "sleep", str(args.seconds)], capture_output=True, check=True)
-        late = markers(args.pipeline)[1] in log.read_text()
+        late = done in log.read_text()
     finally:
         bench.wait()
     by_role, total = attribute(perf_script(data), processes)

@@ -271,8 +271,8 @@ class ChangeResult(Record):
     ``commit`` is the change's own commit, ``merged_commit`` the speculative
     state of its branch after it (kept in the merger's cache under
     ``merged_ref``, a memo ref, while a job that wrote or holds it is among
-    the repo's last: read it by commit, not by ref), ``files`` what the change touches against its
-    branch's merge-base.
+    the repo's last: read it by commit, not by ref), ``files`` what the
+    change touches against its branch's merge-base.
     """
 
     index: int

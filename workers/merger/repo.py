@@ -53,7 +53,7 @@ _FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 # A fetch that keeps what it receives as one pack (``fetch.unpackLimit`` 1,
 # given in the environment so that the command line stays ``git fetch``).
-ONE_PACK = {
+_ONE_PACK = {
     "GIT_CONFIG_COUNT": "1",
     "GIT_CONFIG_KEY_0": "fetch.unpackLimit",
     "GIT_CONFIG_VALUE_0": "1",
@@ -227,7 +227,7 @@ class Repo:
         args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
         if branches:
             args.append("--prune")
-        git = self.git.with_env(**ONE_PACK) if one_pack else None
+        git = self.git.with_env(**_ONE_PACK) if one_pack else None
         self._run([*args, "origin", *specs], "fetch", git=git)
         if self.upkeep.due():
             self.maintain()

@@ -201,6 +201,8 @@ class WorkerSetup:
     executor_pool: str = "prefork"
     # more environment for every worker (SLUICE_BUILD_DIR: executor.build_dir)
     env: Mapping[str, str] = field(default_factory=dict)
+    # executor.sandbox: ``none`` measures what a build costs without one
+    sandbox: str = "bwrap"
 
 
 def start_workers(
@@ -213,6 +215,9 @@ def start_workers(
     """A scheduler worker, a merger (with the sweep timer), ``executors`` executors."""
     setup = setup or WorkerSetup()
     system = check.phase.system
+    if setup.sandbox != "bwrap":
+        with system.config.open("a") as config:
+            config.write(f"executor:\n  sandbox: {setup.sandbox}\n")
     env = {**setup.env, **({"SLUICE_SWEEP_INTERVAL": sweep} if sweep else {})}
     system.start_worker(("scheduler",), concurrency=1, env=env, pool=setup.scheduler_pool)
     system.start_worker(("merger", "maintenance"), concurrency=1, env=env, beat=bool(sweep))

@@ -347,6 +347,7 @@ def print_table(report: dict[str, Any]) -> None:
     where = "on /dev/shm" if report.get("build_dir") == "tmpfs" else "under the state dir"
     print(f"workspaces (executor.build_dir): {where}", end="; ")
     print(f"executor worker processes: {report.get('executor_concurrency', 2)}", end="; ")
+    print(f"sandbox: {report.get('sandbox', 'bwrap')}", end="; ")
     print(f"changes as {report.get('changes_as', 'branches')}")
     for key, runs in report["throughput"].items():
         n = len(runs)
@@ -425,6 +426,12 @@ def main() -> None:
         help="workspaces under the state dir (the default) or on /dev/shm (executor.build_dir)",
     )
     parser.add_argument(
+        "--sandbox",
+        choices=["bwrap", "none"],
+        default="bwrap",
+        help="executor.sandbox: bwrap (the default) or none, what a build costs without one",
+    )
+    parser.add_argument(
         "--changes-as",
         choices=["refs", "branches"],
         default="refs",
@@ -450,6 +457,7 @@ def main() -> None:
         "smoke": args.smoke,
         "load_before": loadavg(),
         "build_dir": args.build_dir,
+        "sandbox": args.sandbox,
         "changes_as": args.changes_as,
         "executor_concurrency": args.executor_concurrency,
         "throughput": {},
@@ -466,6 +474,7 @@ def main() -> None:
             executor_pool=args.executor_pool,
             executor_concurrency=args.executor_concurrency,
             env=build_dir if args.build_dir == "tmpfs" else {},
+            sandbox=args.sandbox,
         )
         services = Services(Path(tmp))
         try:

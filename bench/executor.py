@@ -24,12 +24,16 @@ build runs ``run.sh`` once, or ``--steps`` times (what each further step
 costs). ``--floor`` measures two more sides in the same slices, what no
 build can go below: ``true`` started and waited for (``posix_spawn``), and
 ``true`` in bubblewrap's least sandbox (user, PID, IPC, UTS, network and
-mount namespaces, ``/usr``, ``/proc``, ``/dev``). The *host* column is the
+mount namespaces, ``/usr``, ``/proc``, ``/dev``). ``--pieces`` measures
+only the sandbox, part by part: ``true`` in bubblewrap with one more part
+of a step's sandbox at each rung, and (as root) the step zygote's forks
+(``bench/_forks.py``, the zygote's interpreter and imports), the build's
+user and network namespaces and the reaper's staging of its binds. The *host* column is the
 whole host's CPU over each side's slices (``/proc/stat``): ZooKeeper and the
 kernel's threads (a network namespace is torn down in a kernel worker)
 included, so it is read on a quiet host. Not run in CI:
 ``.venv/bin/python bench/executor.py [--seconds 5] [--sandbox none]
-[--build-dir tmpfs] [--steps 1] [--floor]``.
+[--build-dir tmpfs] [--steps 1] [--floor] [--pieces]``.
 """
 
 from __future__ import annotations
@@ -69,6 +73,13 @@ process.children_die_with_parent()
 
 RESULTS = paths.pipeline_result_queue("bench", "check")
 SLICE = 0.5  # seconds per slice; a build takes a few tens of ms
+# --pieces: the binds of a step's shape (option, folder, where: "" for the same path)
+SHAPE = [
+    ("--ro-bind", "etc", "/etc"),
+    ("--ro-bind", "repo", ""),
+    ("--bind", "workspace", ""),
+    ("--bind", "logs", ""),
+]
 
 
 def git_env(home: Path) -> dict[str, str]:
@@ -205,15 +216,94 @@ def spawn(argv: list[str]) -> Callable[[], None]:
     return op
 
 
+def bwrap_ladder(folder: Path) -> list[tuple[str, list[str]]]:
+    """``true`` bare, then in bubblewrap with one more part of a step's sandbox at each rung.
+
+    ``folder`` holds the folders the last rung binds in the shape of a
+    step's (:data:`SHAPE`: ``/etc``, a repository, the workspace, the log
+    folder).
+    """
+    bwrap, true = bwrap_path(), ["--", "/usr/bin/true"]
+    system = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib64"):
+        if os.path.islink(f"/{name}"):
+            system += ["--symlink", os.readlink(f"/{name}"), f"/{name}"]
+    namespaces = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    namespaces += ["--unshare-net", "--die-with-parent", "--new-session"]
+    shape = ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    for option, name, dest in SHAPE:
+        shape += [option, str(folder / name), dest or str(folder / name)]
+    shape += ["--remount-ro", "/"]
+    least = [bwrap, *namespaces, *system, "--proc", "/proc", "--dev", "/dev"]
+    return [
+        ("true, started and waited for", ["/usr/bin/true"]),
+        (
+            "bwrap: a user namespace, / read-only",
+            [bwrap, "--unshare-user", "--ro-bind", "/", "/", *true],
+        ),
+        ("+ /usr; PID, IPC, UTS, network namespaces", [bwrap, *namespaces, *system, *true]),
+        ("+ a fresh /proc", [bwrap, *namespaces, *system, "--proc", "/proc", *true]),
+        ("+ /dev: bubblewrap's least sandbox", [*least, *true]),
+        ("+ 2 tmpfs, 4 binds, / read-only: a step's", [*least, *shape, *true]),
+    ]
+
+
 def bare_bwrap() -> list[str]:
     """bubblewrap's least sandbox running ``true``: user, PID, IPC, UTS, network and mount
     namespaces, ``/usr`` and its links, a ``/proc`` and a ``/dev``."""
-    argv = [bwrap_path(), "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    argv += ["--unshare-net", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib64"):
-        if os.path.islink(f"/{name}"):
-            argv += ["--symlink", os.readlink(f"/{name}"), f"/{name}"]
-    return [*argv, "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
+    return bwrap_ladder(Path("/nonexistent"))[4][1]  # the rungs below a step's shape bind nothing
+
+
+def forks(folder: Path) -> tuple[subprocess.Popen[bytes], list[tuple[str, Callable[[], None]]]]:
+    """The zygote's stand-in (bench/_forks.py) and its lifecycles."""
+    helper = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(Path(__file__).parent / "_forks.py"), str(folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert helper.stdin is not None and helper.stdout is not None
+    ask, answer = helper.stdin.fileno(), helper.stdout.fileno()
+
+    def lifecycle(code: bytes) -> Callable[[], None]:
+        def op() -> None:
+            os.write(ask, code)
+            if os.read(answer, 1) != b"0":
+                raise RuntimeError(f"bench/_forks.py failed its {code!r} lifecycle")
+
+        return op
+
+    named = [
+        ("a fork of the zygote, exiting", b"f"),
+        ("the build's user namespace (zygote)", b"u"),
+        ("its user and network namespaces (zygote)", b"n"),
+        ("a fork staging 4 binds (the reaper's)", b"s"),
+    ]
+    return helper, [(name, lifecycle(code)) for name, code in named]
+
+
+def pieces(seconds: float) -> None:
+    """``--pieces``: the host's CPU for each part of a step's sandbox, alternating."""
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
+        for _option, name, _dest in SHAPE:
+            (Path(tmp) / "shape" / name).mkdir(parents=True)
+        ladder = [(name, spawn(argv)) for name, argv in bwrap_ladder(Path(tmp) / "shape")]
+        helper, forked = (
+            forks(Path(tmp) / "shape" / "workspace") if os.geteuid() == 0 else (None, [])
+        )
+        try:
+            named = [*ladder, *forked]
+            sides = compare(seconds, [op for _name, op in named])
+        finally:
+            if helper is not None:
+                helper.communicate()
+    print(f"{'lifecycle':44} {'per s':>7} {'host CPU ms':>12}")
+    for (name, _op), side in zip(named, sides, strict=True):
+        print(f"{name:44} {side.rate:7.1f} {side.ms(side.cpu_host):12.2f}")
+    if not forked:
+        print("(not root: the namespaces and staging of a root executor are not measured)")
+    print(
+        "host CPU: the whole host's over each side's slices, kernel threads (tear-downs) included"
+    )
 
 
 def request_lifecycle(client: ZooKeeperClient) -> Callable[[], None]:
@@ -247,7 +337,16 @@ def main() -> None:
         help="also measure what no build can go below: `true` started and waited for, and "
         "`true` in bubblewrap's least sandbox",
     )
+    parser.add_argument(
+        "--pieces",
+        action="store_true",
+        help="only the sandbox piece by piece: bubblewrap with one more part at each rung, "
+        "the zygote's forks, the build's namespaces, the reaper's staging (host CPU)",
+    )
     args = parser.parse_args()
+    if args.pieces:
+        pieces(args.seconds)
+        return
     with (
         tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp,
         tempfile.TemporaryDirectory(prefix="sluice-bench-builds-", dir="/dev/shm") as shm,

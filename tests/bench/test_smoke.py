@@ -22,6 +22,7 @@ SMOKES = {
     "day": ["day.py", "--smoke"],
     "enqueue": ["enqueue.py", "--smoke"],
     "executor": ["executor.py", "--seconds", "0.3", "--floor"],
+    "executor_pieces": ["executor.py", "--seconds", "0.2", "--pieces"],
     "gating": ["gating.py", "--smoke"],
     "inodes": ["inodes.py", "--files", "20"],
     "latency": ["latency.py", "--smoke", "--pause", "0.2"],

@@ -36,7 +36,13 @@ MAIN_YAML = """
           - app
 """
 
-CONFIG = {
+# the gate's success action when it merges (--gate-merges): each item pushed, as tested
+GATE_MERGES = """
+            success:
+              local:
+                merge: true"""
+
+PIPELINES = {
     "zuul.d/pipelines.yaml": """
         - pipeline:
             name: check
@@ -51,13 +57,19 @@ CONFIG = {
             trigger:
               local:
                 - event: ref-updated
-                  ref: ^refs/heads/never$
+                  ref: ^refs/heads/never${gate_success}
         - job:
             name: base
             parent: null
             timeout: 120
         """,
 }
+
+
+def config(*, gate_merges: bool = False) -> dict[str, str]:
+    """The config project's files: the gate merges each item or reports only."""
+    success = GATE_MERGES if gate_merges else ""
+    return {name: text.replace("{gate_success}", success) for name, text in PIPELINES.items()}
 
 
 def app_files(jobs: int, script: str) -> dict[str, str]:
@@ -162,6 +174,7 @@ def check_system(
     script: str = NOOP,
     session_timeout: float = 10.0,
     as_branches: bool = False,
+    gate_merges: bool = False,
 ) -> CheckSystem:
     """A check pipeline over ``app`` with ``changes`` changes ready to enqueue.
 
@@ -169,13 +182,14 @@ def check_system(
     a forge keeps changes (Zuul's harness too); ``as_branches`` makes each
     a branch ``c<n>`` of the project instead, as the benchmarks did until
     session 14 (every branch then holds config, and every merge's state
-    lists every branch).
+    lists every branch). ``gate_merges``: the gate pushes each item it
+    passes to ``main`` (``merge: true``), as a gate that merges does.
     """
     phase = services.system(tag, session_timeout=session_timeout)
     phase.use_environment()
     system = phase.system
     system.tenant(MAIN_YAML)
-    system.repos.commit("config", "main", CONFIG)
+    system.repos.commit("config", "main", config(gate_merges=gate_merges))
     base = system.repos.commit("app", "main", app_files(jobs, script))
     branches = [f"c{n}" for n in range(changes)]
     for branch in branches:

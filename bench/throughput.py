@@ -107,9 +107,12 @@ def throughput_run(
     setup: WorkerSetup,
     *,
     as_branches: bool = False,
+    gate_merges: bool = False,
 ) -> dict[str, Any]:
     tag = f"{pipeline}-{changes}x{jobs}-{uuid.uuid4().hex[:6]}"
-    check = check_system(services, tag, changes, jobs, as_branches=as_branches)
+    check = check_system(
+        services, tag, changes, jobs, as_branches=as_branches, gate_merges=gate_merges
+    )
     try:
         start_workers(check, setup)
         warm = check.refs[:1]  # a first change warms imports, connections, caches
@@ -348,6 +351,7 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"workspaces (executor.build_dir): {where}", end="; ")
     print(f"executor worker processes: {report.get('executor_concurrency', 2)}", end="; ")
     print(f"sandbox: {report.get('sandbox', 'bwrap')}", end="; ")
+    print(f"the gate merges: {'yes' if report.get('gate_merges') else 'no'}", end="; ")
     print(f"changes as {report.get('changes_as', 'branches')}")
     for key, runs in report["throughput"].items():
         n = len(runs)
@@ -432,6 +436,12 @@ def main() -> None:
         help="executor.sandbox: bwrap (the default) or none, what a build costs without one",
     )
     parser.add_argument(
+        "--gate-merges",
+        action="store_true",
+        help="the gate pushes each item it passes (merge: true), so a gate deeper than its "
+        "window merges the items that enter it on the branch the items ahead made",
+    )
+    parser.add_argument(
         "--changes-as",
         choices=["refs", "branches"],
         default="refs",
@@ -458,6 +468,7 @@ def main() -> None:
         "load_before": loadavg(),
         "build_dir": args.build_dir,
         "sandbox": args.sandbox,
+        "gate_merges": args.gate_merges,
         "changes_as": args.changes_as,
         "executor_concurrency": args.executor_concurrency,
         "throughput": {},
@@ -494,6 +505,7 @@ def main() -> None:
                         pipeline,
                         setup,
                         as_branches=args.changes_as == "branches",
+                        gate_merges=args.gate_merges,
                     )
                     result["ratio_celery"] = (
                         result["builds_per_s"] / result["celery_roundtrips_per_s"]

@@ -154,6 +154,31 @@ def test_the_gate_still_merges_only_its_own_change(
     assert len(applied) == 6 and again == gate
 
 
+def test_an_item_entering_after_the_items_ahead_merged_merges_only_its_own_change(
+    remotes: Remotes,
+    tmp_path: Path,
+    connections: dict[str, ConnectionSettings],
+    applied: list[str],
+) -> None:
+    """A gate's window of five merged; item 1 lands (its tested state is pushed, as a
+    gate with ``merge: true`` does); item 6 enters on the new branch and finds 2 to 5."""
+    a = project(remotes, 6)
+    cache = RepoCache(tmp_path / "state", connections)
+    window = merged(cache, MergeJob("window", tuple(change(k) for k in range(1, 6))))
+    first = window["changes"][0]
+    repo = cache.repo_path("git", "org/a")
+    a.git("fetch", "--quiet", str(repo), first["merged_ref"])
+    a.git("update-ref", "refs/heads/main", first["merged_commit"])
+    applied.clear()
+    entering = MergeJob("entering", tuple(change(k) for k in range(2, 7)))
+    result = merged(cache, entering)
+    assert applied == [a.rev("refs/changes/6")]
+    held = [c["merged_commit"] for c in result["changes"][:4]]
+    assert held == [c["merged_commit"] for c in window["changes"][1:]]
+    # the memo is a cache: the same result as a cache that never saw the window
+    assert result == merged(RepoCache(tmp_path / "fresh", connections), entering)
+
+
 def test_a_replay_in_a_busy_cache(
     remotes: Remotes, tmp_path: Path, connections: dict[str, ConnectionSettings]
 ) -> None:

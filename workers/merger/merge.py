@@ -182,8 +182,6 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
     heads = repo.heads()
     bases = _bases(repo, items, heads, pinned)
     stamps = _stamps(repo, job, items, sources)
-    memo_refs = _memo_refs(items, bases, sources, stamps)
-    memo = repo.commits_of(memo_refs.values())
     applier = Applier(repo.git, repo.path, repo.clean_worktree, repo.is_ancestor)
     tips = dict(bases)
     made: dict[str, str] = {}  # the memo refs of the merges this job makes
@@ -191,7 +189,8 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
     results: list[ChangeResult] = []
     for index, change in items:
         source = sources[index]
-        merged = memo[memo_refs[index]]
+        memo = _memo_ref(tips[change.branch], source, change, stamps[index])
+        merged = repo.commits_of([memo])[memo] if memo not in made else made[memo]
         if merged is None:
             try:
                 tip = tips[change.branch]
@@ -202,9 +201,9 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
                 repo.update_job_refs(job.job_id, made, held=held)
                 conflict = _conflict(exc, change, index)
                 return _ProjectOutcome(ProjectState(connection, project), results, [], conflict)
-            made[memo_refs[index]] = merged
-        else:
-            held.append(memo_refs[index])
+            made[memo] = merged
+        elif memo not in made:
+            held.append(memo)
         tips[change.branch] = merged
         files = repo.changed_files(bases[change.branch], source)
         results.append(
@@ -213,7 +212,7 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
                 change=change,
                 source=source,
                 merged=merged,
-                merged_ref=memo_refs[index],
+                merged_ref=memo,
                 files=files,
             )
         )
@@ -257,28 +256,19 @@ def _stamps(repo: Repo, job: MergeJob, items: Indexed, sources: dict[int, str]) 
     return {index: times[sources[index]] for index, _change in items}
 
 
-def _memo_refs(
-    items: Indexed, bases: dict[str, str], sources: dict[int, str], stamps: dict[int, int]
-) -> dict[int, str]:
-    """A memo ref per change, named by a hash of everything its merged commit depends on.
+def _memo_ref(tip: str, source: str, change: MergeChange, stamp: int) -> str:
+    """The memo ref of ``change`` applied on the commit ``tip``: a hash of all its merge depends on.
 
-    The base of its branch and, in order, every change applied on that
-    branch up to it (commit, mode, name, date). Merges are deterministic,
-    so a memo ref found in the cache *is* the commit the merge would make:
-    the item behind in a gate re-uses the state of the item ahead of it
-    and merges only its own change.
+    The commit below (its tree, its history), the change's commit, mode
+    and name, and the date. Merges are deterministic, so a memo ref found
+    in the cache *is* the commit the merge would make: the item behind in
+    a gate re-uses the state of the item ahead of it and merges only its
+    own change, and so does an item that enters the gate's window after
+    the items ahead of it merged, whose branch is now the state they were
+    tested in (a pushed gate, a forge's fast-forward).
     """
-    chain = {
-        branch: hashlib.sha256(f"sluice-merge-1\0{base}".encode()).hexdigest()
-        for branch, base in bases.items()
-    }
-    refs: dict[int, str] = {}
-    for index, change in items:
-        parts = (chain[change.branch], sources[index], change.merge_mode.value, change.name)
-        data = "\0".join((*parts, str(stamps[index])))
-        chain[change.branch] = hashlib.sha256(data.encode()).hexdigest()
-        refs[index] = memo_ref(chain[change.branch])
-    return refs
+    parts = ("sluice-merge-2", tip, source, change.merge_mode.value, change.name, str(stamp))
+    return memo_ref(hashlib.sha256("\0".join(parts).encode()).hexdigest())
 
 
 def _fetch_sources(

@@ -238,6 +238,36 @@ def test_changed_files_are_those_of_git_diff(repo: Repo) -> None:
     assert repo.changed_files(base, root) == ["alone"]  # no merge base: every file
 
 
+def test_a_change_on_a_branch_that_merged_the_items_ahead_is_diffed_without_git(
+    repo: Repo,
+) -> None:
+    """A gate's branch after items ahead merged: the change's parent is the merge-base."""
+    remote = remote_of(repo)
+    tip = remote.rev("refs/heads/main")
+    ahead = [remote.commit({f"ahead{n}": f"{n}\n"}, parent=tip) for n in range(3)]
+    change = remote.commit({"mine": "m\n", "ahead0": "changed too\n"}, parent=tip)
+    merged = ahead[0]  # the first item fast-forwarded the branch
+    for sha in ahead[1:]:  # the next ones merged on it
+        merged = remote.commit({}, parents=[merged, sha])
+    for base in (ahead[0], merged):
+        assert repo._changed_paths(base, change) is not None, "answered without git diff"
+        assert repo.changed_files(base, change) == git_diff(repo, base, change)
+        assert repo.changed_files(base, change) == ["ahead0", "mine"]
+    # the change merged into the branch already: git diff decides (nothing)
+    landed = remote.commit({}, parents=[merged, change])
+    assert repo._changed_paths(landed, change) is None
+    assert repo.changed_files(landed, change) == git_diff(repo, landed, change) == []
+    # a line of the branch's history that does not reach the change's parent
+    alone = remote.commit_entries({b"other": ("100644", "o\n")})
+    joined = remote.commit({}, parents=[merged, alone])
+    assert repo._changed_paths(joined, change) is None
+    assert repo.changed_files(joined, change) == git_diff(repo, joined, change)
+    # a change on top of another change: its parent is not where the branch's lines end
+    stacked = remote.commit({"on-top": "t\n"}, parent=change)
+    assert repo._changed_paths(merged, stacked) is None
+    assert repo.changed_files(merged, stacked) == git_diff(repo, merged, stacked)
+
+
 def test_a_large_tree_is_left_to_git(repo: Repo) -> None:
     """Parsing thousands of entries in Python would cost more than git diff."""
     many = {f"file{n:05d}.txt".encode(): ("100644", "same\n") for n in range(3000)}

@@ -98,6 +98,9 @@ class Upkeep:
 _FILES_MEMO_SIZE = 10_000
 # Commits kept per repo and lock (parsed headers, for dates and ancestry).
 _COMMITS_KEPT = 10_000
+# commits read from a branch down to a change's parent (Repo._merge_base): a gate's
+# window of items merged on the tip they came from, two commits an item
+_MERGE_BASE_WALK = 128
 
 
 class Repo:
@@ -272,7 +275,13 @@ class Repo:
         return proc.stdout.decode().strip() if proc.returncode == 0 else ""
 
     def commit_of(self, rev: str) -> str | None:
-        """The full sha of commit ``rev``, or None if there is no such commit here."""
+        """The full sha of commit ``rev``, or None if there is no such commit here.
+
+        A full sha is asked of the parked cat-file (:meth:`commits_of`), any
+        other name of git (``rev-parse``), which takes every string safely.
+        """
+        if _FULL_SHA.fullmatch(rev):
+            return self.commits_of([rev])[rev]
         proc = self.git.run(
             ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
             self.path,
@@ -451,17 +460,66 @@ class Repo:
         return sorted(p.decode("utf-8", "replace") for p in proc.stdout.split(b"\0") if p)
 
     def _changed_paths(self, base: str, commit: str) -> list[bytes] | None:
-        """``git diff base...commit`` in Python when ``base`` is an ancestor of ``commit``.
+        """``git diff base...commit`` in Python when the merge-base is known (:meth:`_merge_base`).
 
-        The merge-base is then ``base`` itself: the diff is that of the two trees.
+        The diff is then that of the two trees.
         """
-        if not self.is_ancestor(base, commit):
+        below = self._merge_base(base, commit)
+        if below is None:
             return None
-        commits = self.commits([base, commit])
+        commits = self.commits([below, commit])
         if commits is None:
             return None
-        old, new = commits[base].tree, commits[commit].tree
+        old, new = commits[below].tree, commits[commit].tree
         return self._ask(lambda cat: changed_paths(cat, old, new))
+
+    def _merge_base(self, base: str, commit: str) -> str | None:
+        """The merge-base of ``base`` and ``commit`` where it is known without git; else None.
+
+        ``base`` itself when it is ``commit`` or an ancestor of it (a change
+        on its branch's tip). Or the only parent of ``commit`` when every
+        line of history from ``base`` reaches that parent within
+        :data:`_MERGE_BASE_WALK` commits without meeting ``commit``: the
+        parent is then an ancestor of ``base`` and ``commit`` is not, so no
+        common ancestor is younger (a branch that merged the items ahead of
+        a change, made on the tip they all came from).
+        """
+        if self.is_ancestor(base, commit):
+            return base
+        if (self.path / "shallow").exists() or (self.path / "info" / "grafts").exists():
+            return None  # git would see other parents than the commit objects name
+        read = self.commits([commit])
+        if read is None or len(read[commit].parents) != 1:
+            return None
+        parent = read[commit].parents[0]
+        return parent if self._lines_end_at(base, parent, commit) else None
+
+    def _lines_end_at(self, base: str, parent: str, commit: str) -> bool:
+        """Whether every line of history from ``base`` reaches ``parent``, not meeting ``commit``.
+
+        Read a level at a time, at most :data:`_MERGE_BASE_WALK` commits: False
+        beyond, and as soon as a line passes a commit dated before ``parent``
+        (it went below it: a stack of changes, an older branch; git decides).
+        """
+        read = self.commits([parent])
+        since = read[parent].time if read is not None else None
+        seen = {base}
+        level = [base]
+        while level:
+            commits = self.commits(level)
+            if commits is None or since is None:
+                return False
+            following = []
+            for sha in level:
+                parents, when = commits[sha].parents, commits[sha].time
+                if not parents or commit in parents or when is None or when < since:
+                    return False  # a line ends elsewhere, base has the change, or went below
+                following += [p for p in parents if p != parent and p not in seen]
+                seen.update(parents)
+            if len(seen) > _MERGE_BASE_WALK:
+                return False
+            level = following
+        return True
 
     # ------------------------------------------------------------------
     # Config files

@@ -182,7 +182,7 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
     heads = repo.heads()
     bases = _bases(repo, items, heads, pinned)
     stamps = _stamps(repo, job, items, sources)
-    applier = Applier(repo.git, repo.path, repo.clean_worktree, repo.is_ancestor)
+    applier = Applier(repo.git, repo.path, repo.clean_worktree, repo.known_merge_base)
     tips = dict(bases)
     made: dict[str, str] = {}  # the memo refs of the merges this job makes
     held: list[str] = []  # those it found: the items ahead, merged by earlier jobs

@@ -66,9 +66,10 @@ class Applier:
     a worktree, which is only prepared (``worktree(tip)``) when one of them
     comes up, and only checked out again when it is not already at the tip.
 
-    ``is_ancestor(tip, commit)`` (True, or None when unknown) spares the
-    ``git merge-base`` of a change on top of its tip: that merge-base is
-    the tip itself.
+    ``merge_base(tip, commit)`` (None when unknown) spares the ``git
+    merge-base`` of a change on top of its tip (the merge-base is the tip
+    itself) or of a change made on an older tip of a branch that moved on
+    (its parent).
     """
 
     def __init__(
@@ -76,12 +77,12 @@ class Applier:
         git: Git,
         repo: Path,
         worktree: Callable[[str], Path],
-        is_ancestor: Callable[[str, str], bool | None] | None = None,
+        merge_base: Callable[[str, str], str | None] | None = None,
     ) -> None:
         self.git = git
         self.repo = repo
         self._make_worktree = worktree
-        self._is_ancestor = is_ancestor
+        self._known_base = merge_base
         self._worktree: Path | None = None
         self._worktree_head = ""
 
@@ -91,9 +92,9 @@ class Applier:
         message = merge_message(name)
         if mode in (MergeMode.MERGE, MergeMode.SQUASH_MERGE):
             squash = mode is MergeMode.SQUASH_MERGE
-            on_top = self._is_ancestor is not None and self._is_ancestor(tip, commit) is True
+            known = self._known_base(tip, commit) if self._known_base is not None else None
             return _tree_merge(
-                dated, self.repo, tip, commit, message=message, squash=squash, on_top=on_top
+                dated, self.repo, tip, commit, message=message, squash=squash, base=known
             )
         worktree = self._worktree_at(tip)
         self._worktree_head = ""  # unknown until the mode succeeds
@@ -111,14 +112,14 @@ class Applier:
 
 
 def _tree_merge(
-    git: Git, repo: Path, tip: str, commit: str, *, message: str, squash: bool, on_top: bool
+    git: Git, repo: Path, tip: str, commit: str, *, message: str, squash: bool, base: str | None
 ) -> str:
     """``git merge`` (or ``--squash`` and commit) of ``commit`` into ``tip``, without a worktree.
 
-    ``on_top``: ``tip`` is known to be an ancestor of ``commit``, so it is
-    their merge-base.
+    ``base``: their merge-base when it is known (else ``git merge-base`` finds it).
     """
-    base = tip if on_top else _merge_base(git, repo, tip, commit)
+    if base is None:
+        base = _merge_base(git, repo, tip, commit)
     if not squash and base == tip:
         return commit  # a fast-forward, as git merge does
     if not squash and base == commit:

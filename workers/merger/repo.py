@@ -98,7 +98,7 @@ class Upkeep:
 _FILES_MEMO_SIZE = 10_000
 # Commits kept per repo and lock (parsed headers, for dates and ancestry).
 _COMMITS_KEPT = 10_000
-# commits read from a branch down to a change's parent (Repo._merge_base): a gate's
+# commits read from a branch down to a change's parent (Repo.known_merge_base): a gate's
 # window of items merged on the tip they came from, two commits an item
 _MERGE_BASE_WALK = 128
 
@@ -460,11 +460,11 @@ class Repo:
         return sorted(p.decode("utf-8", "replace") for p in proc.stdout.split(b"\0") if p)
 
     def _changed_paths(self, base: str, commit: str) -> list[bytes] | None:
-        """``git diff base...commit`` in Python when the merge-base is known (:meth:`_merge_base`).
+        """``git diff base...commit`` in Python when the merge-base is known.
 
-        The diff is then that of the two trees.
+        (:meth:`known_merge_base`.) The diff is then that of the two trees.
         """
-        below = self._merge_base(base, commit)
+        below = self.known_merge_base(base, commit)
         if below is None:
             return None
         commits = self.commits([below, commit])
@@ -473,7 +473,7 @@ class Repo:
         old, new = commits[below].tree, commits[commit].tree
         return self._ask(lambda cat: changed_paths(cat, old, new))
 
-    def _merge_base(self, base: str, commit: str) -> str | None:
+    def known_merge_base(self, base: str, commit: str) -> str | None:
         """The merge-base of ``base`` and ``commit`` where it is known without git; else None.
 
         ``base`` itself when it is ``commit`` or an ancestor of it (a change

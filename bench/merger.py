@@ -28,6 +28,8 @@ fetch took (with a local remote, the remote's side too), the git processes
 per merge (every ``Git.run`` and ``Git.popen`` counted: the cat-file
 process is one), and, as the baseline, the CPU of one trivial git process
 spawned the same way, so the figure reads in git processes on any machine.
+A second row does the same for a change made on the tip ``main`` had
+before it moved on (a real merge, as most changes of a busy branch are).
 
 With ``--history N``, only the **no-op check merge after a long life**
 (``bench/merger_history.py``): the same merge in a cache repo that ``N``
@@ -62,6 +64,7 @@ from workers.merger import RepoCache, run_merge_job
 from workers.merger.gitcmd import Git
 
 STACKS = (1, 5, 20)
+OLDER_TIP = "older-tip"  # the tag of main's tip before it moved on (build_noop_remote)
 
 
 def git_env(home: Path) -> dict[str, str]:
@@ -243,13 +246,19 @@ def build_noop_remote(base: Path, env: dict[str, str], files: int) -> Path:
         (work / "zuul.d" / f"{name}.yaml").write_text(f"# {name}\n" + "- job: {name: x}\n" * 50)
     git(work, env, "add", "-A")
     git(work, env, "commit", "--quiet", "-m", "initial")
+    git(work, env, "tag", OLDER_TIP)  # where a change made before main moved on sits
+    (work / "moved.txt").write_text("main moved on\n")
+    git(work, env, "add", "-A")
+    git(work, env, "commit", "--quiet", "-m", "main moved on")
     remote = base / "remotes" / "noop"
     git(base, env, "clone", "--quiet", "--bare", str(work), str(remote))
     return remote
 
 
-def new_noop_change(remote: Path, env: dict[str, str], n: int) -> str:
-    """A change ``refs/changes/noop/<n>`` on top of ``main``: one file edited, no config."""
+def new_noop_change(
+    remote: Path, env: dict[str, str], n: int, parent: str = "refs/heads/main"
+) -> str:
+    """A change ``refs/changes/noop/<n>`` on top of ``parent``: one file edited, no config."""
     blob = (
         subprocess.run(
             ["git", "hash-object", "-w", "--stdin"],
@@ -264,25 +273,30 @@ def new_noop_change(remote: Path, env: dict[str, str], n: int) -> str:
     )
     index = {**env, "GIT_INDEX_FILE": str(remote / "bench-index")}
     for args in (
-        ("read-tree", "refs/heads/main"),
+        ("read-tree", parent),
         ("update-index", "--add", "--cacheinfo", f"100644,{blob},dir03/file0003.txt"),
     ):
         subprocess.run(["git", *args], cwd=remote, env=index, check=True)
     tree = git(remote, index, "write-tree")
-    sha = git(remote, env, "commit-tree", tree, "-p", "refs/heads/main", "-m", f"noop {n}")
+    sha = git(remote, env, "commit-tree", tree, "-p", parent, "-m", f"noop {n}")
     git(remote, env, "update-ref", f"refs/changes/noop/{n}", sha)
     return sha
 
 
 def time_noop(
-    cache: RepoCache, remote: Path, env: dict[str, str], rounds: int
+    cache: RepoCache, remote: Path, env: dict[str, str], rounds: int, *, older: bool = False
 ) -> tuple[Measured, float, float]:
-    """No-op check merges on a warm cache: them, git processes and fetch CPU ms per merge."""
+    """No-op check merges on a warm cache: them, git processes and fetch CPU ms per merge.
+
+    ``older``: each change is made on the tip ``main`` had before it moved on
+    (a real merge), not on ``main`` (a fast-forward).
+    """
     measured = Measured()
     processes = 0
     fetch_cpu = 0.0
+    parent = f"refs/tags/{OLDER_TIP}" if older else "refs/heads/main"
     for r in range(-1, rounds):  # round -1 warms the cache (clone, first check)
-        sha = new_noop_change(remote, env, time.time_ns())
+        sha = new_noop_change(remote, env, time.time_ns(), parent)
         ref = git(remote, env, "for-each-ref", "--format=%(refname)", "--points-at", sha)
         change = MergeChange("git", "noop", "main", ref=ref, commit=sha, change_id=f"c{r}")
         job = MergeJob(f"noop-{time.time_ns()}", (change,))
@@ -294,7 +308,8 @@ def time_noop(
                     result = run_merge_job(job, cache)
                 processes += len(seen.started)
                 fetch_cpu += seen.fetch_cpu
-        if not result.ok or not result.config or result.changes[0].merged_commit != sha:
+        fast_forward = result.ok and result.changes[0].merged_commit == sha
+        if not result.ok or not result.config or fast_forward == older:
             raise SystemExit(f"no-op merge failed: {result.failure or result}")
     return measured, processes / rounds, 1000 * fetch_cpu / rounds
 
@@ -350,19 +365,21 @@ def main() -> None:
 def noop(args: argparse.Namespace, *, cache: RepoCache, remote: Path, env: dict[str, str]) -> None:
     """The no-op check merge: CPU per merge (of which the fetch), git processes, baseline."""
     print(f"\nno-op check merge ({args.files} files, config in zuul.yaml and zuul.d/)")
-    best: tuple[Measured, float, float] | None = None
-    for _ in range(args.trials):
-        trial = time_noop(cache, remote, env, args.rounds)
-        best = trial if best is None or trial[0].cpu < best[0].cpu else best
-    assert best is not None
     one = min(time_one_git_process(cache.git.env, remote, args.rounds) for _ in range(args.trials))
-    measured, processes, fetch = best
-    header = ("CPU ms/merge", "of which fetch", "git processes", "ms wall", "baseline: 1 git")
-    print(f"{header[0]:>14} {header[1]:>15} {header[2]:>14} {header[3]:>8} {header[4]:>16}")
-    print(
-        f"{measured.cpu_ms:>14.1f} {fetch:>15.1f} {processes:>14.1f}"
-        f" {1000 / measured.rate:>8.1f} {one:>13.1f} ms"
-    )
+    header = ("change made on", "CPU ms/merge", "of which fetch", "git processes", "ms wall")
+    print(f"{header[0]:<16} {header[1]:>12} {header[2]:>15} {header[3]:>14} {header[4]:>8}")
+    for older, where in ((False, "the tip"), (True, "an older tip")):
+        best: tuple[Measured, float, float] | None = None
+        for _ in range(args.trials):
+            trial = time_noop(cache, remote, env, args.rounds, older=older)
+            best = trial if best is None or trial[0].cpu < best[0].cpu else best
+        assert best is not None
+        measured, processes, fetch = best
+        print(
+            f"{where:<16} {measured.cpu_ms:>12.1f} {fetch:>15.1f} {processes:>14.1f}"
+            f" {1000 / measured.rate:>8.1f}"
+        )
+    print(f"baseline: one git process that does nothing, {one:.1f} ms of CPU")
 
 
 def stacks(

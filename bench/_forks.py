@@ -15,6 +15,10 @@ on stdin is one lifecycle, answered with one byte (``0``: done) on stdout:
 import os
 import sys
 
+TYPE_CHECKING = False  # as in the zygote: ``typing`` is a costly import
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "workers", "executor"))
 import reaper  # noqa: E402
@@ -23,13 +27,12 @@ HOST_UID = (1 << 30) + 1  # in the range of a root executor's job uids (workers/
 JOB_UID = 1000
 
 
-def _forked(work: object) -> None:
+def _forked(work: "Callable[[], object]") -> None:
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            if callable(work):
-                work()
+            work()
             code = 0
         finally:
             os._exit(code)
@@ -50,7 +53,7 @@ def main(args: list[str]) -> int:
     for n in range(4):
         staged += [reaper.STAGED_BIND, source, f"/bench/{n}"]
     lifecycles = {
-        b"f": lambda: _forked(None),
+        b"f": lambda: _forked(lambda: None),
         b"u": lambda: _namespaces(False),
         b"n": lambda: _namespaces(True),
         b"s": lambda: _forked(lambda: reaper.stage(["bwrap", *staged])),

@@ -216,6 +216,22 @@ def spawn(argv: list[str]) -> Callable[[], None]:
     return op
 
 
+def least_bwrap() -> list[str]:
+    """bubblewrap's least sandbox, up to the command: user, PID, IPC, UTS, network and mount
+    namespaces, ``/usr`` and its links, a ``/proc`` and a ``/dev``."""
+    return [*_bwrap_namespaces(), "--proc", "/proc", "--dev", "/dev"]
+
+
+def _bwrap_namespaces() -> list[str]:
+    """bwrap with its namespaces and the system folders, nothing else."""
+    argv = [bwrap_path(), "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    argv += ["--unshare-net", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib64"):
+        if os.path.islink(f"/{name}"):
+            argv += ["--symlink", os.readlink(f"/{name}"), f"/{name}"]
+    return argv
+
+
 def bwrap_ladder(folder: Path) -> list[tuple[str, list[str]]]:
     """``true`` bare, then in bubblewrap with one more part of a step's sandbox at each rung.
 
@@ -223,35 +239,24 @@ def bwrap_ladder(folder: Path) -> list[tuple[str, list[str]]]:
     step's (:data:`SHAPE`: ``/etc``, a repository, the workspace, the log
     folder).
     """
-    bwrap, true = bwrap_path(), ["--", "/usr/bin/true"]
-    system = ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib64"):
-        if os.path.islink(f"/{name}"):
-            system += ["--symlink", os.readlink(f"/{name}"), f"/{name}"]
-    namespaces = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    namespaces += ["--unshare-net", "--die-with-parent", "--new-session"]
+    true = ["--", "/usr/bin/true"]
     shape = ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
     for option, name, dest in SHAPE:
         shape += [option, str(folder / name), dest or str(folder / name)]
     shape += ["--remount-ro", "/"]
-    least = [bwrap, *namespaces, *system, "--proc", "/proc", "--dev", "/dev"]
+    namespaces = _bwrap_namespaces()
+    least = least_bwrap()
     return [
         ("true, started and waited for", ["/usr/bin/true"]),
         (
             "bwrap: a user namespace, / read-only",
-            [bwrap, "--unshare-user", "--ro-bind", "/", "/", *true],
+            [bwrap_path(), "--unshare-user", "--ro-bind", "/", "/", *true],
         ),
-        ("+ /usr; PID, IPC, UTS, network namespaces", [bwrap, *namespaces, *system, *true]),
-        ("+ a fresh /proc", [bwrap, *namespaces, *system, "--proc", "/proc", *true]),
+        ("+ /usr; PID, IPC, UTS, network namespaces", [*namespaces, *true]),
+        ("+ a fresh /proc", [*namespaces, "--proc", "/proc", *true]),
         ("+ /dev: bubblewrap's least sandbox", [*least, *true]),
         ("+ 2 tmpfs, 4 binds, / read-only: a step's", [*least, *shape, *true]),
     ]
-
-
-def bare_bwrap() -> list[str]:
-    """bubblewrap's least sandbox running ``true``: user, PID, IPC, UTS, network and mount
-    namespaces, ``/usr`` and its links, a ``/proc`` and a ``/dev``."""
-    return bwrap_ladder(Path("/nonexistent"))[4][1]  # the rungs below a step's shape bind nothing
 
 
 def forks(folder: Path) -> tuple[subprocess.Popen[bytes], list[tuple[str, Callable[[], None]]]]:
@@ -368,7 +373,8 @@ def main() -> None:
                     request_lifecycle(client),
                 ]
                 if args.floor:
-                    ops += [spawn(["/usr/bin/true"]), spawn(bare_bwrap())]
+                    least = [*least_bwrap(), "--", "/usr/bin/true"]
+                    ops += [spawn(["/usr/bin/true"]), spawn(least)]
                 sides = compare(args.seconds, ops)
             finally:
                 client.stop()

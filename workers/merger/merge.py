@@ -190,7 +190,7 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
     for index, change in items:
         source = sources[index]
         memo = _memo_ref(tips[change.branch], source, change, stamps[index])
-        merged = repo.commits_of([memo])[memo] if memo not in made else made[memo]
+        merged = repo.commits_of([memo])[memo]
         if merged is None:
             try:
                 tip = tips[change.branch]
@@ -202,7 +202,7 @@ def _merge_project(repo: Repo, *, job: MergeJob, items: Indexed, batch: Batch) -
                 conflict = _conflict(exc, change, index)
                 return _ProjectOutcome(ProjectState(connection, project), results, [], conflict)
             made[memo] = merged
-        elif memo not in made:
+        else:
             held.append(memo)
         tips[change.branch] = merged
         files = repo.changed_files(bases[change.branch], source)

@@ -365,8 +365,8 @@ class Repo:
         (a stack of changes read for their dates): never a walk through
         history, so a False is never claimed, only None.
         """
-        if (self.path / "shallow").exists() or (self.path / "info" / "grafts").exists():
-            return None  # git would see other parents than the commit objects name
+        if self._grafted():
+            return None
         if ancestor == commit:
             return True
         if self.commits([commit]) is None:
@@ -381,6 +381,10 @@ class Repo:
                     seen.add(parent)
                     pending.append(parent)
         return None
+
+    def _grafted(self) -> bool:
+        """Whether git would see other parents than the commit objects name (shallow, grafts)."""
+        return (self.path / "shallow").exists() or (self.path / "info" / "grafts").exists()
 
     def note_jobs(self, jobs: Sequence[tuple[str, int]]) -> None:
         """Before a fetch writes refs of jobs: enter each ``(job id, refs)`` in the journal."""
@@ -486,8 +490,8 @@ class Repo:
         """
         if self.is_ancestor(base, commit):
             return base
-        if (self.path / "shallow").exists() or (self.path / "info" / "grafts").exists():
-            return None  # git would see other parents than the commit objects name
+        if self._grafted():
+            return None
         read = self.commits([commit])
         if read is None or len(read[commit].parents) != 1:
             return None

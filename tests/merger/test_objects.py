@@ -268,6 +268,30 @@ def test_a_change_on_a_branch_that_merged_the_items_ahead_is_diffed_without_git(
     assert repo.changed_files(merged, stacked) == git_diff(repo, merged, stacked)
 
 
+def test_forged_dates_and_parents_leave_the_merge_base_to_git(repo: Repo) -> None:
+    """A job's commits are the author's: odd dates and parents never yield a wrong answer."""
+    remote = remote_of(repo)
+    tip = remote.rev("refs/heads/main")
+    ahead = remote.commit({"ahead": "a\n"}, parent=tip)
+    tree = remote.rev(f"{ahead}^{{tree}}")
+    # a commit of the branch dated before the change's parent (a forged or skewed clock)
+    dated_back = hash_commit(
+        remote,
+        f"tree {tree}\nparent {ahead}\nauthor A <a> 1 +0000\ncommitter C <c> 1 +0000\n\nold\n",
+    )
+    change = remote.commit({"mine": "m\n"}, parent=tip)
+    assert repo.known_merge_base(dated_back, change) is None
+    assert repo.changed_files(dated_back, change) == git_diff(repo, dated_back, change)
+    # a change of two parents (an octopus of its author's): git finds its merge-base
+    other = remote.commit({"other": "o\n"}, parent=tip)
+    octopus = remote.commit({"both": "b\n"}, parents=[change, other])
+    assert repo.known_merge_base(ahead, octopus) is None
+    assert repo.changed_files(ahead, octopus) == git_diff(repo, ahead, octopus)
+    # a change whose parent is the branch itself: the branch is the merge-base
+    on_top = remote.commit({"top": "t\n"}, parent=ahead)
+    assert repo.known_merge_base(ahead, on_top) == ahead
+
+
 def test_a_large_tree_is_left_to_git(repo: Repo) -> None:
     """Parsing thousands of entries in Python would cost more than git diff."""
     many = {f"file{n:05d}.txt".encode(): ("100644", "same\n") for n in range(3000)}
